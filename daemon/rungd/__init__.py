@@ -1,0 +1,8 @@
+"""rungd: a daemon that lets agent code operate legacy programs through task-shaped tools.
+
+The public pieces for plugin authors are ``rungd.contract`` (declaring tools),
+``rungd.runner`` (running a command-line program), ``rungd.hookspecs`` (the hooks) and
+``rungd.testing`` (fixtures); for agent code, ``rungd.client``.
+"""
+
+__version__ = "0.1.0"

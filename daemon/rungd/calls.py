@@ -1,0 +1,368 @@
+"""Running calls: the one boundary where exceptions become result envelopes.
+
+A call goes through: look up the tool (UNKNOWN_TOOL), check the caller (DENIED), validate
+inputs (BAD_INPUT), require a request_id for writes, take a concurrency slot (BUSY), then
+run the handler in the daemon's call nursery under the tool's deadline. Whatever happens,
+the call ends with exactly one envelope, kept for a while so ``status`` and ``wait`` can
+fetch it from any connection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pluggy
+import trio
+
+from rungd.config import Config
+from rungd.credentials import CredentialStore
+from rungd.contract import CallContext, Caller, Result, Tool
+from rungd.envelope import Envelope, ErrorInfo, Settle, fit_to_cap
+from rungd.errors import (
+    BadInput,
+    Busy,
+    Denied,
+    Failed,
+    Interrupted,
+    RungdError,
+    ToolError,
+    ToolTimeout,
+    UnknownTool,
+)
+from rungd.plugins import RegisteredTool
+from rungd.proctree import Reaper
+
+log = logging.getLogger("rungd.calls")
+
+# A caller may ask to wait this long at most in one request; longer waits take several.
+MAX_WAIT_S = 300.0
+
+
+def new_call_id() -> str:
+    """A short id that sorts by time: milliseconds since the epoch (hex), then randomness."""
+    return f"c{int(time.time() * 1000):x}{secrets.token_hex(4)}"
+
+
+@dataclasses.dataclass
+class Call:
+    """One call the daemon knows about, running or finished."""
+
+    call_id: str
+    tool: str
+    request_id: str | None
+    caller: Caller
+    started: float
+    done: trio.Event = dataclasses.field(default_factory=trio.Event)
+    envelope: Envelope | None = None
+    scope: trio.CancelScope | None = None
+    interrupted: bool = False
+
+    def pending(self) -> Envelope:
+        """The envelope of a call that is still running."""
+        return Envelope(
+            call_id=self.call_id,
+            tool=self.tool,
+            request_id=self.request_id,
+            status="pending",
+            outcome="unknown",
+            effect="none",
+            next_action="retry_later",
+            narrow=f"still running; send wait with call_id {self.call_id} to get the result",
+            elapsed_ms=_ms_since(self.started),
+        )
+
+
+class Dispatcher:
+    """Starts calls, remembers them, and answers ``status`` and ``wait``.
+
+    Args:
+        tools: the registered tools by name.
+        config: the daemon's configuration.
+        pm: the plugin manager, for the result observers.
+        credentials: the store handlers get named credentials from.
+        reaper: the daemon's reaper of adopted orphans, handed to the runner.
+        nursery: where handlers run; it belongs to the daemon and outlives connections, so
+            a call keeps running when the client that started it goes away.
+    """
+
+    def __init__(
+        self,
+        tools: Mapping[str, RegisteredTool],
+        config: Config,
+        pm: pluggy.PluginManager,
+        credentials: CredentialStore,
+        nursery: trio.Nursery,
+        *,
+        reaper: Reaper | None = None,
+    ) -> None:
+        self.tools = tools
+        self.config = config
+        self.pm = pm
+        self.credentials = credentials
+        self.reaper = reaper
+        self._nursery = nursery
+        self._calls: dict[str, Call] = {}
+        self._running: dict[str, int] = {}
+        self._idle = trio.Event()
+        self._idle.set()
+        self.evidence_dir = config.state_dir / "evidence"
+        self.work_root = config.state_dir / "work"
+        self.evidence_dir.mkdir(parents=True, exist_ok=True)
+        self.work_root.mkdir(parents=True, exist_ok=True)
+
+    # --- entry points used by the server ---------------------------------------------------
+
+    def visible_tools(self, caller: Caller) -> list[RegisteredTool]:
+        """The tools this caller may call, in name order."""
+        return [
+            reg
+            for name, reg in sorted(self.tools.items())
+            if self.config.allowed(name, caller.uid, caller.groups)
+        ]
+
+    def lookup(self, name: str, caller: Caller) -> RegisteredTool:
+        """The tool called ``name``, if this caller may use it.
+
+        Raises:
+            UnknownTool: no such tool (or one this caller may not see); the hint lists the
+                closest names the caller may use. Nothing near is ever run.
+            Denied: the tool exists and the caller is not on its allow-list.
+        """
+        reg = self.tools.get(name)
+        if reg is None:
+            names = [r.tool.name for r in self.visible_tools(caller)]
+            close = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
+            hint = f"did you mean: {', '.join(close)}?" if close else "list the tools to see what exists"
+            raise UnknownTool(f"no tool named {name!r}", hint=hint + " Nothing was run.")
+        if not self.config.allowed(name, caller.uid, caller.groups):
+            raise Denied(
+                f"uid {caller.uid} may not call {name}",
+                hint="ask the operator to add your uid or group to the tool's access list",
+            )
+        return reg
+
+    async def call(
+        self, name: str, inputs: Mapping[str, Any], request_id: str | None, caller: Caller, wait_s: float
+    ) -> Envelope:
+        """Start a call and wait up to ``wait_s`` for its envelope (else a pending one)."""
+        call = self.start(name, inputs, request_id, caller)
+        return await self.wait(call.call_id, wait_s)
+
+    def start(self, name: str, inputs: Mapping[str, Any], request_id: str | None, caller: Caller) -> Call:
+        """Check and start one call. Checks that fail end the call at once, never raise."""
+        call = Call(new_call_id(), name, request_id, caller, time.monotonic())
+        self._calls[call.call_id] = call
+        self._forget_old()
+        try:
+            reg = self.lookup(name, caller)
+            tool = reg.tool
+            valid = tool.validate(inputs)
+            if tool.requires_request_id and not request_id:
+                raise BadInput(
+                    f"{name} changes something ({tool.side_effect}), so it needs a request_id",
+                    hint="send a request_id that is unique per intended change, e.g. a UUID; "
+                    "repeat it only to retry the same change",
+                )
+            self._take_slot(tool)
+        except RungdError as exc:
+            self._finish(call, self._error_envelope(call, exc, tool=self.tools.get(name)))
+            return call
+        self._nursery.start_soon(self._run, call, tool, valid)
+        return call
+
+    async def wait(self, call_id: str, wait_s: float) -> Envelope:
+        """The envelope of ``call_id``, waiting up to ``wait_s`` for it to finish.
+
+        Raises:
+            KeyError: the call is unknown (never existed, or finished long ago).
+        """
+        call = self._calls[call_id]
+        with trio.move_on_after(max(0.0, min(wait_s, MAX_WAIT_S))):
+            await call.done.wait()
+        return call.envelope if call.envelope is not None else call.pending()
+
+    def status(self, call_id: str) -> Envelope:
+        call = self._calls[call_id]
+        return call.envelope if call.envelope is not None else call.pending()
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Let running calls finish for ``grace_s``, then interrupt the rest.
+
+        Cancellation: interrupted calls end with INTERRUPTED (outcome unknown when their
+        commit point had passed); their handlers clean up (kill trees) before returning.
+        """
+        with trio.move_on_after(grace_s):
+            await self._idle.wait()
+        for call in self._calls.values():
+            if call.scope is not None and call.envelope is None:
+                call.interrupted = True
+                call.scope.cancel()
+        await self._idle.wait()
+
+    # --- running one call ------------------------------------------------------------------
+
+    async def _run(self, call: Call, tool: Tool, inputs: Any) -> None:
+        work_dir = self.work_root / call.call_id
+        ctx = CallContext(
+            call_id=call.call_id,
+            tool=tool,
+            caller=call.caller,
+            request_id=call.request_id,
+            deadline=trio.current_time() + tool.timing.deadline_s,
+            work_dir=work_dir,
+            evidence_dir=self.evidence_dir,
+            credentials=lambda name: self.credentials.get(name, tool.name),
+            reaper=self.reaper,
+        )
+        settle = tool.timing.settle.bind(inputs.model_dump()) if tool.timing.settle else None
+        try:
+            with trio.CancelScope() as call.scope:
+                with trio.move_on_at(ctx.deadline) as deadline_scope:
+                    result = await tool.handler(ctx, inputs)
+            if call.interrupted:
+                raise Interrupted(
+                    "the daemon stopped while the call was running",
+                    hint="run the settle read (reconcile) before retrying" if ctx.committed else "retry the call",
+                    outcome="unknown" if ctx.committed else "not_started",
+                    settle=settle if ctx.committed else None,
+                )
+            if deadline_scope.cancelled_caught:
+                raise _timeout(tool, ctx, settle)
+            envelope = self._ok_envelope(call, tool, result, ctx)
+        except RungdError as exc:
+            if exc.outcome == "unknown" and exc.settle is None:
+                exc.settle = settle
+            envelope = self._error_envelope(call, exc, tool=tool, ctx=ctx)
+        except Exception as exc:  # a bug in a handler must not take the daemon down
+            log.exception("tool %s crashed in call %s", tool.name, call.call_id)
+            outcome = "unknown" if ctx.committed else "not_started"
+            failure = Failed(
+                f"the tool's handler failed: {type(exc).__name__}",
+                hint="this is a bug in the plugin; the operator's log has the details",
+                outcome=outcome,
+                settle=settle if ctx.committed else None,
+            )
+            envelope = self._error_envelope(call, failure, tool=tool, ctx=ctx)
+        finally:
+            self._release_slot(tool)
+        self._finish(call, envelope)
+
+    def _take_slot(self, tool: Tool) -> None:
+        running = self._running.get(tool.name, 0)
+        if tool.concurrency is not None and running >= tool.concurrency:
+            raise Busy(
+                f"{tool.name} already runs {running} call(s), its limit",
+                hint="wait for the running call to finish, then retry; nothing was started",
+            )
+        self._running[tool.name] = running + 1
+        self._idle = trio.Event() if self._idle.is_set() else self._idle
+
+    def _release_slot(self, tool: Tool) -> None:
+        self._running[tool.name] -= 1
+        if not any(self._running.values()):
+            self._idle.set()
+
+    def _finish(self, call: Call, envelope: Envelope) -> None:
+        cap = self.tools[call.tool].tool.cap_bytes if call.tool in self.tools else None
+        call.envelope = fit_to_cap(envelope, cap) if cap else fit_to_cap(envelope)
+        for result in self.pm.hook.rungd_observe_result.get_hookimpls():
+            try:
+                result.function(
+                    **{k: v for k, v in {"tool": call.tool, "envelope": call.envelope, "caller": call.caller}.items()
+                       if k in result.argnames}
+                )
+            except Exception:  # an observer must never change or lose the result
+                log.exception("result observer %s failed", result.plugin_name)
+        call.done.set()
+        log.info(
+            "call finished",
+            extra={"call_id": call.call_id, "tool": call.tool, "status": call.envelope.status,
+                   "code": call.envelope.error.code if call.envelope.error else None},
+        )
+
+    def _forget_old(self) -> None:
+        horizon = time.monotonic() - self.config.server.keep_results_s
+        for call_id in [c.call_id for c in self._calls.values() if c.envelope and c.started < horizon]:
+            del self._calls[call_id]
+
+    # --- building envelopes ----------------------------------------------------------------
+
+    def _ok_envelope(self, call: Call, tool: Tool, result: Result, ctx: CallContext) -> Envelope:
+        if tool.side_effect == "read" and result.effect != "none":
+            raise Failed(f"{tool.name} is a read but reported effect {result.effect!r}",
+                         hint="this is a bug in the plugin", outcome="done")
+        if result.effect == "changed" and not result.verified_by:
+            raise Failed(f"{tool.name} reported a change it did not read back",
+                         hint="this is a bug in the plugin: set verified_by after a read-back",
+                         outcome="unknown")
+        return Envelope(
+            call_id=call.call_id,
+            tool=tool.name,
+            request_id=call.request_id,
+            status="ok",
+            outcome=result.outcome,
+            effect=result.effect,
+            fields=result.fields,
+            verified_by=result.verified_by,
+            truncated=result.truncated,
+            narrow=result.narrow,
+            as_of=result.as_of,
+            next_action="continue",
+            evidence=[*ctx.evidence, *(e for e in result.evidence if e not in ctx.evidence)],
+            elapsed_ms=_ms_since(call.started),
+        )
+
+    def _error_envelope(
+        self, call: Call, exc: RungdError, *, tool: Tool | RegisteredTool | None, ctx: CallContext | None = None
+    ) -> Envelope:
+        if isinstance(tool, RegisteredTool):
+            tool = tool.tool
+        retry, next_action = exc.retry, exc.next_action
+        rule = tool.error_rule(exc.code) if tool else None
+        if rule is not None and isinstance(exc, ToolError):
+            # The tool's own table decides retry and next_action for its codes.
+            retry, next_action = rule.retry, rule.next_action
+            if not exc.hint and rule.hint:
+                exc.hint = rule.hint
+        return Envelope(
+            call_id=call.call_id,
+            tool=call.tool,
+            request_id=call.request_id,
+            status="error",
+            outcome=exc.outcome,
+            effect="none",
+            fields=exc.fields,
+            error=ErrorInfo(code=exc.code, message=exc.message, retry=retry, hint=exc.hint),
+            next_action=next_action,
+            settle=Settle(**exc.settle) if exc.settle else None,
+            evidence=list(ctx.evidence) if ctx else [],
+            elapsed_ms=_ms_since(call.started),
+        )
+
+
+def _timeout(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None) -> ToolTimeout:
+    deadline = tool.timing.deadline_s
+    if ctx.committed:
+        return ToolTimeout(
+            f"{tool.name} passed its {deadline:g} s deadline after its commit point; the process tree was killed",
+            hint="the effect may or may not have happened: run the settle read before any retry",
+            outcome="unknown",
+            settle=settle,
+        )
+    return ToolTimeout(
+        f"{tool.name} passed its {deadline:g} s deadline before its commit point; nothing was changed",
+        hint="safe to retry; if it keeps timing out, ask the operator to raise the deadline",
+        outcome="not_started",
+        retry="yes",
+        next_action="retry_later",
+    )
+
+
+def _ms_since(start: float) -> int:
+    return int((time.monotonic() - start) * 1000)

@@ -1,0 +1,220 @@
+"""The daemon's configuration: one TOML file, validated by pydantic, or the embedded default.
+
+Errors name the file, the key and a valid example, because the person reading them is
+editing that file right now. Relative paths in a config file are resolved against the
+file's folder; the embedded default resolves them against the working folder, so
+``rungd serve`` with no arguments keeps its socket and state under ``./var``.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from rungd.errors import ConfigError
+
+CONFIG_ENV = "RUNGD_CONFIG"
+SOCKET_ENV = "RUNGD_SOCKET"
+
+
+def embedded_configs() -> Path:
+    """The folder holding the embedded default config and the demo tool files.
+
+    A wheel carries it inside the package (``rungd/configs``); a source checkout or an
+    editable install finds it at the top of the repository.
+    """
+    inside = Path(__file__).parent / "configs"
+    return inside if inside.is_dir() else Path(__file__).resolve().parents[2] / "configs"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Section):
+    socket: Path = Field(Path("var/rungd.sock"), examples=["/run/rungd/rungd.sock"])
+    socket_mode: str = Field("0660", pattern=r"^0?[0-7]{3}$", examples=["0660"])
+    socket_group: str | None = Field(None, examples=["rungd-callers"])
+    max_frame_bytes: int = Field(1 << 20, ge=4096, le=64 << 20, examples=[1048576])
+    shutdown_grace_s: float = Field(10.0, ge=0, le=600, examples=[10])
+    keep_results_s: float = Field(3600.0, ge=1, examples=[3600])
+
+
+class StateConfig(_Section):
+    dir: Path = Field(Path("var"), examples=["/var/lib/rungd"])
+
+
+class AccessRule(_Section):
+    uids: list[int] = Field(default_factory=list, examples=[[1000]])
+    groups: list[str] = Field(default_factory=list, examples=[["rungd-callers"]])
+
+
+class AccessConfig(_Section):
+    """Who may call which tool. Empty lists mean: only the uid the daemon runs as."""
+
+    uids: list[int] = Field(default_factory=list, examples=[[1000]])
+    groups: list[str] = Field(default_factory=list, examples=[["rungd-callers"]])
+    tools: dict[str, AccessRule] = Field(default_factory=dict)
+
+
+class PluginsConfig(_Section):
+    modules: list[str] = Field(default_factory=list, examples=[["acme_rungd.erp"]])
+    files: list[Path] = Field(default_factory=list, examples=[["/etc/rungd/plugins/erp.py"]])
+    disable: list[str] = Field(default_factory=list, examples=[["demo"]])
+    tool_dirs: list[Path] = Field(default_factory=list, examples=[["/etc/rungd/tools"]])
+
+
+class CredentialsConfig(_Section):
+    file: Path | None = Field(None, examples=["/etc/rungd/credentials.toml"])
+
+
+class Config(_Section):
+    server: ServerConfig = ServerConfig()
+    state: StateConfig = StateConfig()
+    access: AccessConfig = AccessConfig()
+    plugins: PluginsConfig = PluginsConfig()
+    credentials: CredentialsConfig = CredentialsConfig()
+    source: str = Field("<embedded default>", exclude=True)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.state.dir
+
+    def allowed(self, tool: str, uid: int, groups: frozenset[int]) -> bool:
+        """Whether a caller with ``uid`` and ``groups`` may call ``tool``."""
+        rule: AccessRule | AccessConfig = self.access.tools.get(tool, self.access)
+        if not rule.uids and not rule.groups:
+            return uid == os.getuid()
+        if uid in rule.uids:
+            return True
+        return bool(groups & {_gid(name) for name in rule.groups})
+
+
+def _gid(group: str) -> int:
+    return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+
+
+def load_config(path: Path | None = None) -> Config:
+    """Load and validate a config file, or the embedded default when ``path`` is None.
+
+    ``$RUNGD_CONFIG`` names a file when ``path`` is None; ``$RUNGD_SOCKET`` overrides the
+    socket path either way, so a client and a daemon started side by side agree.
+
+    Raises:
+        ConfigError: the file is missing, not TOML, or does not validate. The message names
+            the file, the key and a valid example.
+    """
+    if path is None and os.environ.get(CONFIG_ENV):
+        path = Path(os.environ[CONFIG_ENV])
+    if path is None:
+        source = embedded_configs() / "default.toml"
+        base = Path.cwd()
+    else:
+        source = path
+        base = path.resolve().parent
+    try:
+        raw = tomllib.loads(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such file; hint: pass --config PATH to an existing file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    label = str(source) if path is not None else f"{source} (embedded default)"
+    try:
+        config = Config.model_validate({**raw, "source": label})
+    except pydantic.ValidationError as exc:
+        raise ConfigError(_explain(label, exc)) from None
+    config = _resolve_paths(config, base)
+    if os.environ.get(SOCKET_ENV):
+        config = config.model_copy(
+            update={"server": config.server.model_copy(update={"socket": Path(os.environ[SOCKET_ENV])})}
+        )
+    _check_groups(label, config)
+    return config
+
+
+def _resolve_paths(config: Config, base: Path) -> Config:
+    def under(p: Path) -> Path:
+        return p if p.is_absolute() else base / p
+
+    server = config.server.model_copy(update={"socket": under(config.server.socket)})
+    state = config.state.model_copy(update={"dir": under(config.state.dir)})
+    plugins = config.plugins.model_copy(
+        update={
+            "files": [under(p) for p in config.plugins.files],
+            "tool_dirs": [under(p) for p in config.plugins.tool_dirs],
+        }
+    )
+    credentials = config.credentials.model_copy(
+        update={"file": under(config.credentials.file) if config.credentials.file else None}
+    )
+    return config.model_copy(
+        update={"server": server, "state": state, "plugins": plugins, "credentials": credentials}
+    )
+
+
+def _check_groups(label: str, config: Config) -> None:
+    named = [("access.groups", g) for g in config.access.groups]
+    named += [(f"access.tools.{t}.groups", g) for t, r in config.access.tools.items() for g in r.groups]
+    if config.server.socket_group:
+        named.append(("server.socket_group", config.server.socket_group))
+    for key, group in named:
+        try:
+            _gid(group)
+        except KeyError:
+            raise ConfigError(
+                f"{label}: key {key}: no group named {group!r} on this host; "
+                f"hint: create it (groupadd {group}) or use an existing group name or gid"
+            ) from None
+
+
+def _explain(label: str, exc: pydantic.ValidationError) -> str:
+    lines = [f"{label}: {exc.error_count()} problem(s)"]
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        example = _example_for(err["loc"])
+        kind: Literal["unknown key", "invalid value"] = (
+            "unknown key" if err["type"] == "extra_forbidden" else "invalid value"
+        )
+        line = f"  key {key}: {kind}: {err['msg']}"
+        if example is not None:
+            line += f"; example: {example}"
+        elif kind == "unknown key":
+            line += f"; valid keys here: {', '.join(_keys_at(err['loc'][:-1]))}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = Config
+    for part in loc:
+        if model is None:
+            return None
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        annotation = field.annotation
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    return model
+
+
+def _keys_at(loc: tuple[Any, ...]) -> list[str]:
+    model = _model_at(loc)
+    return sorted(k for k in (model.model_fields if model else {}) if k != "source")
+
+
+def _example_for(loc: tuple[Any, ...]) -> str | None:
+    if not loc:
+        return None
+    parent = _model_at(loc[:-1])
+    field = parent.model_fields.get(str(loc[-1])) if parent else None
+    if field is None or not field.examples:
+        return None
+    value = field.examples[0]
+    rendered = f'"{value}"' if isinstance(value, str) else str(value).replace("'", '"')
+    return f"{loc[-1]} = {rendered}"

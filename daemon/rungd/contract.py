@@ -1,0 +1,332 @@
+"""The five-part tool contract, the six description slots, and what a handler sees.
+
+A plugin declares each tool once, as a ``Tool``. The same declaration validates inputs
+(a strict pydantic model), produces the definition a model reads (``Tool.definition``), and
+tells the daemon how to gate, time out, settle and cap the call. Nothing about a tool is
+written twice.
+
+    Tool
+    ├── name, description (six slots)
+    ├── inputs        1. a ToolInputs subclass: closed, strict, every field described
+    ├── outputs       2. field name -> what it holds; cap_bytes
+    ├── errors        3. the tool's own error rules, beside the core codes
+    ├── side_effect   4. read | reversible | visible | irreversible (+ a stricter gate)
+    ├── timing        5. deadline, attempts, commit point, settle read
+    └── handler       async (CallContext, inputs) -> Result
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+from rungd.envelope import DEFAULT_CAP_BYTES, Effect
+from rungd.errors import CORE_ERRORS, BadInput, NextAction, Outcome, Retry
+
+SideEffect = Literal["read", "reversible", "visible", "irreversible"]
+Gate = Literal["none", "log", "review", "signature"]
+CommitPoint = Literal["spawn", "confirmation", "callback"]
+
+GATE_ORDER: tuple[Gate, ...] = ("none", "log", "review", "signature")
+# Longest string an input may carry when its field declares no max_length of its own.
+DEFAULT_MAX_STR = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class Description:
+    """The six slots a model reads (seed 002's template). Each is one or two sentences."""
+
+    does: str
+    use_when: str
+    do_not_use_when: str
+    returns: str
+    on_error: str
+    if_unknown: str
+
+    SLOTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("does", "Does"),
+        ("use_when", "Use when"),
+        ("do_not_use_when", "Do not use when"),
+        ("returns", "Returns"),
+        ("on_error", "On error"),
+        ("if_unknown", "If unknown"),
+    )
+
+    def text(self) -> str:
+        """The slots joined into one description, one labelled line each."""
+        return "\n".join(f"{label}: {getattr(self, attr).strip()}" for attr, label in self.SLOTS)
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorRule:
+    """One row of a tool's error table: a stable code and what a caller should do."""
+
+    code: str
+    retry: Retry
+    next_action: NextAction
+    hint: str = ""
+    meaning: str = ""
+
+    @classmethod
+    def core(cls, code: str, hint: str = "") -> ErrorRule:
+        """A row for one of the core codes, with the core retry and next_action."""
+        retry, next_action, meaning = CORE_ERRORS[code]
+        return cls(code, retry, next_action, hint, meaning)
+
+
+@dataclasses.dataclass(frozen=True)
+class SettleSpec:
+    """The read that settles an unknown outcome: a tool, and its inputs.
+
+    ``inputs`` maps each input of the settle tool to the name of an input of this call
+    (``"$name"``) or to a literal value.
+    """
+
+    tool: str
+    inputs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def bind(self, call_inputs: Mapping[str, Any]) -> dict[str, Any]:
+        bound = {}
+        for key, value in self.inputs.items():
+            if isinstance(value, str) and value.startswith("$"):
+                bound[key] = call_inputs.get(value[1:])
+            else:
+                bound[key] = value
+        return {"tool": self.tool, "inputs": bound}
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Part 5 of the contract: deadline, attempts, commit point, settle read.
+
+    ``commit_point`` is the moment after which the effect may have begun: ``spawn`` (the
+    program started), ``confirmation`` (the daemon answered its confirmation prompt), or
+    ``callback`` (the handler calls ``CallContext.mark_committed``). A timeout before it is
+    ``not_started``; after it, ``unknown`` with the settle read in the envelope.
+    """
+
+    deadline_s: float = 30.0
+    attempts: int = 1
+    commit_point: CommitPoint = "spawn"
+    settle: SettleSpec | None = None
+
+
+class ToolInputs(BaseModel):
+    """Base for every tool's inputs: closed, strict, and safe to pass as whole arguments.
+
+    Beyond the field's own constraints, every string (also inside lists) is refused when it
+    holds a NUL byte, when it is longer than ``DEFAULT_MAX_STR`` and the field sets no
+    ``max_length``, or when it starts with ``-`` (it would read as an option to the legacy
+    program) unless the field allows that with ``json_schema_extra={"allow_dash": True}``.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _inert_strings(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        extra = field.json_schema_extra if field and isinstance(field.json_schema_extra, dict) else {}
+        has_max = field is not None and any(
+            getattr(m, "max_length", None) is not None for m in field.metadata
+        )
+        for text in _strings_in(value):
+            if "\x00" in text:
+                raise ValueError("must not contain a NUL byte")
+            if not has_max and len(text) > DEFAULT_MAX_STR:
+                raise ValueError(f"must be at most {DEFAULT_MAX_STR} characters")
+            if text.startswith("-") and not extra.get("allow_dash"):
+                raise ValueError("must not start with '-' (it would be read as an option)")
+        return value
+
+
+def _strings_in(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings_in(v)]
+    return []
+
+
+class NoInputs(ToolInputs):
+    """For tools that take nothing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Caller:
+    """Who is calling, as the kernel reports the socket peer (SO_PEERCRED)."""
+
+    uid: int
+    gid: int
+    pid: int
+    groups: frozenset[int] = frozenset()
+
+
+@dataclasses.dataclass
+class Result:
+    """What a handler returns when the call worked. Failures are raised, never returned.
+
+    ``effect`` must be ``changed`` only after a read-back, named in ``verified_by``.
+    """
+
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    effect: Effect = "none"
+    verified_by: str | None = None
+    as_of: str | None = None
+    truncated: bool = False
+    narrow: str | None = None
+    evidence: list[str] = dataclasses.field(default_factory=list)
+    outcome: Outcome = "done"
+
+
+@dataclasses.dataclass
+class CallContext:
+    """What a handler knows about its call. Built by the daemon, one per call.
+
+    ``deadline`` is a ``trio.current_time()`` value; the daemon cancels the handler at that
+    moment, and the runner kills the program's tree on that cancellation.
+    """
+
+    call_id: str
+    tool: Tool
+    caller: Caller
+    request_id: str | None
+    deadline: float
+    work_dir: Path
+    evidence_dir: Path
+    gate_passed: bool = True
+    committed: bool = False
+    credentials: Callable[[str], str | None] = lambda name: None
+    evidence: list[str] = dataclasses.field(default_factory=list)
+    # The daemon's reaper of adopted orphans; the runner registers the children it spawns
+    # with it so their exit statuses are left for Trio. None outside a daemon.
+    reaper: Any = None
+
+    def mark_committed(self) -> None:
+        """Record that the effect may have begun: a timeout from now on is ``unknown``."""
+        self.committed = True
+
+    def evidence_path(self, label: str) -> tuple[str, Path]:
+        """A fresh evidence file for this call: its id (for the envelope) and path."""
+        evidence_id = f"{self.call_id}.{len(self.evidence) + 1}.{label}"
+        self.evidence.append(evidence_id)
+        return evidence_id, self.evidence_dir / evidence_id
+
+
+Handler = Callable[[CallContext, Any], Awaitable[Result]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Tool:
+    """One task-shaped tool: the whole five-part contract and its handler."""
+
+    name: str
+    description: Description
+    inputs: type[ToolInputs]
+    outputs: Mapping[str, str]
+    handler: Handler
+    side_effect: SideEffect = "read"
+    errors: tuple[ErrorRule, ...] = ()
+    timing: Timing = Timing()
+    cap_bytes: int = DEFAULT_CAP_BYTES
+    concurrency: int | None = None
+    gate: Gate | None = None
+    log_fields: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not issubclass(self.inputs, ToolInputs):
+            raise TypeError(f"tool {self.name}: inputs must subclass rungd.contract.ToolInputs")
+        unknown = set(self.log_fields) - set(self.inputs.model_fields)
+        if unknown:
+            raise TypeError(f"tool {self.name}: log_fields names unknown inputs {sorted(unknown)}")
+
+    @property
+    def requires_request_id(self) -> bool:
+        return self.side_effect != "read"
+
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON schema a model reads, generated from the model that validates."""
+        schema = self.inputs.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+            prop.pop("allow_dash", None)
+        schema.setdefault("properties", {})
+        schema.setdefault("required", [])
+        schema["additionalProperties"] = False
+        return schema
+
+    def definition(self) -> dict[str, Any]:
+        """Name, description (six slots joined) and input schema: what a model is handed."""
+        return {
+            "name": self.name,
+            "description": self.description.text(),
+            "input_schema": self.input_schema(),
+        }
+
+    def error_rule(self, code: str) -> ErrorRule | None:
+        for rule in self.errors:
+            if rule.code == code:
+                return rule
+        if code in CORE_ERRORS:
+            return ErrorRule.core(code)
+        return None
+
+    def validate(self, raw: Mapping[str, Any]) -> ToolInputs:
+        """Validate raw inputs, or raise BadInput naming the field and a valid example."""
+        try:
+            return self.inputs.model_validate(dict(raw))
+        except pydantic.ValidationError as exc:
+            raise BadInput(_describe_validation(exc), hint=self._example_hint(exc)) from None
+
+    def example_inputs(self) -> dict[str, Any]:
+        """A valid call's inputs, from the first example of every field."""
+        example = {}
+        for name, field in self.inputs.model_fields.items():
+            if field.examples:
+                example[name] = field.examples[0]
+            elif field.is_required():
+                example[name] = "<" + name + ">"
+        return example
+
+    def _example_hint(self, exc: pydantic.ValidationError) -> str:
+        names = sorted(self.inputs.model_fields)
+        parts = []
+        for err in exc.errors()[:3]:
+            field = str(err["loc"][0]) if err["loc"] else ""
+            info = self.inputs.model_fields.get(field)
+            if info is None and err["type"] == "extra_forbidden":
+                parts.append(f"'{field}' is not an input of {self.name}; its inputs are {', '.join(names) or 'none'}")
+            elif info is not None and info.description:
+                parts.append(f"{field}: {info.description.rstrip('.')}")
+        example = json.dumps(self.example_inputs(), ensure_ascii=False)
+        parts.append(f"a valid call: {self.name} {example}")
+        return ". ".join(parts)
+
+
+def _describe_validation(exc: pydantic.ValidationError) -> str:
+    problems = []
+    for err in exc.errors()[:3]:
+        where = ".".join(str(p) for p in err["loc"]) or "inputs"
+        problems.append(f"{where}: {err['msg']}")
+    more = exc.error_count() - len(problems)
+    tail = f" (and {more} more)" if more > 0 else ""
+    return "invalid inputs: " + "; ".join(problems) + tail
+
+
+def stricter_gate(a: Gate, b: Gate | None) -> Gate:
+    """The stricter of two gates; a tool may tighten the configured gate, never loosen it."""
+    if b is None:
+        return a
+    return a if GATE_ORDER.index(a) >= GATE_ORDER.index(b) else b
+
+
+def monotonic_ms(start: float) -> int:
+    return int((time.monotonic() - start) * 1000)

@@ -1,0 +1,78 @@
+"""The daemon's credential store: where a named credential comes from.
+
+Looked up in this order, first hit wins:
+
+1. the credentials file named in the config (TOML, ``name = "value"``), which must be
+   readable by the daemon alone (mode 0600 or 0400);
+2. ``$CREDENTIALS_DIRECTORY/<name>``, the files systemd's ``LoadCredential=`` provides;
+3. the daemon's environment, ``RUNGD_CRED_<NAME>``;
+4. the ``rungd_credential`` hook of the plugins.
+
+A credential never travels in a request, and its value is redacted from every result.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tomllib
+from pathlib import Path
+
+import pluggy
+
+from rungd.errors import ConfigError
+
+ENV_PREFIX = "RUNGD_CRED_"
+
+
+class CredentialStore:
+    """Named credentials for tools.
+
+    Args:
+        file: the credentials file, or None.
+        pm: the plugin manager, asked last.
+
+    Raises:
+        ConfigError: the file is readable by others than the daemon, or is not TOML.
+    """
+
+    def __init__(self, file: Path | None, pm: pluggy.PluginManager | None = None) -> None:
+        self._values: dict[str, str] = {}
+        self._pm = pm
+        if file is not None:
+            self._values = _read_file(file)
+
+    def get(self, name: str, tool: str) -> str | None:
+        if name in self._values:
+            return self._values[name]
+        directory = os.environ.get("CREDENTIALS_DIRECTORY")
+        if directory:
+            path = Path(directory) / name
+            if path.is_file():
+                return path.read_text(encoding="utf-8").rstrip("\n")
+        from_env = os.environ.get(ENV_PREFIX + name.upper().replace("-", "_"))
+        if from_env is not None:
+            return from_env
+        if self._pm is not None:
+            return self._pm.hook.rungd_credential(name=name, tool=tool)
+        return None
+
+
+def _read_file(path: Path) -> dict[str, str]:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise ConfigError(f"credentials.file: {path} does not exist") from None
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        raise ConfigError(
+            f"credentials.file: {path} is readable by others (mode {stat.S_IMODE(info.st_mode):o}); "
+            f"hint: chmod 600 {path}"
+        )
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"credentials.file: {path} is not valid TOML: {exc}") from None
+    bad = [k for k, v in data.items() if not isinstance(v, str)]
+    if bad:
+        raise ConfigError(f"credentials.file: {path}: values must be strings; check {', '.join(bad)}")
+    return data

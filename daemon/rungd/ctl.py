@@ -1,0 +1,214 @@
+"""``rungctl``: the operator's and developer's command line, a thin layer over the client.
+
+    rungctl tools                               the tools you may call
+    rungctl describe TOOL                       the definition a model reads, and the contract
+    rungctl call TOOL [key=value ...] [--inputs JSON] [--request-id ID] [--wait S]
+    rungctl status CALL_ID | wait CALL_ID
+
+Every command takes ``--json`` for machines. Exit status: 0 ok, 1 the call ended in an
+error result, 2 bad usage, 3 rungd could not be reached or refused the request, 4 the call
+is still pending.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from rungd.client import Client, ClientError, RequestRejected
+from rungd.config import load_config
+from rungd.envelope import Envelope
+from rungd.errors import ConfigError
+from rungd.protocol import ToolDefinition
+
+EXIT_OK, EXIT_ERROR_RESULT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_PENDING = 0, 1, 2, 3, 4
+
+
+class UsageError(Exception):
+    pass
+
+
+def _json(value: Any) -> str:
+    return json.dumps(msgspec.to_builtins(value), indent=2, ensure_ascii=False)
+
+
+def parse_pairs(pairs: list[str], schema: dict[str, Any]) -> dict[str, Any]:
+    """Turn ``key=value`` words into inputs, typed by the tool's input schema.
+
+    A value for a string field stays a string (``item=007`` is "007"); integers, numbers,
+    booleans, arrays and objects are parsed; fields the schema does not know are passed as
+    strings so the daemon can say what is wrong with them.
+    """
+    props = schema.get("properties", {})
+    inputs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"expected key=value, got {pair!r}")
+        kind = props.get(key, {}).get("type")
+        try:
+            if kind == "integer":
+                inputs[key] = int(raw)
+            elif kind == "number":
+                inputs[key] = float(raw)
+            elif kind == "boolean":
+                inputs[key] = {"true": True, "false": False}[raw.lower()]
+            elif kind in ("array", "object"):
+                inputs[key] = json.loads(raw)
+            else:
+                inputs[key] = raw
+        except (ValueError, KeyError):
+            raise UsageError(f"{key}: {raw!r} is not a valid {kind}") from None
+    return inputs
+
+
+def print_envelope(env: Envelope) -> None:
+    head = f"{env.status:7} {env.tool}  outcome={env.outcome} effect={env.effect}  ({env.elapsed_ms} ms)"
+    print(head)
+    print(f"  call_id      {env.call_id}" + (f"   request_id {env.request_id}" if env.request_id else ""))
+    if env.error:
+        print(f"  error        {env.error.code}  retry={env.error.retry}  next={env.next_action}")
+        print(f"  message      {env.error.message}")
+        if env.error.hint:
+            print(f"  hint         {env.error.hint}")
+    width = max((len(k) for k in env.fields), default=0)
+    for key, value in env.fields.items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        print(f"    {key:<{width}}  {shown}")
+    if env.verified_by:
+        print(f"  verified_by  {env.verified_by}")
+    if env.settle:
+        print(f"  settle       {env.settle.tool} {json.dumps(env.settle.inputs)}")
+    if env.truncated:
+        print(f"  truncated    {env.narrow}")
+    if env.status == "pending":
+        print(f"  pending      rungctl wait {env.call_id}")
+    if env.evidence:
+        print(f"  evidence     {', '.join(env.evidence)}")
+
+
+def print_definition(d: ToolDefinition) -> None:
+    print(f"{d.name}  ({d.side_effect}, plugin {d.plugin})")
+    print()
+    for line in d.description.splitlines():
+        print(f"  {line}")
+    print()
+    print(f"  deadline {d.deadline_s:g} s, commit point {d.commit_point}"
+          + (f", settle by {d.settle['tool']}" if d.settle else "")
+          + (", request_id required" if d.requires_request_id else "")
+          + f", result cap {d.cap_bytes} bytes")
+    print("  outputs:")
+    for name, text in d.outputs.items():
+        print(f"    {name:16} {text}")
+    if d.errors:
+        print("  errors:")
+        for err in d.errors:
+            print(f"    {err['code']:22} retry={err['retry']:11} next={err['next_action']}")
+    print("  input schema:")
+    for line in json.dumps(d.input_schema, indent=2, ensure_ascii=False).splitlines():
+        print(f"    {line}")
+
+
+def envelope_exit(env: Envelope) -> int:
+    return {"ok": EXIT_OK, "error": EXIT_ERROR_RESULT, "pending": EXIT_PENDING}[env.status]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--socket", type=Path, help="daemon socket (default: $RUNGD_SOCKET or ./var/rungd.sock)")
+    common.add_argument("--config", type=Path, help="read the socket path from this config file")
+    parser = argparse.ArgumentParser(prog="rungctl", description="Talk to a running rungd.", parents=[common])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("tools", parents=[common], help="list the tools you may call")
+    describe = sub.add_parser("describe", parents=[common], help="show a tool's definition and contract")
+    describe.add_argument("tool")
+    call = sub.add_parser("call", parents=[common], help="call a tool")
+    call.add_argument("tool")
+    call.add_argument("pairs", nargs="*", metavar="key=value")
+    call.add_argument("--inputs", help="all inputs as one JSON object")
+    call.add_argument("--request-id", help="idempotency key; required for tools that change something")
+    call.add_argument("--wait", type=float, default=30.0, help="seconds to wait before answering pending")
+    for name in ("status", "wait"):
+        cmd = sub.add_parser(name, parents=[common], help=f"{name} of a call by its call_id")
+        cmd.add_argument("call_id")
+        if name == "wait":
+            cmd.add_argument("--wait", type=float, default=30.0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        socket_path = args.socket or (load_config(args.config).server.socket if args.config else None)
+        with Client(socket_path) as client:
+            return run_command(client, args)
+    except UsageError as exc:
+        print(f"rungctl: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as exc:
+        print(f"rungctl: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RequestRejected as exc:
+        print(f"rungctl: {exc}", file=sys.stderr)
+        return EXIT_USAGE if exc.code in ("UNKNOWN_TOOL", "DENIED") else EXIT_UNREACHABLE
+    except ClientError as exc:
+        print(f"rungctl: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+
+
+def run_command(client: Client, args: argparse.Namespace) -> int:
+    if args.command == "tools":
+        tools = client.list_tools()
+        if args.json:
+            print(_json(tools))
+        else:
+            width = max((len(t.name) for t in tools), default=0)
+            for t in tools:
+                print(f"{t.name:<{width}}  {t.side_effect:12}  {t.summary}")
+        return EXIT_OK
+    if args.command == "describe":
+        definition = client.describe(args.tool)
+        print(_json(definition) if args.json else "", end="\n" if args.json else "")
+        if not args.json:
+            print_definition(definition)
+        return EXIT_OK
+    if args.command == "call":
+        inputs: dict[str, Any] = {}
+        if args.inputs:
+            try:
+                inputs = json.loads(args.inputs)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"--inputs is not JSON: {exc}") from None
+            if not isinstance(inputs, dict):
+                raise UsageError("--inputs must be a JSON object")
+        if args.pairs:
+            schema = _schema_or_empty(client, args.tool)
+            inputs.update(parse_pairs(args.pairs, schema))
+        env = client.call(args.tool, inputs, request_id=args.request_id, wait_s=args.wait)
+    elif args.command == "status":
+        env = client.status(args.call_id)
+    else:
+        env = client.wait(args.call_id, args.wait)
+    if args.json:
+        print(_json(env))
+    else:
+        print_envelope(env)
+    return envelope_exit(env)
+
+
+def _schema_or_empty(client: Client, tool: str) -> dict[str, Any]:
+    # An unknown or denied tool has no schema; the call itself will say so properly.
+    try:
+        return client.describe(tool).input_schema
+    except RequestRejected:
+        return {}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The daemon's lifecycle: load plugins, bind the socket, serve, and stop cleanly.
+
+    Daemon(config)          plugins loaded, tools collected (start-up errors raise here)
+    await daemon.serve()    socket bound and listening, then ``task_status.started(daemon)``
+    daemon.stop()           stop accepting, let calls finish within the grace period,
+                            interrupt the rest, remove the socket, return
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import trio
+
+from rungd import proctree
+from rungd.calls import Dispatcher
+from rungd.config import Config
+from rungd.credentials import CredentialStore
+from rungd.plugins import collect_tools, make_plugin_manager
+from rungd.server import Connection, bind_unix_socket
+
+log = logging.getLogger("rungd")
+
+
+class Daemon:
+    """One running rungd.
+
+    Args:
+        config: the validated configuration.
+
+    Raises:
+        PluginError: a plugin failed to load, misspelled a hook, or two plugins registered
+            the same tool name.
+        ConfigError: a tool file or the credentials file is invalid.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.pm = make_plugin_manager(config)
+        self.tools = collect_tools(self.pm, config)
+        self.credentials = CredentialStore(config.credentials.file, self.pm)
+        self.socket_path = config.server.socket
+        self.dispatcher: Dispatcher | None = None
+        self._stop = trio.Event()
+
+    def stop(self) -> None:
+        """Ask the daemon to shut down. Safe to call more than once, from the loop's thread."""
+        self._stop.set()
+
+    async def serve(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``stop`` is called.
+
+        Reports ``started`` once the socket is listening, so a caller that ``start``-ed
+        it can connect at once.
+
+        Cancellation: cancelling ``serve`` skips the grace period: calls are interrupted at
+        once (their process trees are still killed) and the socket is removed.
+        """
+        server = self.config.server
+        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        sock = bind_unix_socket(self.socket_path, int(server.socket_mode, 8), server.socket_group)
+        listener = trio.SocketListener(sock)
+        # Orphans of a call's tree (a double fork) are re-parented to us, not to init, so
+        # the kill can find them and nothing outlives its call unreaped.
+        if not proctree.set_child_subreaper():
+            log.warning("cannot become a child subreaper; orphans of calls are tracked by tag only")
+        reaper = proctree.Reaper(set())
+        try:
+            async with trio.open_nursery() as housekeeping, trio.open_nursery() as calls_nursery:
+                await housekeeping.start(reaper.run)
+                self.dispatcher = Dispatcher(
+                    self.tools, self.config, self.pm, self.credentials, calls_nursery, reaper=reaper
+                )
+                async with trio.open_nursery() as connections:
+                    accepting = trio.CancelScope()
+                    connections.start_soon(self._accept, accepting, listener, connections)
+                    log.info("listening on %s with %d tools", self.socket_path, len(self.tools))
+                    task_status.started(self)
+                    await self._stop.wait()
+                    log.info("stopping: no new connections; letting running calls finish")
+                    accepting.cancel()  # serve_listeners closes the listener on its way out
+                    self._unlink_socket()
+                    await self.dispatcher.shutdown(server.shutdown_grace_s)
+                    connections.cancel_scope.cancel()
+                housekeeping.cancel_scope.cancel()
+        finally:
+            self._unlink_socket()
+            log.info("stopped")
+
+    async def _accept(
+        self, scope: trio.CancelScope, listener: trio.SocketListener, connections: trio.Nursery
+    ) -> None:
+        with scope:
+            await trio.serve_listeners(self._handle, [listener], handler_nursery=connections)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        assert self.dispatcher is not None
+        await Connection(stream, self.dispatcher, self.config.server.max_frame_bytes).serve()
+
+    def _unlink_socket(self) -> None:
+        self.socket_path.unlink(missing_ok=True)
+
+
+async def run_until_signalled(daemon: Daemon) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+    async with trio.open_nursery() as nursery:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            await nursery.start(daemon.serve)
+            async for signum in signals:
+                log.info("received %s", signal.Signals(signum).name)
+                daemon.stop()
+                break

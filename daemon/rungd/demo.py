@@ -1,0 +1,55 @@
+"""``rungd demo``: serve the embedded default and show, with real calls, what it does.
+
+The walkthrough runs the same client an agent would use, in a worker thread, against the
+daemon's real socket; then the daemon keeps serving until Ctrl-C so you can try
+``rungctl`` yourself.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import trio
+
+from rungd.client import Client
+from rungd.ctl import print_envelope
+from rungd.daemon import Daemon, run_until_signalled
+
+STEPS: list[tuple[str, str, dict[str, object], bool]] = [
+    ("a read, parsed into typed fields", "inventory_item_show", {"item": "widget"}, False),
+    ("a write: confirmation answered after its gate, then read back", "inventory_count_set",
+     {"item": "widget", "count": 15}, True),
+    ("bad input: touches nothing, says what a valid call looks like", "inventory_item_show",
+     {"item": "-rf"}, False),
+    ("an unknown tool: the closest names, nothing run", "inventory_itme_show", {"item": "widget"}, False),
+    ("a legacy error status mapped to a stable code", "inventory_item_show", {"item": "doohickey"}, False),
+]
+
+
+def walkthrough(socket: str) -> None:
+    with Client(socket) as client:
+        print("\n== tools")
+        for tool in client.list_tools():
+            print(f"   {tool.name:24} {tool.side_effect:11} {tool.summary}")
+        for title, tool, inputs, write in STEPS:
+            print(f"\n== {title}\n   rungctl call {tool} " + " ".join(f"{k}={v}" for k, v in inputs.items()))
+            request_id = str(uuid.uuid4()) if write else None
+            print_envelope(client.call(tool, inputs, request_id=request_id))
+
+
+async def run_demo(daemon: Daemon, *, keep_serving: bool | None = None) -> None:
+    """Start the daemon, run the walkthrough against it, then serve until signalled."""
+    if keep_serving is None:
+        keep_serving = os.environ.get("RUNGD_DEMO_EXIT") != "1"
+    async with trio.open_nursery() as nursery:
+        if keep_serving:
+            await nursery.start(run_until_signalled, daemon)
+        else:
+            await nursery.start(daemon.serve)
+        await trio.to_thread.run_sync(walkthrough, str(daemon.socket_path))
+        if keep_serving:
+            print(f"\nrungd is serving on {daemon.socket_path}; try `rungctl tools` in another terminal "
+                  "(from this folder). Ctrl-C stops it.")
+        else:
+            daemon.stop()

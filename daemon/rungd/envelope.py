@@ -1,0 +1,162 @@
+"""The result envelope: what every call returns, success or failure.
+
+One shape for every outcome, so agent code branches on ``status``, ``outcome``, ``effect``
+and ``error.code`` and never parses prose. The model-facing envelope has a byte cap
+(default 4096): when the tool's fields do not fit, ``fit_to_cap`` cuts them down, sets
+``truncated`` and says in ``narrow`` how to ask for less. The full output stays on disk as
+evidence, and the envelope carries its ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from rungd.errors import NextAction, Outcome, Retry
+
+Status = Literal["ok", "error", "pending"]
+Effect = Literal["changed", "existing", "no_change", "none"]
+
+DEFAULT_CAP_BYTES = 4096
+
+
+class ErrorInfo(msgspec.Struct, forbid_unknown_fields=True):
+    """The error part of an envelope: a stable code and words a model can act on."""
+
+    code: str
+    message: str
+    retry: Retry
+    hint: str = ""
+
+
+class Settle(msgspec.Struct, forbid_unknown_fields=True):
+    """The read to run when the outcome is unknown: tool name and its inputs."""
+
+    tool: str
+    inputs: dict[str, Any] = {}
+
+
+class Envelope(msgspec.Struct, forbid_unknown_fields=True):
+    """The result of one call. Every field is always present on the wire."""
+
+    call_id: str
+    tool: str
+    status: Status
+    outcome: Outcome
+    effect: Effect
+    request_id: str | None = None
+    fields: dict[str, Any] = {}
+    verified_by: str | None = None
+    truncated: bool = False
+    narrow: str | None = None
+    as_of: str | None = None
+    error: ErrorInfo | None = None
+    next_action: NextAction = "continue"
+    settle: Settle | None = None
+    evidence: list[str] = []
+    elapsed_ms: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+_json = msgspec.json.Encoder()
+
+
+def encoded_size(envelope: Envelope) -> int:
+    """Size in bytes of the envelope as a model reads it (compact JSON)."""
+    return len(_json.encode(envelope))
+
+
+def fit_to_cap(envelope: Envelope, cap_bytes: int = DEFAULT_CAP_BYTES) -> Envelope:
+    """Return the envelope cut down to at most ``cap_bytes`` of JSON.
+
+    Cutting order: the longest string or list in ``fields`` is halved (strings keep head
+    and tail, lists keep their first items) until the envelope fits; then the error hint
+    is shortened; as a last resort ``fields`` is emptied. Whenever anything is cut,
+    ``truncated`` is set and ``narrow`` says so, pointing at the evidence ids.
+    """
+    if encoded_size(envelope) <= cap_bytes:
+        return envelope
+    fields = _deepcopy(envelope.fields)
+    hint = envelope.error.hint if envelope.error else ""
+    narrow = envelope.narrow or _default_narrow(envelope)
+    for _ in range(200):
+        candidate = _rebuild(envelope, fields, hint, narrow)
+        if encoded_size(candidate) <= cap_bytes:
+            return candidate
+        if not _halve_largest(fields):
+            break
+    while hint and len(hint) > 64:
+        hint = _cut_string(hint, len(hint) // 2)
+        candidate = _rebuild(envelope, fields, hint, narrow)
+        if encoded_size(candidate) <= cap_bytes:
+            return candidate
+    # Nothing left to halve: keep only the fact that fields were dropped.
+    return _rebuild(envelope, {"_omitted": "fields did not fit the byte cap"}, hint[:64], narrow)
+
+
+def _default_narrow(envelope: Envelope) -> str:
+    where = f" evidence {', '.join(envelope.evidence)} holds the full output;" if envelope.evidence else ""
+    return f"result cut to fit the byte cap;{where} ask for fewer rows or a narrower filter"
+
+
+def _rebuild(envelope: Envelope, fields: dict[str, Any], hint: str, narrow: str) -> Envelope:
+    error = msgspec.structs.replace(envelope.error, hint=hint) if envelope.error else None
+    return msgspec.structs.replace(
+        envelope, fields=_deepcopy(fields), error=error, truncated=True, narrow=narrow
+    )
+
+
+def _deepcopy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _deepcopy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deepcopy(v) for v in value]
+    return value
+
+
+_CUT_MARK = " …[cut]… "
+
+
+def _cut_string(text: str, keep: int) -> str:
+    """Keep ``keep`` characters: two thirds from the head, one third from the tail."""
+    head = (keep * 2) // 3
+    tail = keep - head
+    return text[:head] + _CUT_MARK + (text[-tail:] if tail else "")
+
+
+def _halve_largest(container: Any) -> bool:
+    """Halve the largest string or list found anywhere inside ``container``, in place."""
+    best: tuple[int, Any, Any] | None = None  # (size, parent, key)
+
+    def visit(parent: Any, key: Any, value: Any) -> None:
+        nonlocal best
+        if isinstance(value, str) and len(value) > 32:
+            size = len(value)
+        elif isinstance(value, list) and len(value) > 1:
+            size = len(_json.encode(value))
+        else:
+            size = 0
+        if size and (best is None or size > best[0]):
+            best = (size, parent, key)
+        if isinstance(value, dict):
+            for k, v in value.items():
+                visit(value, k, v)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                visit(value, i, v)
+
+    for k, v in container.items():
+        visit(container, k, v)
+    if best is None:
+        return False
+    _, parent, key = best
+    value = parent[key]
+    if isinstance(value, str):
+        parent[key] = _cut_string(value, len(value) // 2)
+    else:
+        parent[key] = value[: len(value) // 2]
+    return True

@@ -1,0 +1,524 @@
+"""Killing a call's whole process tree, and reaping the orphans the daemon adopts.
+
+A call's child leads its own session and process group (the runner starts it with
+``start_new_session=True``), but a process group is not a tree: a program may double-fork a
+daemon of its own or call setsid, and so leave the group. On the deadline all of it must die,
+so a :class:`Tracker` knows a call's processes by four signs, each covering what the others
+miss:
+
+- descent: every process whose parent is a member. The runner calls
+  :meth:`Tracker.snapshot` every 100-200 ms while the call runs, so a grandchild that
+  double-forks away after a snapshot is still known, by pid and start time, once its parent is
+  gone;
+- the tag: the runner puts ``RUNGD_CALL=<call_id>`` in the child's environment and every
+  descendant inherits it, so an orphan born and cut loose between two snapshots is found too.
+  A process may exec with another environment, so the tag is a help, not a proof;
+- the process group, at the kill: an untagged process left in the call's group by a parent
+  that died before a snapshot saw it;
+- a cgroup, when the daemon has a cgroup v2 subtree of its own (:class:`CallCgroup`): nothing
+  forks its way out of one, and ``cgroup.kill`` kills all of it at once.
+
+Without a cgroup, one process can still escape: one that leaves the group, execs without the
+tag and whose parent exits, all between two snapshots (the test suite shows this case).
+
+A process is identified by its pid and its start time in clock ticks since boot (field 22 of
+``/proc/PID/stat``), never by its name. Those ticks never change for a process, whereas
+psutil's ``create_time()`` adds the boot time as the wall clock sees it now, which shifts when
+the clock is set. Signals go through a pidfd opened before the start time is checked, so a pid
+reused in between never receives them.
+
+A daemon that is a child subreaper (:func:`set_child_subreaper`) inherits the orphans of its
+calls instead of pid 1, which in a container may never reap them. It must then reap them
+itself, and :class:`Reaper` does so without ever taking the exit status of a child Trio waits
+on.
+
+Linux only: /proc, pidfds (kernel 5.3) and, for cgroups, ``cgroup.kill`` (kernel 5.14).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import os
+import re
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+import trio
+
+TAG_ENV = "RUNGD_CALL"
+
+_PR_SET_CHILD_SUBREAPER = 36  # from <linux/prctl.h>
+
+# After SIGTERM a program may take its time to clean up, so a look every 50 ms is plenty. After
+# SIGKILL death takes milliseconds and should be seen at once: all dead within ~100 ms.
+_GRACE_POLL_S = 0.05
+_KILL_POLL_S = 0.01
+# SIGKILL cannot be caught, but a process in uninterruptible sleep (a dead NFS server) dies only
+# when the kernel lets it; a kill that waited longer than this reports it as a survivor.
+_KILL_WAIT_S = 2.0
+
+_DEAD_STATES = frozenset("ZX")  # zombie, or dead: nothing left but an exit status
+_CALL_ID = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class Member(NamedTuple):
+    """One process of a call: its pid and its start time in clock ticks since boot."""
+
+    pid: int
+    start: int
+
+
+class _Stat(NamedTuple):
+    """What this module reads from ``/proc/PID/stat``."""
+
+    state: str
+    ppid: int
+    pgid: int
+    start: int
+
+
+def _read_stat(pid: int) -> _Stat | None:
+    """The stat of process ``pid``, or None when there is no such process any more."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            data = file.read()
+    except OSError:  # it was reaped between listing /proc and reading it
+        return None
+    # The command name is in parentheses and may itself contain ") ", so split after the last.
+    fields = data[data.rindex(b")") + 2 :].split()
+    return _Stat(fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]))
+
+
+def _scan() -> dict[int, _Stat]:
+    """The stat of every process on the machine (about 1 ms for a hundred processes)."""
+    table: dict[int, _Stat] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (stat := _read_stat(int(name))) is not None:
+            table[int(name)] = stat
+    return table
+
+
+def _tagged(pid: int, call_id: str) -> bool:
+    """Whether process ``pid`` was started with ``RUNGD_CALL=call_id`` in its environment."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as file:
+            environ = file.read()
+    except OSError:  # gone, or another user's process (a setuid program, say)
+        return False
+    return f"{TAG_ENV}={call_id}".encode() in environ.split(b"\0")
+
+
+def _send(member: Member, signals: tuple[signal.Signals, ...]) -> bool:
+    """Send ``signals`` to ``member`` if it is still that process; True if they were sent."""
+    try:
+        pidfd = os.pidfd_open(member.pid)
+    except ProcessLookupError:
+        return False
+    try:
+        # The pidfd holds on to whatever process has this pid now. If that process started when
+        # the member did, it is the member, and the signals reach it and nothing else, even if
+        # it dies and its pid is reused meanwhile.
+        stat = _read_stat(member.pid)
+        if stat is None or stat.start != member.start:
+            return False
+        for sig in signals:
+            signal.pidfd_send_signal(pidfd, sig)
+        return True
+    except (ProcessLookupError, PermissionError):  # died meanwhile; or setuid and not ours
+        return False
+    finally:
+        os.close(pidfd)
+
+
+def set_child_subreaper() -> bool:
+    """Make this process the reaper of its descendants' orphans (``PR_SET_CHILD_SUBREAPER``).
+
+    An orphan is then re-parented to the nearest living subreaper among its ancestors instead
+    of pid 1, so the daemon inherits what its calls leave behind and must reap it
+    (:class:`Reaper`). The setting is for the whole process and lasts until it exits.
+
+    Returns:
+        True if the kernel accepted it (Linux 3.4 and later), False otherwise.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1), 0, 0, 0) == 0
+    except (OSError, AttributeError):  # no libc to load, or a libc without prctl
+        return False
+
+
+class Tracker:
+    """The processes of one call, known by pid and start time so that the kill can find them.
+
+    The runner creates it right after spawning the call's child, before anything waits for
+    that child, and calls :meth:`snapshot` every 100-200 ms while the call runs. A snapshot
+    reads ``/proc`` once and takes a few milliseconds.
+
+    Args:
+        call_id: the call's id, which the runner also put in the child's environment as
+            ``RUNGD_CALL``.
+        root_pid: the call's child.
+        cgroup: the call's cgroup, if it has one; its processes are members too.
+
+    Raises:
+        ProcessLookupError: ``root_pid`` names no process (it was already reaped).
+    """
+
+    def __init__(self, call_id: str, root_pid: int, *, cgroup: CallCgroup | None = None) -> None:
+        stat = _read_stat(root_pid)
+        if stat is None:
+            raise ProcessLookupError(
+                f"process {root_pid} does not exist; create the Tracker right after spawning "
+                "the call's child, before waiting for it"
+            )
+        self.call_id = call_id
+        self.root = Member(root_pid, stat.start)
+        self.cgroup = cgroup
+        self._members = {self.root: stat}
+
+    def snapshot(self, *, group: int | None = None) -> None:
+        """Record every process of the call that exists now, and forget those reaped since.
+
+        A process is a member if it is a member already (same pid, same start time), carries
+        the call's tag, is in the call's cgroup, is in process group ``group`` while a member
+        is too (so the group id is still the call's), or descends from any of those.
+
+        Args:
+            group: the call's process group, or None to leave groups out. The kill passes it,
+                so that it also waits for untagged group members born after the last snapshot
+                whose parent is gone.
+        """
+        # Every process of the call started no earlier than its root, so older ones are skipped;
+        # that also keeps the environ reads to the few processes started since.
+        table = {pid: stat for pid, stat in _scan().items() if stat.start >= self.root.start}
+        found = {pid for pid, start in self._members if pid in table and table[pid].start == start}
+        found.update(pid for pid in table if pid not in found and _tagged(pid, self.call_id))
+        if self.cgroup is not None:
+            found.update(pid for pid in self.cgroup.pids() if pid in table)
+        if group is not None and any(table[pid].pgid == group for pid in found):
+            found.update(pid for pid, stat in table.items() if stat.pgid == group)
+        children = defaultdict(list)
+        for pid, stat in table.items():
+            children[stat.ppid].append(pid)
+        todo = list(found)
+        while todo:
+            for child in children[todo.pop()]:
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+        self._members = {Member(pid, table[pid].start): table[pid] for pid in found}
+
+    def members(self) -> list[Member]:
+        """Every process of the call as of the last snapshot, zombies included."""
+        return sorted(self._members)
+
+    def alive(self) -> list[Member]:
+        """The members that were alive at the last snapshot: zombies count as dead."""
+        return sorted(m for m, stat in self._members.items() if stat.state not in _DEAD_STATES)
+
+    def holds_group(self, pgid: int) -> bool:
+        """Whether a member, a zombie included, is in process group ``pgid`` (at the last snapshot).
+
+        Only then is signalling the group safe: a group id is not reused while any process, even
+        an unreaped zombie, is in the group, but once the call's group is empty its id may
+        belong to a stranger.
+        """
+        return any(stat.pgid == pgid for stat in self._members.values())
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KillReport:
+    """What :func:`kill_tree` did.
+
+    Attributes:
+        method: ``"cgroup"`` when the call's cgroup was killed as well, else ``"signals"``.
+        signalled: how many distinct processes were signalled one by one (processes reached
+            only through the process group or the cgroup are not counted).
+        survivors: pids still alive at the end; empty unless a process could not be killed.
+        elapsed_ms: from the start of the kill until all were dead (or it gave up).
+        after_sigkill_ms: from SIGKILL until all were dead; None if SIGTERM was enough.
+    """
+
+    method: Literal["signals", "cgroup"]
+    signalled: int
+    survivors: list[int]
+    elapsed_ms: float
+    after_sigkill_ms: float | None
+
+
+def _signal_round(
+    tracker: Tracker,
+    pgid: int | None,
+    signals: tuple[signal.Signals, ...],
+    sent: set[Member],
+    *,
+    group: bool,
+) -> None:
+    """Send ``signals`` to every living member not in ``sent`` (adding it), and to the group."""
+    if group and pgid is not None and tracker.holds_group(pgid):
+        for sig in signals:
+            with contextlib.suppress(ProcessLookupError):  # the group emptied meanwhile
+                os.killpg(pgid, sig)
+    for member in tracker.alive():
+        if member not in sent and _send(member, signals):
+            sent.add(member)
+
+
+async def kill_tree(tracker: Tracker, *, grace_s: float, pgid: int | None) -> KillReport:
+    """Kill every process of a call: SIGTERM, up to ``grace_s`` to exit, then SIGKILL.
+
+    SIGTERM (with SIGCONT, so a stopped process can act on it) goes to the process group and to
+    every member of the tracker, after a fresh snapshot. While the grace period runs, members
+    that appear (a handler may fork on its way out) get SIGTERM too. Whatever is alive when it
+    ends gets SIGKILL: the call's cgroup through ``cgroup.kill``, the group, and every member,
+    again in rounds every 10 ms, since a process may fork between a snapshot and its death.
+    Zombies count as dead: reaping them is for whoever is their parent (Trio for the call's
+    child, :class:`Reaper` for adopted orphans).
+
+    Args:
+        tracker: the call's processes.
+        grace_s: how long the processes may take to exit after SIGTERM; 0 kills at once.
+        pgid: the call's process group (its child's pid, when started in a new session), or
+            None. It is signalled, and its processes waited for, only while a member, even a
+            zombie, is in it.
+
+    Returns:
+        What was done; ``survivors`` is empty unless a process outlived SIGKILL by 2 s.
+
+    **Cancellation:** none: the kill runs shielded and always finishes, within ``grace_s``
+    plus about 2 s, so it is safe to call from a task that was just cancelled. The Trio loop
+    is blocked only for the few milliseconds of each /proc scan.
+    """
+    with trio.CancelScope(shield=True):
+        started = time.monotonic()
+        term_sent: set[Member] = set()
+        kill_sent: set[Member] = set()
+        tracker.snapshot(group=pgid)
+        if grace_s > 0:
+            _signal_round(tracker, pgid, (signal.SIGTERM, signal.SIGCONT), term_sent, group=True)
+            deadline = started + grace_s
+            while tracker.alive() and (left := deadline - time.monotonic()) > 0:
+                await trio.sleep(min(_GRACE_POLL_S, left))
+                tracker.snapshot(group=pgid)
+                # The group had its SIGTERM: a second one may read as "force quit" to a program.
+                _signal_round(
+                    tracker, pgid, (signal.SIGTERM, signal.SIGCONT), term_sent, group=False
+                )
+        after_sigkill_ms = None
+        if tracker.alive():
+            sigkill_at = time.monotonic()
+            if tracker.cgroup is not None:
+                tracker.cgroup.kill()
+            while tracker.alive() and time.monotonic() - sigkill_at < _KILL_WAIT_S:
+                _signal_round(tracker, pgid, (signal.SIGKILL,), kill_sent, group=True)
+                await trio.sleep(_KILL_POLL_S)
+                tracker.snapshot(group=pgid)
+            after_sigkill_ms = (time.monotonic() - sigkill_at) * 1000
+        return KillReport(
+            method="signals" if tracker.cgroup is None else "cgroup",
+            signalled=len(term_sent | kill_sent),
+            survivors=[member.pid for member in tracker.alive()],
+            elapsed_ms=(time.monotonic() - started) * 1000,
+            after_sigkill_ms=after_sigkill_ms,
+        )
+
+
+def _own_cgroup() -> Path | None:
+    """The directory of this process's cgroup v2, or None without a cgroup v2 hierarchy."""
+    try:
+        cgroups = Path("/proc/self/cgroup").read_text().splitlines()
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    relative = next((line[3:] for line in cgroups if line.startswith("0::")), None)
+    # A mountinfo line: "ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [TAGS] - FSTYPE SOURCE ..."
+    mount_point = next(
+        (line.split()[4] for line in mounts if line.split(" - ")[1].startswith("cgroup2 ")), None
+    )
+    if relative is None or mount_point is None:
+        return None
+    path = Path(mount_point, relative.lstrip("/"))
+    # A hierarchy mounted from a subtree, or another cgroup namespace, would make that join
+    # wrong; the directory is ours only if it lists this process.
+    try:
+        return path if str(os.getpid()) in (path / "cgroup.procs").read_text().split() else None
+    except OSError:
+        return None
+
+
+class CallCgroup:
+    """A cgroup v2 holding one call's processes, made under the daemon's own cgroup.
+
+    It needs a cgroup the daemon may create children in: under systemd, ``Delegate=yes`` in
+    the unit; as root, any cgroup v2 hierarchy. No controller is enabled, so the rule that a
+    cgroup with controllers for its children may hold no processes of its own does not apply,
+    and the daemon can stay where it is. The runner adds the child right after spawning it;
+    what the child forks before that escapes the cgroup, but not the tracker.
+
+    Every method fails softly (None or False): without a cgroup the kill still works by
+    signals.
+
+    Args:
+        path: the cgroup's directory.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, call_id: str) -> CallCgroup | None:
+        """Make the cgroup ``rungd-<call_id>`` under the daemon's own.
+
+        Returns:
+            The cgroup; None without a writable cgroup v2 hierarchy, or on a kernel without
+            ``cgroup.kill`` (before 5.14).
+
+        Raises:
+            ValueError: ``call_id`` is not made of letters, digits, ``-`` and ``_``.
+        """
+        if not _CALL_ID.fullmatch(call_id):
+            raise ValueError(
+                f"call id {call_id!r} cannot name a cgroup; use letters, digits, - and _"
+            )
+        base = _own_cgroup()
+        if base is None:
+            return None
+        path = base / f"rungd-{call_id}"
+        try:
+            path.mkdir()
+        except OSError:  # not delegated to us, or read-only
+            return None
+        if not (path / "cgroup.kill").exists():
+            path.rmdir()
+            return None
+        return cls(path)
+
+    def add(self, pid: int) -> bool:
+        """Move process ``pid`` into the cgroup; its later children are born there.
+
+        Returns:
+            False if it could not be moved (it exited, or we may not move it).
+        """
+        try:
+            (self.path / "cgroup.procs").write_text(f"{pid}\n")
+        except OSError:
+            return False
+        return True
+
+    def pids(self) -> list[int]:
+        """The processes in the cgroup now; exited ones are not listed, even unreaped."""
+        try:
+            return [int(pid) for pid in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:  # removed
+            return []
+
+    def kill(self) -> bool:
+        """SIGKILL every process in the cgroup, including those forked while it happens.
+
+        Returns:
+            False if the kernel refused.
+        """
+        try:
+            (self.path / "cgroup.kill").write_text("1\n")
+        except OSError:
+            return False
+        return True
+
+    def remove(self) -> bool:
+        """Remove the cgroup; it must hold no living process.
+
+        Returns:
+            False if it could not be removed (still populated, or already gone).
+        """
+        try:
+            self.path.rmdir()
+        except OSError:
+            return False
+        return True
+
+
+class Reaper:
+    """Reaps the zombies the daemon adopted as a child subreaper, and no others.
+
+    Orphans of a call's tree become children of the daemon (:func:`set_child_subreaper`); when
+    they die someone must wait for them or they stay zombies. The daemon's own children are
+    another matter: Trio waits for each one with ``waitpid(pid)`` once its pidfd reports the
+    exit, and a child reaped before that makes Trio report exit status 0 whatever it was. So
+    the reaper never calls ``waitpid(-1)``: it finds zombie children in /proc and waits for
+    each by pid, skipping every pid in ``owned``.
+
+    Every child the daemon spawns, by whatever means, must be registered like this::
+
+        with reaper.spawning():
+            process = await trio.lowlevel.open_process(...)
+            owned.add(process.pid)
+        ...
+        await process.wait()
+        owned.discard(process.pid)
+
+    ``spawning()`` matters: Trio spawns in a worker thread, so a child can exist, and even
+    exit, before its pid is known; no reaping happens while a spawn is in flight.
+
+    Args:
+        owned: the pids of the daemon's own children, which their spawner waits for; the
+            reaper reads it, the spawners keep it up to date.
+        interval_s: how often to look for zombies without being poked.
+    """
+
+    def __init__(self, owned: set[int], *, interval_s: float = 0.5) -> None:
+        self.owned = owned
+        self._interval_s = interval_s
+        self._spawns = 0
+        self._poked = trio.Event()
+
+    @contextlib.contextmanager
+    def spawning(self) -> Iterator[None]:
+        """Hold off reaping while a child is being spawned and registered in ``owned``."""
+        self._spawns += 1
+        try:
+            yield
+        finally:
+            self._spawns -= 1
+
+    def poke(self) -> None:
+        """Ask for a reaping pass now, e.g. after a kill; safe to call from the Trio thread only."""
+        self._poked.set()
+
+    def reap(self) -> list[int]:
+        """Reap every zombie child of this process that is not owned.
+
+        Returns:
+            The pids reaped; none while a spawn is in flight.
+        """
+        if self._spawns:
+            return []
+        me = os.getpid()
+        reaped = []
+        for pid, stat in _scan().items():
+            if stat.ppid == me and stat.state == "Z" and pid not in self.owned:
+                with contextlib.suppress(ChildProcessError):  # reaped by someone else meanwhile
+                    if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                        reaped.append(pid)
+        return reaped
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Reap every ``interval_s``, and whenever poked, until cancelled.
+
+        Args:
+            task_status: reports started at once, for ``nursery.start``.
+
+        **Cancellation:** it just stops, never in the middle of a pass; orphans that die after
+        that stay zombies until the daemon exits.
+        """
+        task_status.started()
+        while True:
+            self.reap()
+            with trio.move_on_after(self._interval_s):
+                await self._poked.wait()
+            self._poked = trio.Event()

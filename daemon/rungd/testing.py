@@ -1,0 +1,138 @@
+"""Test helpers for rungd and for plugin authors: a real daemon on a real socket.
+
+Use it as a pytest plugin (``pytest_plugins = ["rungd.testing"]``) with pytest-trio in
+``trio_mode``:
+
+    async def test_my_tool(rungd_daemon):
+        envelope = await rungd_daemon.call("my_tool", {"name": "x"})
+        assert envelope.status == "ok"
+
+``rungd_daemon`` serves the configuration returned by the ``rungd_config_toml`` fixture
+(override it in your conftest to load your plugin). ``fake_program`` writes a small
+executable Python script, the kind of fake legacy program a test needs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import textwrap
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from rungd.client import Client
+from rungd.config import Config, load_config
+from rungd.daemon import Daemon
+from rungd.envelope import Envelope
+
+
+def write_config(folder: Path, body: str = "") -> Path:
+    """Write a config file into ``folder`` with the socket and state inside it.
+
+    ``body`` is extra TOML appended as is; sections it names must not repeat
+    ``[server]`` or ``[state]`` (pass their keys through ``server_extra`` instead).
+    """
+    path = folder / "rungd.toml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            [server]
+            socket = "{folder / 'rungd.sock'}"
+            shutdown_grace_s = 2
+
+            [state]
+            dir = "{folder / 'state'}"
+            """
+        )
+        + textwrap.dedent(body),
+        encoding="utf-8",
+    )
+    return path
+
+
+class RunningDaemon:
+    """A daemon serving in the test's nursery, and async helpers that call it."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.socket = daemon.socket_path
+        self.config: Config = daemon.config
+
+    def client(self) -> Client:
+        return Client(self.socket)
+
+    async def call(
+        self, tool: str, inputs: dict[str, Any] | None = None, *, request_id: str | None = None, wait_s: float = 30
+    ) -> Envelope:
+        def blocking() -> Envelope:
+            with self.client() as client:
+                return client.call(tool, inputs, request_id=request_id, wait_s=wait_s)
+
+        return await trio.to_thread.run_sync(blocking)
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(client, *args)`` with a fresh client in a worker thread."""
+
+        def blocking() -> Any:
+            with self.client() as client:
+                return fn(client, *args)
+
+        return await trio.to_thread.run_sync(blocking)
+
+
+async def start_daemon(nursery: trio.Nursery, config: Config) -> RunningDaemon:
+    """Start a daemon for ``config`` in ``nursery``; returns once its socket listens."""
+    daemon = Daemon(config)
+    await nursery.start(daemon.serve)
+    return RunningDaemon(daemon)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary folder with a short path: a Unix socket path must fit in 107 bytes."""
+    folder = Path(tempfile.mkdtemp(prefix="rungd-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def rungd_config_toml() -> str:
+    """Extra TOML for the test daemon's config. Override to load your plugin or tools."""
+    return ""
+
+
+@pytest.fixture
+def rungd_config(short_tmp: Path, rungd_config_toml: str) -> Config:
+    return load_config(write_config(short_tmp, rungd_config_toml))
+
+
+@pytest.fixture
+async def rungd_daemon(nursery: trio.Nursery, rungd_config: Config) -> AsyncIterator[RunningDaemon]:
+    running = await start_daemon(nursery, rungd_config)
+    yield running
+    running.daemon.stop()
+
+
+@pytest.fixture
+def fake_program(short_tmp: Path) -> Any:
+    """Build a fake legacy program: ``fake_program("name", source)`` returns its path.
+
+    The source is a Python script body; it gets a shebang and the executable bit, so a
+    person can run it by hand the same way the daemon does.
+    """
+
+    def build(name: str, source: str) -> Path:
+        folder = short_tmp / "fakes"
+        folder.mkdir(exist_ok=True)
+        path = folder / name
+        path.write_text("#!/usr/bin/env python3\n" + textwrap.dedent(source), encoding="utf-8")
+        path.chmod(0o755)
+        return path
+
+    return build

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Set up and run rungd from a checkout, with nothing but Python 3.11 on the machine.
+
+    python3 dev.py demo     create .venv, install rungd, start the daemon on its embedded
+                            default and walk through real calls; Ctrl-C stops it
+    python3 dev.py test     create .venv, install rungd with its test extra, run the suite
+                            (extra arguments go to pytest)
+    python3 dev.py bench    run the benchmarks in bench/ and print their tables
+
+The virtual environment is reinstalled whenever pyproject.toml changes.
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / "bin"
+STAMP = VENV / ".rungd-installed"
+
+
+def ensure_venv() -> None:
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == wanted:
+        return
+    if not (BIN / "python").exists():
+        print("dev.py: creating .venv", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    print("dev.py: installing rungd and its test extra into .venv", flush=True)
+    subprocess.run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True)
+    subprocess.run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[test]"], check=True)
+    STAMP.write_text(wanted)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("demo", "test", "bench"):
+        print(__doc__)
+        return 2
+    command, rest = argv[0], argv[1:]
+    if sys.version_info < (3, 11):
+        print("dev.py: rungd needs Python 3.11 or newer", file=sys.stderr)
+        return 2
+    ensure_venv()
+    os.chdir(ROOT)
+    if command == "demo":
+        args = [str(BIN / "rungd"), "demo", *rest]
+    elif command == "test":
+        args = [str(BIN / "python"), "-m", "pytest", *rest]
+    else:
+        args = [str(BIN / "python"), str(ROOT / "bench" / "run.py"), *rest]
+    os.execv(args[0], args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

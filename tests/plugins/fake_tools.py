@@ -1,0 +1,86 @@
+"""Tools around the fake legacy programs in tests/fakes, for the runner's tests.
+
+``fake_run`` runs one fake with arguments and options the test chooses; the runner does the
+rest exactly as it would for a real plugin.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from rungd import runner
+from rungd.contract import Description, ErrorRule, Result, SettleSpec, Timing, Tool, ToolInputs
+from rungd.errors import SurfaceChanged
+from rungd.hookspecs import hookimpl
+
+FAKES = Path(__file__).resolve().parent.parent / "fakes"
+Fake = Literal["confirm", "password", "undeclared", "silent_read", "buffered_prompt", "eof_yes", "pager",
+               "busy", "stubborn", "doublefork", "flood", "exit_with", "broken_output", "fork_bomb_limited"]
+NOT_FOUND = ErrorRule("NOT_FOUND", "no", "repair", "check the name", "no such thing")
+
+
+class RunInputs(ToolInputs):
+    program: Annotated[Fake, Field(description="Which fake.", examples=["confirm"])]
+    args: Annotated[list[str], Field(description="Arguments.", examples=[["--stderr"]],
+                                     json_schema_extra={"allow_dash": True})] = []
+    confirm: Annotated[bool, Field(description="Declare the confirmation.", examples=[True])] = False
+    credential: Annotated[bool, Field(description="Declare the password prompt.", examples=[True])] = False
+    env_secret: Annotated[bool, Field(description="Pass the secret in the env.", examples=[True])] = False
+    stdin: Annotated[Literal["none", "eof"], Field(description="stdin policy.", examples=["none"])] = "none"
+    parse_json: Annotated[bool, Field(description="Parse stdout as JSON.", examples=[False])] = False
+    max_processes: Annotated[int, Field(ge=0, description="RLIMIT_NPROC, 0 = none.", examples=[0])] = 0
+
+
+async def run_fake(ctx: Any, inputs: RunInputs) -> Result:
+    program = runner.Program(
+        argv=(str(FAKES / inputs.program), *inputs.args),
+        stdin=inputs.stdin,
+        confirmations=(runner.Confirmation(re.compile(r"Proceed with deletion of \d+ records\? \[y/N\]"), "y"),)
+        if inputs.confirm else (),
+        credential_prompts=(runner.CredentialPrompt(re.compile(r"^Password:"), "fake_password"),)
+        if inputs.credential else (),
+        env_credentials={"FAKE_SECRET": "fake_password"} if inputs.env_secret else {},
+        limits=runner.Limits(processes=inputs.max_processes) if inputs.max_processes else None,
+        keep_bytes=4096,
+        evidence_bytes=1 << 20,
+    )
+    done = await runner.run(ctx, program)
+    runner.check_exit(done, {3: NOT_FOUND})
+    fields: dict[str, Any] = {
+        "exit_status": done.exit_status,
+        "stdout_bytes": done.stdout_bytes,
+        "stdout": done.stdout[-300:],
+        "stderr": done.stderr[-300:],
+        "answered": done.answered,
+    }
+    if inputs.parse_json:
+        try:
+            fields["parsed"] = json.loads(done.stdout)
+        except ValueError:
+            raise SurfaceChanged("the output is not the JSON object it used to be",
+                                 hint=f"expected one JSON object; saw {done.stdout[:120]!r}", outcome="done") from None
+    return Result(fields=fields, truncated=done.truncated,
+                  narrow="full output in evidence" if done.truncated else None)
+
+
+def describe(does: str) -> Description:
+    return Description(does=does, use_when="testing.", do_not_use_when="not testing.", returns="exit status.",
+                       on_error="codes.", if_unknown="ask.")
+
+
+@hookimpl
+def rungd_register_tools(register: Any) -> None:
+    common = dict(inputs=RunInputs, outputs={"exit_status": "status"}, handler=run_fake,
+                  errors=(NOT_FOUND,), cap_bytes=8192)
+    register(Tool(name="fake_run", description=describe("Runs a fake."), timing=Timing(deadline_s=15), **common))
+    register(Tool(name="fake_run_short", description=describe("Runs a fake, 2 s deadline."),
+                  timing=Timing(deadline_s=2, settle=SettleSpec("fake_run", {"program": "exit_with"})), **common))
+    register(Tool(name="fake_write_short", description=describe("A write whose effect begins at the answer."),
+                  side_effect="reversible",
+                  timing=Timing(deadline_s=2, commit_point="confirmation",
+                                settle=SettleSpec("fake_run", {"program": "exit_with"})), **common))

@@ -1,0 +1,8 @@
+"""A plugin with a typo in its hook name: start-up must fail and say so."""
+
+from rungd.hookspecs import hookimpl
+
+
+@hookimpl
+def rungd_register_tool(register):  # the hook is rungd_register_tools
+    pass

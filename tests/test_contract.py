@@ -1,0 +1,88 @@
+"""The tool contract: the definition a model reads comes from the model that validates."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import pytest
+from pydantic import Field
+
+from rungd.contract import Description, Result, Tool, ToolInputs
+from rungd.errors import BadInput
+
+SLOTS = ("Does:", "Use when:", "Do not use when:", "Returns:", "On error:", "If unknown:")
+
+
+class Inputs(ToolInputs):
+    name: Annotated[str, Field(pattern=r"^[a-z]+$", max_length=20, description="A name.", examples=["web"])]
+    mode: Annotated[str, Field(description="How.", examples=["fast"], json_schema_extra={"enum": ["fast", "slow"]})]
+    flag: Annotated[str, Field(description="Passed as is.", examples=["-v"], json_schema_extra={"allow_dash": True})] = "x"
+    note: Annotated[str, Field(description="Free text.", examples=["hi"])] = ""
+
+
+async def handler(ctx, inputs):  # pragma: no cover - never run here
+    return Result()
+
+
+TOOL = Tool(
+    name="svc_name_show",
+    description=Description("Shows a name.", "you need it.", "never.", "the name.", "BAD_INPUT.", "ask."),
+    inputs=Inputs,
+    outputs={"name": "the name"},
+    handler=handler,
+)
+
+
+def test_definition_joins_the_six_slots_and_is_strict() -> None:
+    definition = TOOL.definition()
+    assert definition["name"] == "svc_name_show"
+    lines = definition["description"].splitlines()
+    assert [line.split(":")[0] + ":" for line in lines] == list(SLOTS)
+    schema = definition["input_schema"]
+    assert schema["additionalProperties"] is False
+    assert schema["required"] == ["name", "mode"]
+    assert schema["properties"]["name"]["examples"] == ["web"]
+    assert schema["properties"]["name"]["description"] == "A name."
+    assert "allow_dash" not in str(schema)
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "words"),
+    [
+        ({"name": "web", "mode": "fast", "extra": 1}, "extra", "not an input"),
+        ({"name": 5, "mode": "fast"}, "name", "valid string"),
+        ({"name": "web", "mode": "fast", "note": "a\x00b"}, "note", "NUL"),
+        ({"name": "web", "mode": "fast", "note": "x" * 5000}, "note", "at most 4096"),
+        ({"name": "web", "mode": "-rf"}, "mode", "start with '-'"),
+        ({"name": "WEB", "mode": "fast"}, "name", "pattern"),
+        ({"mode": "fast"}, "name", "required"),
+    ],
+)
+def test_bad_inputs_name_the_field_and_a_valid_example(raw, field, words) -> None:
+    with pytest.raises(BadInput) as caught:
+        TOOL.validate(raw)
+    text = caught.value.message + " " + caught.value.hint
+    assert field in text
+    assert words in text
+    assert 'a valid call: svc_name_show {"name": "web", "mode": "fast"' in caught.value.hint
+
+
+def test_dash_allowed_only_where_the_field_says_so() -> None:
+    assert TOOL.validate({"name": "web", "mode": "fast", "flag": "-v"}).flag == "-v"
+
+
+def test_inputs_are_strict_no_coercion() -> None:
+    with pytest.raises(BadInput):
+        TOOL.validate({"name": "web", "mode": "fast", "note": 12})
+
+
+def test_tool_refuses_non_contract_inputs_and_unknown_log_fields() -> None:
+    from pydantic import BaseModel
+
+    class Loose(BaseModel):
+        x: int
+
+    with pytest.raises(TypeError, match="ToolInputs"):
+        Tool(name="a", description=TOOL.description, inputs=Loose, outputs={}, handler=handler)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="log_fields"):
+        Tool(name="a", description=TOOL.description, inputs=Inputs, outputs={}, handler=handler, log_fields=("zzz",))

@@ -1,0 +1,42 @@
+"""The byte cap on the model-facing envelope."""
+
+from __future__ import annotations
+
+from rungd.envelope import Envelope, ErrorInfo, encoded_size, fit_to_cap
+
+
+def envelope(**fields) -> Envelope:
+    return Envelope(call_id="c1", tool="t", status="ok", outcome="done", effect="none", fields=fields,
+                    evidence=["c1.1.stdout"])
+
+
+def test_small_envelope_is_untouched() -> None:
+    env = envelope(a=1)
+    assert fit_to_cap(env, 4096) is env
+    assert env.truncated is False
+
+
+def test_big_string_is_cut_with_head_and_tail_and_marked() -> None:
+    text = "HEAD" + "x" * 20000 + "TAIL"
+    env = fit_to_cap(envelope(out=text, keep="small"), 4096)
+    assert encoded_size(env) <= 4096
+    assert env.truncated is True
+    assert env.fields["out"].startswith("HEAD") and env.fields["out"].endswith("TAIL")
+    assert env.fields["keep"] == "small"
+    assert "c1.1.stdout" in env.narrow
+
+
+def test_long_list_keeps_its_first_items() -> None:
+    env = fit_to_cap(envelope(rows=list(range(5000))), 1024)
+    assert encoded_size(env) <= 1024
+    assert env.fields["rows"][:3] == [0, 1, 2]
+    assert env.truncated
+
+
+def test_error_hint_is_cut_when_fields_cannot_shrink() -> None:
+    env = Envelope(call_id="c1", tool="t", status="error", outcome="not_started", effect="none",
+                   error=ErrorInfo(code="FAILED", message="m", retry="no", hint="h" * 10000))
+    cut = fit_to_cap(env, 1024)
+    assert encoded_size(cut) <= 1024
+    assert cut.error.code == "FAILED"
+    assert cut.truncated

@@ -1,0 +1,206 @@
+"""Rung 2 against the real daemon: every fake legacy program gets the right, honest result.
+
+No test waits for a deadline it does not mean to hit: a question is reported long before
+the 15 s deadline of ``fake_run``, which is how the tests tell detection from timeout.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import TEST_PLUGINS
+
+SECRET = "s3cret-Zq9-never-leaks"
+
+
+@pytest.fixture
+def rungd_config_toml() -> str:
+    return f"""
+[plugins]
+files = ["{TEST_PLUGINS / 'fake_tools.py'}"]
+"""
+
+
+@pytest.fixture(autouse=True)
+def seeded_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNGD_CRED_FAKE_PASSWORD", SECRET)
+
+
+async def run(daemon, program: str, *args: str, tool: str = "fake_run", **options):
+    inputs = {"program": program, "args": list(args), **options}
+    request_id = "r-" + os.urandom(4).hex() if tool.startswith("fake_write") else None
+    return await daemon.call(tool, inputs, request_id=request_id)
+
+
+def quick(env) -> None:
+    """The call ended well before fake_run's 15 s deadline: detection, not a timeout."""
+    assert env.elapsed_ms < 8000, env
+
+
+@pytest.mark.parametrize("where", [[], ["--stderr"]])
+async def test_declared_confirmation_is_answered_once(rungd_daemon, where) -> None:
+    env = await run(rungd_daemon, "confirm", *where, confirm=True)
+    assert env.status == "ok", env.error
+    assert "deleted 3" in env.fields["stdout"]
+    assert len(env.fields["answered"]) == 1
+
+
+@pytest.mark.parametrize("where", [[], ["--stderr"]])
+async def test_undeclared_confirmation_is_prompt_unexpected_quoting_it(rungd_daemon, where) -> None:
+    env = await run(rungd_daemon, "confirm", *where)
+    assert (env.error.code, env.error.retry, env.next_action) == ("PROMPT_UNEXPECTED", "no", "stop")
+    assert "Proceed with deletion of 3 records? [y/N]" in env.error.message
+    assert env.fields["question"].startswith("Proceed with deletion")
+    quick(env)
+
+
+@pytest.mark.parametrize(
+    ("program", "quoted"),
+    [
+        ("undeclared", "Overwrite existing config? (yes/no)"),
+        ("silent_read", "nothing printed"),
+        ("buffered_prompt", "nothing printed"),
+        ("eof_yes", "Really? [Y/n]"),
+    ],
+)
+async def test_any_other_question_is_prompt_unexpected(rungd_daemon, program, quoted) -> None:
+    env = await run(rungd_daemon, program)
+    assert env.error.code == "PROMPT_UNEXPECTED"
+    assert quoted in env.error.message
+    quick(env)
+
+
+async def test_eof_is_given_only_when_declared(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "eof_yes", stdin="eof")
+    assert env.status == "ok"
+    assert "done anyway" in env.fields["stdout"]
+
+
+async def test_password_question_without_credential_is_auth_required(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "password")
+    assert (env.error.code, env.next_action) == ("AUTH_REQUIRED", "request_authority")
+    assert "Password:" in env.error.message
+    quick(env)
+
+
+async def test_terminal_required_failure_is_auth_required(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "password", "--tty")
+    assert env.error.code == "AUTH_REQUIRED"
+    assert "terminal is required" in env.error.hint
+
+
+async def test_declared_credential_prompt_is_answered_and_never_returned(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "password", "--expect", SECRET, credential=True)
+    assert env.status == "ok", env.error
+    assert "authenticated" in env.fields["stdout"]
+    assert SECRET not in str(env)
+
+
+async def test_pager_is_turned_off_and_does_not_hang(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "pager")
+    assert env.status == "ok", env.error
+    quick(env)
+
+
+@pytest.mark.parametrize("mode", ["sleep", "compute", "socket", "progress", "select"])
+async def test_busy_quiet_programs_are_not_called_prompts(rungd_daemon, mode) -> None:
+    env = await run(rungd_daemon, "busy", "--mode", mode, "--seconds", "1.5")
+    assert env.status == "ok", env.error
+    assert "done" in env.fields["stdout"]
+
+
+async def test_deadline_kills_a_sigterm_ignoring_child(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "stubborn", tool="fake_run_short")
+    assert (env.error.code, env.outcome, env.error.retry, env.next_action) == (
+        "TIMEOUT", "unknown", "after_check", "reconcile")
+    assert env.settle.tool == "fake_run"
+    # no_survivors (conftest) asserts the tree is gone
+
+
+async def test_timeout_before_the_commit_point_is_not_started(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "busy", "--mode", "sleep", "--seconds", "30", tool="fake_write_short")
+    assert (env.error.code, env.outcome, env.error.retry) == ("TIMEOUT", "not_started", "yes")
+    assert env.settle is None
+
+
+async def test_double_forked_grandchild_holding_stdout_is_killed(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "doublefork")
+    assert env.status == "ok", env.error
+    quick(env)
+
+
+async def test_grandchild_of_a_timed_out_call_dies_too(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "doublefork", "--wait", "--stubborn-middle", tool="fake_run_short")
+    assert env.error.code == "TIMEOUT"
+
+
+async def test_flood_is_drained_capped_and_marked_truncated(rungd_daemon) -> None:
+    size = 50 * 1024 * 1024
+    env = await run(rungd_daemon, "flood", "--bytes", str(size))
+    assert env.status == "ok", env.error
+    assert env.fields["stdout_bytes"] == size
+    assert env.truncated is True
+    evidence = Path(rungd_daemon.config.state_dir / "evidence" / env.evidence[0])
+    assert evidence.stat().st_size < 2 * 1024 * 1024  # evidence is capped too, and says so
+    assert b"more bytes were not kept" in evidence.read_bytes()[-200:]
+
+
+async def test_mapped_exit_status_becomes_its_code(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "exit_with", "3", "--stderr", "no such thing: x")
+    assert (env.error.code, env.error.retry, env.next_action) == ("NOT_FOUND", "no", "repair")
+    assert "no such thing: x" in env.error.hint
+
+
+async def test_unmapped_exit_status_is_failed_with_stderr_tail(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "exit_with", "9", "--stderr", "disk on fire")
+    assert (env.error.code, env.next_action) == ("FAILED", "stop")
+    assert "disk on fire" in env.error.hint
+    assert "9" in env.error.message
+
+
+async def test_output_that_no_longer_parses_is_surface_changed(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "broken_output", parse_json=True)
+    assert (env.error.code, env.next_action) == ("SURFACE_CHANGED", "stop")
+    assert "expected one JSON object" in env.error.hint
+
+
+async def test_process_limit_contains_a_fork_storm(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "fork_bomb_limited", "--n", "10000", tool="fake_run_short", max_processes=50)
+    assert env.error.code == "TIMEOUT"  # it waits forever after its forks fail; the tree is killed
+
+
+async def test_child_has_no_terminal_and_a_quiet_environment(rungd_daemon, fake_program) -> None:
+    # The fake writes what it sees where the test can read it; the runner gives it no tty.
+    probe = fake_program("probe", """
+        import json, os, sys
+        try:
+            os.open("/dev/tty", os.O_RDWR)
+            tty = "opened"
+        except OSError as exc:
+            tty = exc.errno
+        print(json.dumps({"tty": tty, "env": dict(os.environ), "sid": os.getsid(0) == os.getpid()}))
+    """)
+    from rungd import runner
+    from rungd.calls import new_call_id
+    import errno
+    import trio
+    from rungd.contract import CallContext, Caller
+
+    tool = rungd_daemon.daemon.tools["fake_run"].tool
+    state = rungd_daemon.config.state_dir
+    ctx = CallContext(call_id=new_call_id(), tool=tool, caller=Caller(0, 0, 0), request_id=None,
+                      deadline=trio.current_time() + 10, work_dir=state / "work" / "probe",
+                      evidence_dir=state / "evidence")
+    done = await runner.run(ctx, runner.Program(argv=(str(probe),)))
+    import json
+    seen = json.loads(done.stdout)
+    assert seen["tty"] == errno.ENXIO
+    assert seen["sid"] is True
+    env = seen["env"]
+    for key, value in {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb", "NO_COLOR": "1",
+                       "GIT_TERMINAL_PROMPT": "0", "DEBIAN_FRONTEND": "noninteractive", "EDITOR": "false"}.items():
+        assert env[key] == value
+    assert "RUNGD_CRED_FAKE_PASSWORD" not in env  # nothing of the daemon's env leaks in
