@@ -53,7 +53,7 @@ class SetCountInputs(ToolInputs):
 
 
 def _argv(db: Path, *args: str) -> tuple[str, ...]:
-    return (sys.executable, str(PROGRAM), "--db", str(db), *args)
+    return (sys.executable, str(PROGRAM), *args, "--db", str(db))
 
 
 _LINE = re.compile(r"^(item|count|location): (.*)$")
@@ -80,6 +80,7 @@ class Inventory:
         self.db = db
 
     async def read(self, ctx: CallContext, item: str) -> dict[str, Any]:
+        self.db.parent.mkdir(parents=True, exist_ok=True)  # the program keeps its file there
         done = await runner.run(ctx, runner.Program(argv=_argv(self.db, "show", item)))
         runner.check_exit(done, {3: NOT_FOUND})
         return parse_show(done.stdout)
