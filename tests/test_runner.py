@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_PLUGINS
+from tests.conftest import TEST_PLUGINS
 
 SECRET = "s3cret-Zq9-never-leaks"
 

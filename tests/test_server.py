@@ -13,7 +13,7 @@ import msgspec
 import pytest
 import trio
 
-from conftest import TEST_PLUGINS
+from tests.conftest import TEST_PLUGINS
 from rungd import protocol
 from rungd.client import Client, RequestRejected
 from rungd.config import load_config

@@ -17,10 +17,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 import pluggy
 import trio
+from rungd_ledgers import input_digest
 
 from rungd.config import Config
+from rungd.audit import Audit
 from rungd.credentials import CredentialStore
 from rungd.contract import CallContext, Caller, Result, Tool
 from rungd.envelope import Envelope, ErrorInfo, Settle, fit_to_cap
@@ -29,7 +32,9 @@ from rungd.errors import (
     Busy,
     Denied,
     Failed,
+    IdempotencyMismatch,
     Interrupted,
+    ReconcileRequired,
     RungdError,
     ToolError,
     ToolTimeout,
@@ -58,6 +63,7 @@ class Call:
     request_id: str | None
     caller: Caller
     started: float
+    digest: str = ""
     done: trio.Event = dataclasses.field(default_factory=trio.Event)
     envelope: Envelope | None = None
     scope: trio.CancelScope | None = None
@@ -86,6 +92,7 @@ class Dispatcher:
         config: the daemon's configuration.
         pm: the plugin manager, for the result observers.
         credentials: the store handlers get named credentials from.
+        audit: the ledger and idempotency index; every event is recorded there first.
         reaper: the daemon's reaper of adopted orphans, handed to the runner.
         nursery: where handlers run; it belongs to the daemon and outlives connections, so
             a call keeps running when the client that started it goes away.
@@ -97,6 +104,7 @@ class Dispatcher:
         config: Config,
         pm: pluggy.PluginManager,
         credentials: CredentialStore,
+        audit: Audit,
         nursery: trio.Nursery,
         *,
         reaper: Reaper | None = None,
@@ -106,6 +114,8 @@ class Dispatcher:
         self.pm = pm
         self.credentials = credentials
         self.reaper = reaper
+        self.audit = audit
+        self._keys: dict[tuple[str, str], str] = {}  # (tool, request_id) -> running call_id
         self._nursery = nursery
         self._calls: dict[str, Call] = {}
         self._running: dict[str, int] = {}
@@ -151,30 +161,131 @@ class Dispatcher:
         self, name: str, inputs: Mapping[str, Any], request_id: str | None, caller: Caller, wait_s: float
     ) -> Envelope:
         """Start a call and wait up to ``wait_s`` for its envelope (else a pending one)."""
-        call = self.start(name, inputs, request_id, caller)
+        call = await self.start(name, inputs, request_id, caller)
         return await self.wait(call.call_id, wait_s)
 
-    def start(self, name: str, inputs: Mapping[str, Any], request_id: str | None, caller: Caller) -> Call:
-        """Check and start one call. Checks that fail end the call at once, never raise."""
-        call = Call(new_call_id(), name, request_id, caller, time.monotonic())
-        self._calls[call.call_id] = call
+    async def start(self, name: str, inputs: Mapping[str, Any], request_id: str | None, caller: Caller) -> Call:
+        """Check, record and start one call. A call that fails its checks ends at once.
+
+        Order matters: every decision that reads shared state (the idempotency index, the
+        concurrency slots) is taken before the first ``await``, so two identical requests
+        arriving together cannot both be judged new.
+
+        Returns:
+            The call; for a repeat of a request still running, the first call.
+        """
         self._forget_old()
+        reg = self.tools.get(name)
+        digest = input_digest(name, dict(inputs))
+        call = Call(new_call_id(), name, request_id, caller, time.monotonic(), digest)
+        self._calls[call.call_id] = call
+        safe = {k: inputs[k] for k in reg.tool.log_fields if k in inputs} if reg else {}
         try:
             reg = self.lookup(name, caller)
             tool = reg.tool
             valid = tool.validate(inputs)
-            if tool.requires_request_id and not request_id:
-                raise BadInput(
-                    f"{name} changes something ({tool.side_effect}), so it needs a request_id",
-                    hint="send a request_id that is unique per intended change, e.g. a UUID; "
-                    "repeat it only to retry the same change",
-                )
-            self._take_slot(tool)
-        except RungdError as exc:
-            self._finish(call, self._error_envelope(call, exc, tool=self.tools.get(name)))
+            first = self._repeat_of(tool, request_id, digest)
+            if first is None:
+                self._take_slot(tool)
+                if request_id:
+                    self._keys[(name, request_id)] = call.call_id
+        except RungdError as rejection:
+            return await self._reject(call, rejection, digest, safe)
+        who = {"request_id": request_id, "caller_uid": caller.uid, "caller_pid": caller.pid}
+        if isinstance(first, Call):
+            await self._record_quietly("received", call, input_digest=digest, inputs=safe,
+                                       note=f"repeat of {first.call_id}, still running", **who)
+            self._calls.pop(call.call_id)
+            return first
+        try:
+            await self.audit.record("received", call.call_id, name, input_digest=digest, inputs=safe, **who)
+            if first is not None:
+                await self._answer_repeat(call, first)
+                return call
+            await self.audit.record("dispatched", call.call_id, name, request_id=request_id)
+        except RungdError as failure:  # the ledger cannot be written: run nothing (fail closed)
+            if first is None:
+                self._release_slot(tool)
+                self._keys.pop((name, request_id or ""), None)
+            self._finish(call, self._error_envelope(call, failure, tool=tool))
             return call
         self._nursery.start_soon(self._run, call, tool, valid)
         return call
+
+    def _repeat_of(self, tool: Tool, request_id: str | None, digest: str) -> Call | dict[str, Any] | None:
+        """What an earlier call with this request_id means for this one.
+
+        Returns:
+            None: a new request; run it. A ``Call``: the same request is running now;
+            answer with it. A dict: the first result of the same request, finished.
+
+        Raises:
+            BadInput: a write without a request_id.
+            IdempotencyMismatch: the request_id was used with other inputs.
+            ReconcileRequired: the first call's outcome is unknown.
+        """
+        if not tool.requires_request_id:
+            return None
+        if not request_id:
+            raise BadInput(
+                f"{tool.name} changes something ({tool.side_effect}), so it needs a request_id",
+                hint="send a request_id that is unique per intended change, e.g. a UUID; "
+                "repeat it only to retry the same change",
+            )
+        running = self._calls.get(self._keys.get((tool.name, request_id), ""))
+        entry = self.audit.index.lookup(tool.name, request_id)
+        first_digest = running.digest if running else entry.input_digest if entry else None
+        if first_digest is not None and first_digest != digest:
+            raise IdempotencyMismatch(
+                f"request_id {request_id!r} was already used for {tool.name} with other inputs",
+                hint="use a new request_id for a new change; reuse one only to retry the very same inputs",
+            )
+        if running is not None and running.envelope is None:
+            return running
+        if entry is None:
+            return None
+        first = entry.result
+        if entry.state == "running" or first is None:
+            raise ReconcileRequired(
+                f"request_id {request_id!r} belongs to call {entry.call_id}, which never finished",
+                hint="run the settle read (reconcile) to learn whether it took effect",
+                outcome="unknown",
+            )
+        if entry.state == "unknown":
+            raise ReconcileRequired(
+                f"the first call with request_id {request_id!r} ({entry.call_id}) ended with outcome unknown",
+                hint="run its settle read before retrying; a blind retry could do it twice",
+                outcome="unknown",
+                settle=first.get("settle"),
+            )
+        return first
+
+    async def _answer_repeat(self, call: Call, first: dict[str, Any]) -> None:
+        """Answer a repeat of a finished request with its first result; run nothing."""
+        envelope = msgspec.convert(first, Envelope)
+        if envelope.status == "ok" and envelope.effect in ("changed", "no_change"):
+            envelope = msgspec.structs.replace(envelope, effect="existing")
+        await self.audit.record("finished", call.call_id, call.tool, request_id=call.request_id,
+                                outcome=envelope.outcome, effect=envelope.effect,
+                                code=envelope.error.code if envelope.error else None,
+                                note=f"repeat of {envelope.call_id}; nothing was run")
+        self._finish(call, envelope)
+
+    async def _reject(self, call: Call, rejection: RungdError, digest: str, safe: dict[str, Any]) -> Call:
+        envelope = self._error_envelope(call, rejection, tool=self.tools.get(call.tool))
+        who = {"request_id": call.request_id, "caller_uid": call.caller.uid, "caller_pid": call.caller.pid}
+        await self._record_quietly("received", call, input_digest=digest, inputs=safe, **who)
+        await self._record_quietly("rejected", call, request_id=call.request_id, outcome=envelope.outcome,
+                                   effect="none", code=rejection.code)
+        self._finish(call, envelope)
+        return call
+
+    async def _record_quietly(self, event: str, call: Call, **fields: Any) -> None:
+        """Record an event of a call that runs nothing; a ledger failure is logged, not fatal."""
+        try:
+            await self.audit.record(event, call.call_id, call.tool, **fields)
+        except RungdError:
+            pass  # already logged by Audit; nothing was or will be run for this call
 
     async def wait(self, call_id: str, wait_s: float) -> Envelope:
         """The envelope of ``call_id``, waiting up to ``wait_s`` for it to finish.
@@ -222,6 +333,19 @@ class Dispatcher:
         )
         settle = tool.timing.settle.bind(inputs.model_dump()) if tool.timing.settle else None
         try:
+            envelope = await self._outcome(call, tool, inputs, ctx, settle)
+            with trio.CancelScope(shield=True):  # the end of a call is recorded even at shutdown
+                await self._record_end(call, tool, envelope)
+        finally:
+            # Released only once the caller can read the result, so a shutdown that waits
+            # for idle never cuts off an answer.
+            self._release_slot(tool)
+
+    async def _outcome(
+        self, call: Call, tool: Tool, inputs: Any, ctx: CallContext, settle: dict[str, Any] | None
+    ) -> Envelope:
+        """Run the handler under the deadline; turn whatever happens into one envelope."""
+        try:
             with trio.CancelScope() as call.scope:
                 with trio.move_on_at(ctx.deadline) as deadline_scope:
                     result = await tool.handler(ctx, inputs)
@@ -249,8 +373,22 @@ class Dispatcher:
                 settle=settle if ctx.committed else None,
             )
             envelope = self._error_envelope(call, failure, tool=tool, ctx=ctx)
-        finally:
-            self._release_slot(tool)
+        return envelope
+
+    async def _record_end(self, call: Call, tool: Tool, envelope: Envelope) -> None:
+        envelope = fit_to_cap(envelope, tool.cap_bytes)
+        try:
+            await self.audit.record(
+                "finished", call.call_id, tool.name, request_id=call.request_id, outcome=envelope.outcome,
+                effect=envelope.effect, code=envelope.error.code if envelope.error else None,
+                result=msgspec.to_builtins(envelope),
+            )
+        except RungdError:
+            # The effect happened (or not) whatever the ledger says; the caller gets the
+            # truth and the log says the record is missing. Recovery will call it unknown.
+            log.critical("finished record lost", extra={"call_id": call.call_id, "tool": tool.name})
+        if call.request_id:
+            self._keys.pop((tool.name, call.request_id), None)
         self._finish(call, envelope)
 
     def _take_slot(self, tool: Tool) -> None:

@@ -50,6 +50,11 @@ class StateConfig(_Section):
     dir: Path = Field(Path("var"), examples=["/var/lib/rungd"])
 
 
+class LedgerConfig(_Section):
+    rotate_bytes: int = Field(64 << 20, ge=1 << 16, examples=[67108864])
+    retention_days: float = Field(7.0, gt=0, examples=[7])
+
+
 class AccessRule(_Section):
     uids: list[int] = Field(default_factory=list, examples=[[1000]])
     groups: list[str] = Field(default_factory=list, examples=[["rungd-callers"]])
@@ -80,6 +85,7 @@ class Config(_Section):
     access: AccessConfig = AccessConfig()
     plugins: PluginsConfig = PluginsConfig()
     credentials: CredentialsConfig = CredentialsConfig()
+    ledger: LedgerConfig = LedgerConfig()
     source: str = Field("<embedded default>", exclude=True)
 
     @property

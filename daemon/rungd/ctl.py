@@ -4,6 +4,7 @@
     rungctl describe TOOL                       the definition a model reads, and the contract
     rungctl call TOOL [key=value ...] [--inputs JSON] [--request-id ID] [--wait S]
     rungctl status CALL_ID | wait CALL_ID
+    rungctl ledger verify | tail [--follow] [--tool T] [--outcome O]
 
 Every command takes ``--json`` for machines. Exit status: 0 ok, 1 the call ended in an
 error result, 2 bad usage, 3 rungd could not be reached or refused the request, 4 the call
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("--inputs", help="all inputs as one JSON object")
     call.add_argument("--request-id", help="idempotency key; required for tools that change something")
     call.add_argument("--wait", type=float, default=30.0, help="seconds to wait before answering pending")
+    ledger = sub.add_parser("ledger", parents=[common], help="check the ledger files (reads them, not the socket)")
+    ledger.add_argument("action", choices=["verify"])
+    tail = sub.add_parser("tail", parents=[common], help="print ledger events (reads the files)")
+    tail.add_argument("--follow", "-f", action="store_true")
+    tail.add_argument("--tool")
+    tail.add_argument("--outcome", choices=["done", "not_started", "unknown"])
     for name in ("status", "wait"):
         cmd = sub.add_parser(name, parents=[common], help=f"{name} of a call by its call_id")
         cmd.add_argument("call_id")
@@ -144,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("ledger", "tail"):
+        try:
+            return run_ledger_command(args)
+        except ConfigError as exc:
+            print(f"rungctl: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         socket_path = args.socket or (load_config(args.config).server.socket if args.config else None)
         with Client(socket_path) as client:
@@ -200,6 +214,41 @@ def run_command(client: Client, args: argparse.Namespace) -> int:
     else:
         print_envelope(env)
     return envelope_exit(env)
+
+
+def run_ledger_command(args: argparse.Namespace) -> int:
+    """``ledger verify`` and ``tail``: they read the ledger files of the configured state folder."""
+    from rungd_ledgers import follow, iter_records, verify
+
+    folder = load_config(args.config).state_dir / "ledger"
+    if not folder.is_dir():
+        raise ConfigError(f"no ledger at {folder}; hint: pass the daemon's --config")
+    if args.command == "ledger":
+        report = verify(folder)
+        if args.json:
+            print(_json(report))
+        elif report.ok:
+            print(f"ledger ok: {report.records} records in {folder}")
+        else:
+            print(f"ledger BROKEN: {report.problem}")
+        return EXIT_OK if report.ok else EXIT_ERROR_RESULT
+    records = follow(folder) if args.follow else iter_records(folder)
+    try:
+        for record in records:
+            if (args.tool and record.tool != args.tool) or (args.outcome and record.outcome != args.outcome):
+                continue
+            if args.json:
+                print(msgspec.json.encode(record).decode(), flush=True)
+            else:
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.time))
+                tail = " ".join(f"{k}={v}" for k, v in (("outcome", record.outcome), ("effect", record.effect),
+                                                          ("code", record.code), ("uid", record.caller_uid))
+                                if v is not None)
+                print(f"{stamp} {record.seq:>7} {record.event:10} {record.call_id} {record.tool:24} {tail}",
+                      flush=True)
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
 
 
 def _schema_or_empty(client: Client, tool: str) -> dict[str, Any]:

@@ -13,11 +13,12 @@ import signal
 import trio
 
 from rungd import proctree
+from rungd.audit import Audit
 from rungd.calls import Dispatcher
 from rungd.config import Config
 from rungd.credentials import CredentialStore
 from rungd.plugins import collect_tools, make_plugin_manager
-from rungd.server import Connection, bind_unix_socket
+from rungd.server import Connection, Replies, bind_unix_socket
 
 log = logging.getLogger("rungd")
 
@@ -39,9 +40,11 @@ class Daemon:
         self.pm = make_plugin_manager(config)
         self.tools = collect_tools(self.pm, config)
         self.credentials = CredentialStore(config.credentials.file, self.pm)
+        self.audit: Audit | None = None
         self.socket_path = config.server.socket
         self.dispatcher: Dispatcher | None = None
         self._stop = trio.Event()
+        self._replies = Replies()
 
     def stop(self) -> None:
         """Ask the daemon to shut down. Safe to call more than once, from the loop's thread."""
@@ -58,6 +61,10 @@ class Daemon:
         """
         server = self.config.server
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        ledger = self.config.ledger
+        self.audit = Audit(self.config.state_dir / "ledger", retention_s=ledger.retention_days * 86400,
+                           rotate_bytes=ledger.rotate_bytes)
+        self.audit.recover()
         sock = bind_unix_socket(self.socket_path, int(server.socket_mode, 8), server.socket_group)
         listener = trio.SocketListener(sock)
         # Orphans of a call's tree (a double fork) are re-parented to us, not to init, so
@@ -69,7 +76,8 @@ class Daemon:
             async with trio.open_nursery() as housekeeping, trio.open_nursery() as calls_nursery:
                 await housekeeping.start(reaper.run)
                 self.dispatcher = Dispatcher(
-                    self.tools, self.config, self.pm, self.credentials, calls_nursery, reaper=reaper
+                    self.tools, self.config, self.pm, self.credentials, self.audit, calls_nursery,
+                    reaper=reaper,
                 )
                 async with trio.open_nursery() as connections:
                     accepting = trio.CancelScope()
@@ -81,10 +89,13 @@ class Daemon:
                     accepting.cancel()  # serve_listeners closes the listener on its way out
                     self._unlink_socket()
                     await self.dispatcher.shutdown(server.shutdown_grace_s)
+                    with trio.move_on_after(2):  # let answers to finished calls go out
+                        await self._replies.wait_quiet()
                     connections.cancel_scope.cancel()
                 housekeeping.cancel_scope.cancel()
         finally:
             self._unlink_socket()
+            self.audit.close()
             log.info("stopped")
 
     async def _accept(
@@ -95,7 +106,7 @@ class Daemon:
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         assert self.dispatcher is not None
-        await Connection(stream, self.dispatcher, self.config.server.max_frame_bytes).serve()
+        await Connection(stream, self.dispatcher, self.config.server.max_frame_bytes, self._replies).serve()
 
     def _unlink_socket(self) -> None:
         self.socket_path.unlink(missing_ok=True)

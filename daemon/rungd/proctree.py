@@ -114,6 +114,12 @@ def _tagged(pid: int, call_id: str) -> bool:
     return f"{TAG_ENV}={call_id}".encode() in environ.split(b"\0")
 
 
+def tagged_pids(call_id: str) -> list[int]:
+    """Pids of living processes started with ``RUNGD_CALL=call_id``: what crash recovery
+    kills for a call a previous daemon left unfinished."""
+    return [pid for pid, stat in _scan().items() if stat.state not in _DEAD_STATES and _tagged(pid, call_id)]
+
+
 def _send(member: Member, signals: tuple[signal.Signals, ...]) -> bool:
     """Send ``signals`` to ``member`` if it is still that process; True if they were sent."""
     try:

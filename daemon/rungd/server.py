@@ -161,13 +161,39 @@ class FrameReader:
         return True
 
 
+class Replies:
+    """How many connections are between reading a request and sending its answer.
+
+    At shutdown the daemon waits (bounded) for this to reach zero before it closes
+    connections, so a client waiting on a call that just finished still hears the result.
+    """
+
+    def __init__(self) -> None:
+        self._busy = 0
+        self._quiet = trio.Event()
+        self._quiet.set()
+
+    def __enter__(self) -> None:
+        self._busy += 1
+        self._quiet = trio.Event() if self._quiet.is_set() else self._quiet
+
+    def __exit__(self, *exc: object) -> None:
+        self._busy -= 1
+        if not self._busy:
+            self._quiet.set()
+
+    async def wait_quiet(self) -> None:
+        await self._quiet.wait()
+
+
 class Connection:
     """One client connection: read a request, answer it, repeat."""
 
-    def __init__(self, stream: trio.SocketStream, dispatcher: Dispatcher, max_frame: int) -> None:
+    def __init__(self, stream: trio.SocketStream, dispatcher: Dispatcher, max_frame: int, replies: Replies) -> None:
         self.stream = stream
         self.dispatcher = dispatcher
         self.max_frame = max_frame
+        self.replies = replies
         self.caller = peer_of(stream.socket)
 
     async def serve(self) -> None:
@@ -193,7 +219,8 @@ class Connection:
                     return
                 if body is None:
                     return
-                await self._send(await self._answer(body))
+                with self.replies:
+                    await self._send(await self._answer(body))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return  # the client went away; its calls keep running
         finally:

@@ -80,6 +80,12 @@ def rungd_register_tools(register: Any) -> None:
     register(Tool(name="fake_run", description=describe("Runs a fake."), timing=Timing(deadline_s=15), **common))
     register(Tool(name="fake_run_short", description=describe("Runs a fake, 2 s deadline."),
                   timing=Timing(deadline_s=2, settle=SettleSpec("fake_run", {"program": "exit_with"})), **common))
+    register(Tool(name="fake_write_spawn", description=describe("A write whose effect begins at spawn."),
+                  side_effect="reversible",
+                  timing=Timing(deadline_s=2, settle=SettleSpec("fake_run", {"program": "exit_with"})), **common))
+    register(Tool(name="fake_write_slow", description=describe("A slow write whose effect begins at spawn."),
+                  side_effect="reversible",
+                  timing=Timing(deadline_s=60, settle=SettleSpec("fake_run", {"program": "exit_with"})), **common))
     register(Tool(name="fake_write_short", description=describe("A write whose effect begins at the answer."),
                   side_effect="reversible",
                   timing=Timing(deadline_s=2, commit_point="confirmation",

@@ -1,0 +1,119 @@
+"""The daemon's side of the ledger: recording call events, and remembering requests.
+
+Every event of a call is appended to the ledger (``rungd_ledgers``) before the caller hears
+about it, and ``dispatched`` is durable before the handler starts: if the ledger cannot be
+written, nothing new runs (fail closed). The idempotency index is rebuilt from the ledger
+at start-up and kept current with every record appended.
+
+At start-up, calls that were dispatched and never finished (the daemon crashed or was
+killed mid-call) are finished as ``unknown`` with INTERRUPTED, and processes still carrying
+their tag are killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+from rungd_ledgers import IdempotencyIndex, Ledger
+from rungd_ledgers import LedgerUnavailable as LedgerWriteFailed
+
+from rungd import proctree
+from rungd.envelope import Envelope, ErrorInfo
+from rungd.errors import CORE_ERRORS, LedgerUnavailable
+
+log = logging.getLogger("rungd.audit")
+
+
+class Audit:
+    """The ledger and the idempotency index of one daemon.
+
+    Args:
+        folder: the ledger folder (``<state>/ledger``).
+        retention_s: how long a request_id is remembered.
+        rotate_bytes: size at which a ledger file is closed and a new one started.
+
+    Raises:
+        LedgerCorrupt: a record in the ledger cannot be read (run ``rungctl ledger verify``).
+    """
+
+    def __init__(self, folder: Path, *, retention_s: float, rotate_bytes: int) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.ledger = Ledger.open(folder, rotate_bytes=rotate_bytes)
+        if self.ledger.repair is not None:
+            log.warning("ledger: a torn last line was moved aside: %s", self.ledger.repair)
+        self.index = IdempotencyIndex.rebuild(folder, retention_seconds=retention_s)
+
+    def recover(self) -> list[str]:
+        """Finish every call a previous run left unfinished as unknown; kill its leftovers.
+
+        Returns:
+            The call_ids recovered.
+        """
+        recovered = []
+        for call in self.index.unfinished():
+            killed = _kill_tagged(call.call_id)
+            envelope = Envelope(
+                call_id=call.call_id,
+                tool=call.tool,
+                request_id=call.request_id,
+                status="error",
+                outcome="unknown",
+                effect="none",
+                error=ErrorInfo(
+                    code="INTERRUPTED",
+                    message="the daemon stopped while this call was running",
+                    retry=CORE_ERRORS["INTERRUPTED"][0],
+                    hint="run the tool's settle read (rungctl reconcile) before any retry",
+                ),
+                next_action="reconcile",
+            )
+            record = self.ledger.append(
+                "finished", call.call_id, call.tool, request_id=call.request_id, outcome="unknown",
+                effect="none", code="INTERRUPTED", result=msgspec.to_builtins(envelope),
+                note=f"recovered at start-up; {killed} leftover process(es) killed",
+            )
+            self.index.apply(record)
+            recovered.append(call.call_id)
+            log.warning("recovered interrupted call", extra={"call_id": call.call_id, "tool": call.tool})
+        return recovered
+
+    async def record(self, event: str, call_id: str, tool: str, **fields: Any) -> None:
+        """Append one event durably, then update the index.
+
+        Raises:
+            LedgerUnavailable: the ledger could not be written; the caller must not start
+                anything new. The daemon's log says why.
+        """
+        try:
+            record = await trio.to_thread.run_sync(
+                lambda: self.ledger.append(event, call_id, tool, **fields), abandon_on_cancel=False
+            )
+        except LedgerWriteFailed as exc:
+            log.error("ledger write failed: %s", exc, extra={"call_id": call_id, "tool": tool})
+            raise LedgerUnavailable(
+                "rungd cannot write its ledger, so it runs nothing new",
+                hint="retry later; the operator must free space or fix the state folder's permissions",
+            ) from None
+        self.index.apply(record)
+
+    def close(self) -> None:
+        self.ledger.close()
+
+
+def _kill_tagged(call_id: str) -> int:
+    """Kill every process that carries the call's tag (recovery only: the call is long over)."""
+    killed = 0
+    for pid in proctree.tagged_pids(call_id):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
+    return killed

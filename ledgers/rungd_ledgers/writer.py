@@ -1,0 +1,399 @@
+"""The ledger writer: durable appends, shared fsyncs, crash repair and rotation.
+
+Group commit
+------------
+An append returns only once its record is on disk (written, then ``os.fsync``). An fsync
+costs the same for one record as for fifty, so concurrent appends share them, with a
+leader/follower scheme on one ``threading.Condition`` and no background thread:
+
+1. ``append`` puts its record on the queue.
+2. If no thread is writing, it becomes the leader: it takes everything queued, seals it
+   (seq, time, prev, hash), releases the lock, writes the whole batch with one write and
+   one fsync, takes the lock again, hands every record or error back and wakes everyone.
+3. Otherwise it waits. Records queued while a leader is writing form the next batch, led
+   by the first of their threads to wake.
+
+No background thread means nothing to start, stop or lose on shutdown, an error raised in
+the thread whose append failed, and no hop between threads for a lone append: a single
+append costs one write and one fsync. The daemon calls ``append`` through
+``trio.to_thread.run_sync``, so blocking here blocks a worker thread, never the event loop.
+
+Files
+-----
+Records go to ``ledger-000001.jsonl``, ``ledger-000002.jsonl``, ...: once the current file
+has passed ``rotate_bytes``, the next batch starts a new one, and the chain runs on across
+files. Creating a file fsyncs the folder too, so the file's name survives a crash.
+
+Failure
+-------
+When the write or fsync fails (``ENOSPC``, ``EIO``), every append of the batch raises
+``LedgerUnavailable``, the file is truncated back to the end of the last durable record, and
+seq and hash stay where they were, so the next append, once space is back, continues the
+chain as if the failed batch had never been tried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, BinaryIO, Final
+
+import msgspec
+
+from rungd_ledgers.chain import GENESIS, seal
+from rungd_ledgers.errors import LedgerClosed, LedgerCorrupt, LedgerUnavailable
+from rungd_ledgers.files import file_name, file_number, ledger_files
+from rungd_ledgers.records import EVENTS, SCHEMA_VERSION, Record, decoder, encoder
+
+DEFAULT_ROTATE_BYTES: Final = 64 * 1024 * 1024
+
+# Filled in when a record is sealed; a caller passing one is confused about who owns them.
+_SEALED_FIELDS: Final = frozenset({"v", "seq", "time", "prev", "hash"})
+_TAIL_SCAN_BYTES: Final = 64 * 1024
+_APPEND_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+_FILE_MODE: Final = 0o640
+
+
+class TornRepair(msgspec.Struct, frozen=True):
+    """A partial last line that ``Ledger.open`` found and moved aside.
+
+    A crash in the middle of a write leaves bytes with no newline after them. Their append
+    never returned, so no caller was told they were recorded. ``open`` appends them, plus a
+    newline, to ``moved_to`` (kept for a person to look at) and truncates the ledger file
+    back to ``offset``.
+    """
+
+    file: str
+    offset: int
+    length: int
+    moved_to: str
+
+
+class _Ticket:
+    """One append waiting for its batch to be written."""
+
+    __slots__ = ("draft", "record", "error")
+
+    def __init__(self, draft: Record) -> None:
+        self.draft = draft
+        self.record: Record | None = None
+        self.error: LedgerUnavailable | None = None
+
+
+class Ledger:
+    """An open ledger folder, appended to by any number of threads.
+
+    Build one with ``Ledger.open``. Only one ``Ledger`` may have a folder open at a time,
+    in this process or any other: it holds an ``flock`` on the folder, because two writers
+    would fork the hash chain.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        dir_fd: int,
+        *,
+        rotate_bytes: int,
+        repair: TornRepair | None,
+        last: Record | None,
+    ) -> None:
+        self._folder = folder
+        self._dir_fd = dir_fd
+        self._rotate_bytes = rotate_bytes
+        self._repair = repair
+        # (seq, hash) of the last durable record: where the next batch chains on.
+        self._head = (last.seq, last.hash) if last is not None else (0, GENESIS)
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[_Ticket] = []
+        self._writing = False
+        self._closed = False
+        # Past open(), only the leader touches the fields below, and only while _writing is set.
+        self._fd = -1
+        self._number = 0
+        self._offset = 0
+        self._needs_truncate = False
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike[str], *, rotate_bytes: int = DEFAULT_ROTATE_BYTES) -> Ledger:
+        """Open the ledger in ``folder``, creating the folder and its first file if needed.
+
+        A partial last line left by a crash is moved aside (see ``TornRepair`` and the
+        ``repair`` property), then the seq and hash of the last record are read back so the
+        chain continues from them.
+
+        Args:
+            folder: the ledger folder, ``<state>/ledger``.
+            rotate_bytes: once the current file has grown past this, the next batch of
+                records starts a new file.
+
+        Raises:
+            LedgerUnavailable: another ``Ledger`` has the folder open.
+            LedgerCorrupt: the last record cannot be decoded, so the chain cannot continue;
+                ``verify`` tells what is wrong.
+            OSError: the folder or its files cannot be created or read.
+        """
+        folder = Path(folder)
+        if not folder.is_dir():
+            folder.mkdir(parents=True)
+            _fsync_path(folder.parent)
+        with contextlib.ExitStack() as cleanup:
+            dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            cleanup.callback(os.close, dir_fd)
+            try:
+                fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise LedgerUnavailable(
+                    f"{folder} is open in another Ledger (this process or another); "
+                    "only one writer may hold a ledger, close the other one first"
+                ) from None
+            files = ledger_files(folder)
+            repair = _repair_torn_tail(files[-1], dir_fd) if files else None
+            ledger = cls(folder, dir_fd, rotate_bytes=rotate_bytes, repair=repair, last=_last_record(files))
+            ledger._use_file(file_number(files[-1]) if files else 1)
+            cleanup.pop_all()
+        return ledger
+
+    @property
+    def folder(self) -> Path:
+        """The ledger folder."""
+        return self._folder
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last durable record, 0 for an empty ledger."""
+        return self._head[0]
+
+    @property
+    def repair(self) -> TornRepair | None:
+        """What ``open`` moved aside, if it found a torn last line."""
+        return self._repair
+
+    def append(self, event: str, call_id: str, tool: str, **fields: Any) -> Record:
+        """Record one event and return once it is durable.
+
+        Safe to call from many threads at once; concurrent calls share one write and one
+        fsync (see the module docstring).
+
+        Args:
+            event: one of ``EVENTS``.
+            call_id: the call the event belongs to.
+            tool: the tool called.
+            **fields: any other ``Record`` field: ``request_id``, ``outcome``, ``result``...
+
+        Returns:
+            The record as written, with ``seq``, ``time``, ``prev`` and ``hash`` filled in.
+
+        Raises:
+            LedgerUnavailable: the write or the fsync failed; nothing was recorded and a
+                later append may succeed.
+            LedgerClosed: ``close`` was called before this append.
+            TypeError: a field that ``Record`` does not have, one the ledger fills in
+                itself, or a value that cannot be encoded as JSON.
+            ValueError: an unknown event, or a field value of the wrong type
+                (``msgspec.ValidationError`` names the field).
+        """
+        ticket = _Ticket(_draft(event, call_id, tool, fields))
+        with self._cond:
+            if self._closed:
+                raise LedgerClosed(f"the ledger in {self._folder} was closed; open it again to append")
+            self._queue.append(ticket)
+            while ticket.record is None and ticket.error is None:
+                if self._writing:
+                    self._cond.wait()
+                else:
+                    self._lead()
+        if ticket.error is not None:
+            raise ticket.error
+        assert ticket.record is not None
+        return ticket.record
+
+    def close(self) -> None:
+        """Wait for appends already queued, then release the files and the folder lock."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            while self._writing or self._queue:
+                self._cond.wait()
+        os.close(self._fd)
+        os.close(self._dir_fd)
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _lead(self) -> None:
+        """Write everything queued as one batch. Called, and returns, holding the lock."""
+        batch, self._queue = self._queue, []
+        self._writing = True
+        self._cond.release()
+        try:
+            self._commit(batch)
+        finally:
+            # If _commit raised something other than OSError (a bug), its exception goes to
+            # this thread; the followers must still be answered or they would wait forever.
+            for ticket in batch:
+                if ticket.record is None and ticket.error is None:
+                    ticket.error = LedgerUnavailable("the ledger writer failed; another append raised why")
+            self._cond.acquire()
+            self._writing = False
+            self._cond.notify_all()
+
+    def _commit(self, batch: list[_Ticket]) -> None:
+        """Seal, write and fsync a batch, then answer each of its tickets."""
+        try:
+            if self._needs_truncate:
+                self._truncate_to_last_record()
+            if self._offset >= self._rotate_bytes:
+                self._use_file(self._number + 1)
+            seq, prev = self._head
+            now = time.time()
+            records: list[Record] = []
+            lines: list[bytes] = []
+            for ticket in batch:
+                seq += 1
+                record, line = seal(ticket.draft, seq=seq, prev=prev, time=now)
+                records.append(record)
+                lines.append(line)
+                prev = record.hash
+            data = b"".join(lines)
+            self._write_durably(data)
+        except OSError as error:
+            for ticket in batch:
+                ticket.error = LedgerUnavailable(
+                    f"the ledger in {self._folder} could not be written ({error.strerror or error}); "
+                    "nothing was recorded; retry later, once the disk has space or works again"
+                )
+                ticket.error.__cause__ = error
+            return
+        self._offset += len(data)
+        self._head = (seq, prev)
+        for ticket, record in zip(batch, records):
+            ticket.record = record
+
+    def _write_durably(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+            os.fsync(self._fd)
+        except OSError:
+            # Cut the file back to the last durable record. A partial write would otherwise
+            # become a torn line in the middle of the file once the next batch lands after
+            # it; and after a failed fsync the kernel may have dropped the dirty pages, so
+            # bytes that look written may never reach the disk. A later batch rewrites them
+            # and fsyncs its own bytes.
+            self._needs_truncate = True
+            # If even that fails, the next batch tries again before writing; the write
+            # error is the one worth reporting.
+            with contextlib.suppress(OSError):
+                self._truncate_to_last_record()
+            raise
+
+    def _truncate_to_last_record(self) -> None:
+        os.ftruncate(self._fd, self._offset)
+        os.fsync(self._fd)
+        self._needs_truncate = False
+
+    def _use_file(self, number: int) -> None:
+        """Append to ledger file ``number`` from now on, creating it durably if it is new."""
+        fd = os.open(self._folder / file_name(number), _APPEND_FLAGS, _FILE_MODE)
+        try:
+            # The new file's name must be durable too, or a crash could lose the whole file.
+            # Done even when the file already exists: an earlier attempt may have created it
+            # and then failed this very fsync.
+            os.fsync(self._dir_fd)
+            offset = os.fstat(fd).st_size
+        except OSError:
+            os.close(fd)
+            raise
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd, self._number, self._offset = fd, number, offset
+
+
+def _draft(event: str, call_id: str, tool: str, fields: dict[str, Any]) -> Record:
+    """Build and type-check a record that only lacks its place in the chain."""
+    if event not in EVENTS:
+        raise ValueError(f"unknown ledger event {event!r}; expected one of {', '.join(sorted(EVENTS))}")
+    sealed = _SEALED_FIELDS & fields.keys()
+    if sealed:
+        raise TypeError(f"{', '.join(sorted(sealed))} are filled in by the ledger; leave them out")
+    draft = Record(
+        v=SCHEMA_VERSION, seq=0, time=0.0, event=event, call_id=call_id, tool=tool, prev=GENESIS, **fields
+    )
+    # Struct() does not check types; a round trip does. A bad value fails here, in the
+    # caller's thread, instead of landing in the file where every reader would trip on it.
+    return decoder.decode(encoder.encode(draft))
+
+
+def _repair_torn_tail(path: Path, dir_fd: int) -> TornRepair | None:
+    """Move a partial last line of ``path`` into ``<name>.torn`` and truncate it away."""
+    with open(path, "r+b") as file:
+        size = file.seek(0, os.SEEK_END)
+        if size == 0:
+            return None
+        file.seek(size - 1)
+        if file.read(1) == b"\n":
+            return None
+        start = _line_start(file, size)
+        file.seek(start)
+        torn = file.read()
+        moved_to = path.with_name(path.name + ".torn")
+        # Save the bytes durably before cutting them out of the ledger.
+        with open(moved_to, "ab") as aside:
+            aside.write(torn + b"\n")
+            aside.flush()
+            os.fsync(aside.fileno())
+        os.fsync(dir_fd)
+        file.truncate(start)
+        file.flush()
+        os.fsync(file.fileno())
+    return TornRepair(file=path.name, offset=start, length=len(torn), moved_to=moved_to.name)
+
+
+def _last_record(files: list[Path]) -> Record | None:
+    """The last record in the newest file that has one, ``None`` for an empty ledger."""
+    for path in reversed(files):
+        with open(path, "rb") as file:
+            size = file.seek(0, os.SEEK_END)
+            if size == 0:
+                continue
+            start = _line_start(file, size - 1)  # the file ends with a newline: skip it
+            file.seek(start)
+            line = file.read(size - 1 - start)
+        try:
+            return decoder.decode(line)
+        except msgspec.DecodeError as error:
+            raise LedgerCorrupt(
+                f"the last record of {path} cannot be read ({error}), so the hash chain cannot "
+                "continue; run `rungctl ledger verify` to see what is wrong"
+            ) from error
+    return None
+
+
+def _line_start(file: BinaryIO, end: int) -> int:
+    """The offset just past the last newline before ``end``, 0 if there is none."""
+    position = end
+    while position > 0:
+        start = max(0, position - _TAIL_SCAN_BYTES)
+        file.seek(start)
+        newline = file.read(position - start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        position = start
+    return 0
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,267 @@
+"""Ledger: durable appends, group commit, crash repair, rotation and the folder lock."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from rungd_ledgers import (
+    GENESIS,
+    Ledger,
+    LedgerClosed,
+    LedgerCorrupt,
+    LedgerUnavailable,
+    Record,
+    iter_records,
+    verify,
+)
+
+
+def test_append_returns_the_sealed_record_and_reads_back_identical(ledger: Ledger, folder: Path) -> None:
+    first = ledger.append(
+        "received",
+        "call-1",
+        "demo.restart",
+        request_id="req-1",
+        caller_uid=1000,
+        caller_pid=4242,
+        input_digest="ab" * 32,
+        inputs={"host": "db1"},
+    )
+    second = ledger.append(
+        "finished",
+        "call-1",
+        "demo.restart",
+        request_id="req-1",
+        outcome="done",
+        effect="changed",
+        result={"status": "ok", "fields": {"host": "db1", "count": 3}},
+        pids=[(123, 1700000000.25)],
+    )
+
+    assert (first.seq, first.prev, second.seq, second.prev) == (1, GENESIS, 2, first.hash)
+    assert first.v == 1 and first.time > 0 and len(first.hash) == 64
+    assert list(iter_records(folder)) == [first, second]
+    assert ledger.last_seq == 2
+
+
+def test_each_record_is_one_json_line_ending_with_its_hash(ledger: Ledger, folder: Path) -> None:
+    record = ledger.append("received", "call-1", "demo.echo", note="hello")
+
+    line = (folder / "ledger-000001.jsonl").read_bytes()
+
+    assert line.endswith(b'"hash":"' + record.hash.encode() + b'"}\n')
+    assert msgspec.json.decode(line)["note"] == "hello"
+
+
+def test_reopening_continues_the_seq_and_the_chain(folder: Path) -> None:
+    with Ledger.open(folder) as ledger:
+        last = [ledger.append("received", f"call-{n}", "demo.echo") for n in range(3)][-1]
+
+    with Ledger.open(folder) as ledger:
+        assert ledger.last_seq == 3
+        after = ledger.append("received", "call-3", "demo.echo")
+
+    assert (after.seq, after.prev) == (4, last.hash)
+    assert verify(folder).ok
+
+
+def test_fifty_threads_get_gap_free_seqs_and_share_fsyncs(ledger: Ledger, folder: Path) -> None:
+    threads, per_thread = 50, 200
+    results: list[list[Record]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+
+    def write(mine: list[Record], thread: int) -> None:
+        try:
+            for n in range(per_thread):
+                mine.append(ledger.append("received", f"call-{thread}-{n}", "demo.echo", request_id=f"{n}"))
+        except Exception as error:  # reported below; an exception in a thread is otherwise lost
+            errors.append(error)
+
+    workers = [threading.Thread(target=write, args=(results[n], n)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+    assert errors == []
+    records = [record for mine in results for record in mine]
+    assert sorted(record.seq for record in records) == list(range(1, threads * per_thread + 1))
+    # Each thread saw its own appends complete in order.
+    assert all([r.seq for r in mine] == sorted(r.seq for r in mine) for mine in results)
+    # A batch is sealed at one instant, so records sharing a time shared a write and an fsync.
+    assert len({record.time for record in records}) < len(records)
+    report = verify(folder)
+    assert report.ok and report.records == threads * per_thread
+
+
+def test_concurrent_appends_across_rotations_keep_one_chain(folder: Path) -> None:
+    errors: list[BaseException] = []
+
+    def write(ledger: Ledger, thread: int) -> None:
+        try:
+            for n in range(50):
+                ledger.append("received", f"call-{thread}-{n}", "demo.echo", note="x" * 100)
+        except Exception as error:  # reported below; an exception in a thread is otherwise lost
+            errors.append(error)
+
+    with Ledger.open(folder, rotate_bytes=20_000) as ledger:
+        workers = [threading.Thread(target=write, args=(ledger, n)) for n in range(20)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+
+    assert errors == []
+    assert len(list(folder.glob("ledger-*.jsonl"))) > 5
+    report = verify(folder)
+    assert report.ok and report.records == 1000
+
+
+def test_torn_last_line_is_moved_aside_on_open_and_earlier_records_kept(folder: Path) -> None:
+    with Ledger.open(folder) as ledger:
+        kept = [ledger.append("received", f"call-{n}", "demo.echo") for n in range(5)]
+    path = folder / "ledger-000001.jsonl"
+    good_size = path.stat().st_size
+    torn = b'{"v":1,"seq":6,"time":17000'
+    with open(path, "ab") as file:
+        file.write(torn)
+
+    with Ledger.open(folder) as ledger:
+        repair = ledger.repair
+        after = ledger.append("received", "call-5", "demo.echo")
+
+    assert repair is not None
+    assert (repair.file, repair.offset, repair.length) == (path.name, good_size, len(torn))
+    assert (folder / repair.moved_to).read_bytes() == torn + b"\n"
+    assert list(iter_records(folder)) == [*kept, after]
+    assert (after.seq, after.prev) == (6, kept[-1].hash)
+    assert verify(folder).ok
+
+
+def test_a_complete_record_missing_only_its_newline_is_also_moved_aside(folder: Path) -> None:
+    with Ledger.open(folder) as ledger:
+        ledger.append("received", "call-0", "demo.echo")
+        ledger.append("received", "call-1", "demo.echo")
+    path = folder / "ledger-000001.jsonl"
+    path.write_bytes(path.read_bytes()[:-1])  # the crash came between the record and its newline
+
+    with Ledger.open(folder) as ledger:
+        assert ledger.repair is not None
+        assert ledger.last_seq == 1
+        # Its append never returned, so the seq is free again.
+        assert ledger.append("received", "call-2", "demo.echo").seq == 2
+    assert verify(folder).ok
+
+
+def test_a_torn_first_line_leaves_an_empty_ledger_that_starts_at_seq_one(folder: Path) -> None:
+    folder.mkdir()
+    (folder / "ledger-000001.jsonl").write_bytes(b'{"v":1,"seq":1,"ti')
+
+    with Ledger.open(folder) as ledger:
+        assert ledger.repair is not None and ledger.repair.offset == 0
+        first = ledger.append("received", "call-0", "demo.echo")
+
+    assert (first.seq, first.prev) == (1, GENESIS)
+    assert verify(folder).ok
+
+
+def test_a_clean_ledger_reports_no_repair(folder: Path) -> None:
+    with Ledger.open(folder) as ledger:
+        ledger.append("received", "call-0", "demo.echo")
+    with Ledger.open(folder) as ledger:
+        assert ledger.repair is None
+    assert not list(folder.glob("*.torn"))
+
+
+def test_rotation_starts_new_files_and_keeps_one_chain(folder: Path) -> None:
+    with Ledger.open(folder, rotate_bytes=1000) as ledger:
+        records = [ledger.append("received", f"call-{n}", "demo.echo", note="x" * 100) for n in range(30)]
+
+    files = sorted(path.name for path in folder.glob("ledger-*.jsonl"))
+    assert len(files) >= 3 and files[0] == "ledger-000001.jsonl"
+    assert all(path.stat().st_size < 1000 + 400 for path in folder.glob("ledger-*.jsonl"))
+    second_file_first = msgspec.json.decode((folder / files[1]).read_bytes().splitlines()[0], type=Record)
+    assert second_file_first.prev == records[second_file_first.seq - 2].hash
+    assert list(iter_records(folder)) == records
+    assert verify(folder).ok
+
+
+def test_reopen_after_rotation_appends_to_the_newest_file(folder: Path) -> None:
+    with Ledger.open(folder, rotate_bytes=500) as ledger:
+        for n in range(10):
+            ledger.append("received", f"call-{n}", "demo.echo", note="x" * 100)
+    newest = max(folder.glob("ledger-*.jsonl"))
+    size = newest.stat().st_size
+
+    with Ledger.open(folder, rotate_bytes=10_000) as ledger:
+        ledger.append("received", "call-10", "demo.echo")
+
+    assert newest.stat().st_size > size
+    assert verify(folder).ok
+
+
+def test_an_empty_newest_file_continues_the_chain_from_the_file_before(folder: Path) -> None:
+    with Ledger.open(folder) as ledger:
+        last = ledger.append("received", "call-0", "demo.echo")
+    # A crash just after rotation created the next file and before anything was written.
+    (folder / "ledger-000002.jsonl").touch()
+
+    with Ledger.open(folder) as ledger:
+        after = ledger.append("received", "call-1", "demo.echo")
+
+    assert (after.seq, after.prev) == (2, last.hash)
+    assert (folder / "ledger-000002.jsonl").read_bytes().count(b"\n") == 1
+    assert verify(folder).ok
+
+
+def test_unreadable_last_record_refuses_to_open(folder: Path) -> None:
+    with Ledger.open(folder) as ledger:
+        ledger.append("received", "call-0", "demo.echo")
+    with open(folder / "ledger-000001.jsonl", "ab") as file:
+        file.write(b"not json\n")
+
+    with pytest.raises(LedgerCorrupt, match="ledger verify"):
+        Ledger.open(folder)
+
+
+def test_a_second_writer_is_refused_while_the_first_holds_the_folder(folder: Path) -> None:
+    with Ledger.open(folder):
+        with pytest.raises(LedgerUnavailable, match="another Ledger"):
+            Ledger.open(folder)
+    with Ledger.open(folder) as again:
+        assert again.last_seq == 0
+
+
+def test_append_after_close_raises(folder: Path) -> None:
+    ledger = Ledger.open(folder)
+    ledger.close()
+    ledger.close()  # closing twice is harmless
+
+    with pytest.raises(LedgerClosed):
+        ledger.append("received", "call-0", "demo.echo")
+
+
+@pytest.mark.parametrize(
+    ("event", "fields", "error", "words"),
+    [
+        ("started", {}, ValueError, "unknown ledger event 'started'"),
+        ("received", {"colour": "red"}, TypeError, "colour"),
+        ("received", {"seq": 9}, TypeError, "filled in by the ledger"),
+        ("received", {"hash": "0" * 64}, TypeError, "filled in by the ledger"),
+        ("received", {"caller_uid": "root"}, msgspec.ValidationError, "caller_uid"),
+        ("received", {"pids": [(1, "yesterday")]}, msgspec.ValidationError, "pids"),
+        ("received", {"inputs": {"when": object()}}, TypeError, "object"),
+    ],
+)
+def test_a_bad_append_fails_in_its_caller_and_writes_nothing(
+    ledger: Ledger, folder: Path, event: str, fields: dict[str, object], error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=words):
+        ledger.append(event, "call-0", "demo.echo", **fields)
+
+    assert ledger.append("received", "call-1", "demo.echo").seq == 1
+    assert verify(folder).ok
