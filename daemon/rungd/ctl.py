@@ -121,11 +121,21 @@ def envelope_exit(env: Envelope) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", help="machine-readable output")
-    common.add_argument("--socket", type=Path, help="daemon socket (default: $RUNGD_SOCKET or ./var/rungd.sock)")
-    common.add_argument("--config", type=Path, help="read the socket path from this config file")
-    parser = argparse.ArgumentParser(prog="rungctl", description="Talk to a running rungd.", parents=[common])
+    def options(suppress: bool) -> argparse.ArgumentParser:
+        # The same options before and after the command word. After it they default to
+        # SUPPRESS, or argparse would let the subcommand's default overwrite a value given
+        # before it (`rungctl --socket S call ...`).
+        extra = {"default": argparse.SUPPRESS} if suppress else {}
+        parent = argparse.ArgumentParser(add_help=False)
+        parent.add_argument("--json", action="store_true", help="machine-readable output", **extra)
+        parent.add_argument("--socket", type=Path, help="daemon socket (default: $RUNGD_SOCKET or ./var/rungd.sock)",
+                            **extra)
+        parent.add_argument("--config", type=Path, help="read the socket path from this config file", **extra)
+        return parent
+
+    common = options(suppress=True)
+    parser = argparse.ArgumentParser(prog="rungctl", description="Talk to a running rungd.",
+                                     parents=[options(suppress=False)])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("tools", parents=[common], help="list the tools you may call")
     describe = sub.add_parser("describe", parents=[common], help="show a tool's definition and contract")
