@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import signal
 import subprocess
 import sys
 
@@ -29,13 +29,25 @@ async def test_unknown_item_is_not_found_from_the_exit_status(rungd_daemon) -> N
     assert "no such item" in env.error.hint
 
 
-def test_demo_command_walks_through_and_stops(short_tmp) -> None:
-    env = {**os.environ, "RUNGD_DEMO_EXIT": "1"}
-    result = subprocess.run([sys.executable, "-m", "rungd.main", "demo"], cwd=short_tmp, env=env,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
-    for expected in ("effect=changed", "BAD_INPUT", "UNKNOWN_TOOL", "did you mean: inventory_item_show",
-                     "NOT_FOUND", "location  A-3"):
-        assert expected in out
-    assert not (short_tmp / "var" / "rungd.sock").exists()
+def test_demo_command_walks_through_then_serves_until_ctrl_c(short_tmp) -> None:
+    demo = subprocess.Popen([sys.executable, "-m", "rungd.main", "demo"], cwd=short_tmp,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in demo.stdout:
+            lines.append(line)
+            if "Ctrl-C stops it" in line:
+                break
+        out = "".join(lines)
+        for expected in ("effect=changed", "BAD_INPUT", "UNKNOWN_TOOL", "did you mean: inventory_item_show",
+                         "NOT_FOUND", "location  A-3"):
+            assert expected in out, out + demo.stderr.read()
+        assert (short_tmp / "var" / "rungd.sock").exists()  # still serving for the reader to try
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(timeout=30) == 0
+        assert not (short_tmp / "var" / "rungd.sock").exists()
+    finally:
+        demo.kill()
+        demo.wait()
+        demo.stdout.close()
+        demo.stderr.close()

@@ -112,11 +112,15 @@ class Daemon:
         self.socket_path.unlink(missing_ok=True)
 
 
-async def run_until_signalled(daemon: Daemon) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+async def run_until_signalled(daemon: Daemon, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully.
+
+    Reports ``started`` once the socket is listening and the signals are caught.
+    """
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             await nursery.start(daemon.serve)
+            task_status.started()
             async for signum in signals:
                 log.info("received %s", signal.Signals(signum).name)
                 daemon.stop()

@@ -7,7 +7,6 @@ daemon's real socket; then the daemon keeps serving until Ctrl-C so you can try
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import trio
@@ -38,18 +37,10 @@ def walkthrough(socket: str) -> None:
             print_envelope(client.call(tool, inputs, request_id=request_id))
 
 
-async def run_demo(daemon: Daemon, *, keep_serving: bool | None = None) -> None:
+async def run_demo(daemon: Daemon) -> None:
     """Start the daemon, run the walkthrough against it, then serve until signalled."""
-    if keep_serving is None:
-        keep_serving = os.environ.get("RUNGD_DEMO_EXIT") != "1"
     async with trio.open_nursery() as nursery:
-        if keep_serving:
-            await nursery.start(run_until_signalled, daemon)
-        else:
-            await nursery.start(daemon.serve)
+        await nursery.start(run_until_signalled, daemon)
         await trio.to_thread.run_sync(walkthrough, str(daemon.socket_path))
-        if keep_serving:
-            print(f"\nrungd is serving on {daemon.socket_path}; try `rungctl tools` in another terminal "
-                  "(from this folder). Ctrl-C stops it.")
-        else:
-            daemon.stop()
+        print(f"\nrungd is serving on {daemon.socket_path}; try `.venv/bin/rungctl tools` in another "
+              "terminal, from this folder. Ctrl-C stops it.", flush=True)
