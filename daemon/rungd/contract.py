@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -327,6 +326,3 @@ def stricter_gate(a: Gate, b: Gate | None) -> Gate:
         return a
     return a if GATE_ORDER.index(a) >= GATE_ORDER.index(b) else b
 
-
-def monotonic_ms(start: float) -> int:
-    return int((time.monotonic() - start) * 1000)
