@@ -51,12 +51,24 @@ class Audit:
         self.index = IdempotencyIndex.rebuild(folder, retention_seconds=retention_s)
 
     def recover(self) -> list[str]:
-        """Finish every call a previous run left unfinished as unknown; kill its leftovers.
+        """Settle what a previous run left open.
+
+        Calls held at a gate expire: their inputs were never written down, so they could
+        not run now, and must never run by surprise. Calls dispatched and never finished
+        are finished as unknown, and their leftover processes are killed.
 
         Returns:
             The call_ids recovered.
         """
         recovered = []
+        for held in self.index.held():
+            for event, fields in (("expired", {}), ("finished", {"outcome": "not_started", "effect": "none",
+                                                                 "code": "APPROVAL_EXPIRED"})):
+                record = self.ledger.append(event, held.call_id, held.tool, request_id=held.request_id,
+                                            note="the daemon restarted while the call waited for approval",
+                                            **fields)
+                self.index.apply(record)
+            recovered.append(held.call_id)
         for call in self.index.unfinished():
             killed = _kill_tagged(call.call_id)
             envelope = Envelope(

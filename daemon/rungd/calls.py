@@ -27,11 +27,14 @@ from rungd.audit import Audit
 from rungd.credentials import CredentialStore
 from rungd.contract import CallContext, Caller, Result, Tool
 from rungd.envelope import Envelope, ErrorInfo, Settle, fit_to_cap
+from rungd.gates import approval_message, gate_for, is_operator, verify_signature
 from rungd.errors import (
+    ApprovalExpired,
     BadInput,
     Busy,
     Denied,
     Failed,
+    GateDenied,
     IdempotencyMismatch,
     Interrupted,
     ReconcileRequired,
@@ -55,6 +58,19 @@ def new_call_id() -> str:
 
 
 @dataclasses.dataclass
+class Held:
+    """What a call held at a gate keeps until a person decides."""
+
+    inputs: Any
+    safe: dict[str, Any]
+    since: float
+    expires: float
+    decided: trio.Event = dataclasses.field(default_factory=trio.Event)
+    verdict: str | None = None  # approved | denied
+    reason: str = ""
+
+
+@dataclasses.dataclass
 class Call:
     """One call the daemon knows about, running or finished."""
 
@@ -68,9 +84,25 @@ class Call:
     envelope: Envelope | None = None
     scope: trio.CancelScope | None = None
     interrupted: bool = False
+    gate: str = "none"
+    held: Held | None = None
 
     def pending(self) -> Envelope:
-        """The envelope of a call that is still running."""
+        """The envelope of a call that is held at its gate or still running."""
+        if self.held is not None:
+            return Envelope(
+                call_id=self.call_id,
+                tool=self.tool,
+                request_id=self.request_id,
+                status="pending",
+                outcome="not_started",
+                effect="none",
+                next_action="wait_approval",
+                narrow=f"held at the {self.gate} gate: an operator must approve it (rungctl approve "
+                f"{self.call_id}) within {max(0, int(self.held.expires - time.time()))} s; send wait with "
+                "this call_id for the result",
+                elapsed_ms=_ms_since(self.started),
+            )
         return Envelope(
             call_id=self.call_id,
             tool=self.tool,
@@ -185,8 +217,11 @@ class Dispatcher:
             tool = reg.tool
             valid = tool.validate(inputs)
             first = self._repeat_of(tool, request_id, digest)
+            call.gate = gate_for(tool, self.config)
+            held = first is None and call.gate in ("review", "signature")
             if first is None:
-                self._take_slot(tool)
+                if not held:
+                    self._take_slot(tool)
                 if request_id:
                     self._keys[(name, request_id)] = call.call_id
         except RungdError as rejection:
@@ -202,15 +237,110 @@ class Dispatcher:
             if first is not None:
                 await self._answer_repeat(call, first)
                 return call
-            await self.audit.record("dispatched", call.call_id, name, request_id=request_id)
+            if held:
+                await self.audit.record("held", call.call_id, name, request_id=request_id,
+                                        note=f"{call.gate} gate")
+            else:
+                await self.audit.record("dispatched", call.call_id, name, request_id=request_id)
         except RungdError as failure:  # the ledger cannot be written: run nothing (fail closed)
             if first is None:
-                self._release_slot(tool)
+                if not held:
+                    self._release_slot(tool)
                 self._keys.pop((name, request_id or ""), None)
             self._finish(call, self._error_envelope(call, failure, tool=tool))
             return call
-        self._nursery.start_soon(self._run, call, tool, valid)
+        if held:
+            call.held = Held(inputs=valid, safe=safe, since=time.time(),
+                             expires=time.time() + self.config.gates.approval_ttl_s)
+            self._nursery.start_soon(self._hold, call, tool)
+        else:
+            self._nursery.start_soon(self._run, call, tool, valid)
         return call
+
+    # --- gates -------------------------------------------------------------------------------
+
+    async def _hold(self, call: Call, tool: Tool) -> None:
+        """Wait for a person's decision on a held call, then run it, or end it unrun."""
+        assert call.held is not None
+        with trio.move_on_at(trio.current_time() + call.held.expires - time.time()):
+            await call.held.decided.wait()
+        verdict = call.held.verdict
+        if verdict != "approved":
+            if verdict is None:
+                await self._record_quietly("expired", call, request_id=call.request_id)
+                error: RungdError = ApprovalExpired(
+                    f"nobody approved the call within {self.config.gates.approval_ttl_s:g} s; it did not run",
+                    hint="ask an operator to approve it promptly, then call again with a new request",
+                )
+            else:
+                error = GateDenied(f"an operator denied the call: {call.held.reason or 'no reason given'}",
+                                   hint="do not retry this change; ask the operator what to do instead")
+            envelope = self._error_envelope(call, error, tool=tool)
+            await self._record_quietly("finished", call, request_id=call.request_id, outcome="not_started",
+                                       effect="none", code=error.code, result=msgspec.to_builtins(envelope))
+            self._keys.pop((tool.name, call.request_id or ""), None)
+            call.held = None
+            self._finish(call, envelope)
+            return
+        inputs = call.held.inputs
+        call.held = None
+        try:
+            self._take_slot(tool)
+        except Busy as busy:
+            envelope = self._error_envelope(call, busy, tool=tool)
+            await self._record_quietly("finished", call, request_id=call.request_id, outcome="not_started",
+                                       effect="none", code=busy.code, result=msgspec.to_builtins(envelope))
+            self._keys.pop((tool.name, call.request_id or ""), None)
+            self._finish(call, envelope)
+            return
+        try:
+            await self.audit.record("dispatched", call.call_id, tool.name, request_id=call.request_id)
+        except RungdError as failure:
+            self._release_slot(tool)
+            self._keys.pop((tool.name, call.request_id or ""), None)
+            self._finish(call, self._error_envelope(call, failure, tool=tool))
+            return
+        await self._run(call, tool, inputs)
+
+    def held_calls(self, caller: Caller) -> list[Call]:
+        """Held calls this caller may see: all of them for an operator, else its own."""
+        operator = is_operator(caller, self.config)
+        return [c for c in self._calls.values()
+                if c.held is not None and c.held.verdict is None and (operator or c.caller.uid == caller.uid)]
+
+    async def decide(self, call_id: str, caller: Caller, *, approve: bool, signature: str | None = None,
+                     reason: str = "") -> None:
+        """Record an operator's approval or denial of a held call and let it go on.
+
+        Raises:
+            KeyError: no such call.
+            Denied: the caller is not an operator, or is the one who made the call.
+            GateDenied: the call is not held, or its signature gate refused the signature.
+            LedgerUnavailable: the decision could not be recorded; nothing changed.
+        """
+        call = self._calls[call_id]
+        held = call.held
+        if held is None or held.verdict is not None:
+            raise GateDenied(f"call {call_id} is not waiting for approval", hint="rungctl pending lists held calls")
+        if not is_operator(caller, self.config):
+            raise Denied(f"uid {caller.uid} is not an operator", hint="operators are set in gates.operator_*")
+        if caller.uid == call.caller.uid:
+            raise Denied("nobody may approve or deny their own call", hint="ask another operator")
+        principal = None
+        if approve and call.gate == "signature":
+            if not signature:
+                raise GateDenied("this call needs a signed approval", hint="rungctl approve CALL_ID --key KEYFILE")
+            message = approval_message(call.call_id, call.tool, call.digest)
+            signers = self.config.gates.allowed_signers
+            assert signers is not None  # check_gates refused to start without it
+            principal = await trio.to_thread.run_sync(verify_signature, signers, message, signature)
+        event = "approved" if approve else "denied"
+        note = f"signed by {principal}" if principal else (reason or None)
+        await self.audit.record(event, call.call_id, call.tool, request_id=call.request_id,
+                                approver_uid=caller.uid, note=note)
+        held.verdict = event
+        held.reason = reason
+        held.decided.set()
 
     def _repeat_of(self, tool: Tool, request_id: str | None, digest: str) -> Call | dict[str, Any] | None:
         """What an earlier call with this request_id means for this one.

@@ -21,11 +21,17 @@ from rungd import protocol
 from rungd.config import SOCKET_ENV
 from rungd.envelope import Envelope
 from rungd.protocol import (
+    Approve,
     Call,
+    Decision,
+    Deny,
     Describe,
+    HeldCall,
+    HeldCalls,
     Hello,
     ListTools,
     Message,
+    Pending,
     ProtocolError,
     Response,
     Result,
@@ -118,6 +124,16 @@ class Client:
 
     def wait(self, call_id: str, wait_s: float = 30.0) -> Envelope:
         return self._expect(Wait(call_id=call_id, wait_s=wait_s), Result, extra_s=wait_s).envelope
+
+    def pending(self) -> list[HeldCall]:
+        """Calls held at a gate: all of them for an operator, else the caller's own."""
+        return self._expect(Pending(), HeldCalls).calls
+
+    def approve(self, call_id: str, signature: str | None = None) -> Decision:
+        return self._expect(Approve(call_id=call_id, signature=signature), Decision)
+
+    def deny(self, call_id: str, reason: str = "") -> Decision:
+        return self._expect(Deny(call_id=call_id, reason=reason), Decision)
 
     # --- framing ---------------------------------------------------------------------------
 

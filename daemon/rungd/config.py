@@ -75,6 +75,19 @@ class PluginsConfig(_Section):
     tool_dirs: list[Path] = Field(default_factory=list, examples=[["/etc/rungd/tools"]])
 
 
+class GatesConfig(_Section):
+    """The gate for each side-effect class, who may approve, and which keys may sign."""
+
+    read: Literal["none", "log", "review", "signature"] = Field("none", examples=["none"])
+    reversible: Literal["none", "log", "review", "signature"] = Field("log", examples=["log"])
+    visible: Literal["none", "log", "review", "signature"] = Field("review", examples=["review"])
+    irreversible: Literal["none", "log", "review", "signature"] = Field("signature", examples=["signature"])
+    approval_ttl_s: float = Field(900.0, gt=0, le=7 * 86400, examples=[900])
+    operator_uids: list[int] = Field(default_factory=list, examples=[[1001]])
+    operator_groups: list[str] = Field(default_factory=list, examples=[["rungd-operators"]])
+    allowed_signers: Path | None = Field(None, examples=["/etc/rungd/allowed_signers"])
+
+
 class CredentialsConfig(_Section):
     file: Path | None = Field(None, examples=["/etc/rungd/credentials.toml"])
 
@@ -86,11 +99,17 @@ class Config(_Section):
     plugins: PluginsConfig = PluginsConfig()
     credentials: CredentialsConfig = CredentialsConfig()
     ledger: LedgerConfig = LedgerConfig()
+    gates: GatesConfig = GatesConfig()
     source: str = Field("<embedded default>", exclude=True)
 
     @property
     def state_dir(self) -> Path:
         return self.state.dir
+
+    @staticmethod
+    def gid(group: str) -> int:
+        """A group's id from its name or number."""
+        return _gid(group)
 
     def allowed(self, tool: str, uid: int, groups: frozenset[int]) -> bool:
         """Whether a caller with ``uid`` and ``groups`` may call ``tool``."""
@@ -156,17 +175,21 @@ def _resolve_paths(config: Config, base: Path) -> Config:
             "tool_dirs": [under(p) for p in config.plugins.tool_dirs],
         }
     )
+    gates = config.gates.model_copy(
+        update={"allowed_signers": under(config.gates.allowed_signers) if config.gates.allowed_signers else None}
+    )
     credentials = config.credentials.model_copy(
         update={"file": under(config.credentials.file) if config.credentials.file else None}
     )
     return config.model_copy(
-        update={"server": server, "state": state, "plugins": plugins, "credentials": credentials}
+        update={"server": server, "state": state, "plugins": plugins, "credentials": credentials, "gates": gates}
     )
 
 
 def _check_groups(label: str, config: Config) -> None:
     named = [("access.groups", g) for g in config.access.groups]
     named += [(f"access.tools.{t}.groups", g) for t, r in config.access.tools.items() for g in r.groups]
+    named += [("gates.operator_groups", g) for g in config.gates.operator_groups]
     if config.server.socket_group:
         named.append(("server.socket_group", config.server.socket_group))
     for key, group in named:

@@ -4,6 +4,7 @@
     rungctl describe TOOL                       the definition a model reads, and the contract
     rungctl call TOOL [key=value ...] [--inputs JSON] [--request-id ID] [--wait S]
     rungctl status CALL_ID | wait CALL_ID
+    rungctl pending | approve CALL_ID [--key KEY] | deny CALL_ID [--reason TEXT]
     rungctl ledger verify | tail [--follow] [--tool T] [--outcome O]
 
 Every command takes ``--json`` for machines. Exit status: 0 ok, 1 the call ended in an
@@ -26,6 +27,7 @@ from rungd.client import Client, ClientError, RequestRejected
 from rungd.config import load_config
 from rungd.envelope import Envelope
 from rungd.errors import ConfigError
+from rungd.gates import sign
 from rungd.protocol import ToolDefinition
 
 EXIT_OK, EXIT_ERROR_RESULT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_PENDING = 0, 1, 2, 3, 4
@@ -146,6 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("--inputs", help="all inputs as one JSON object")
     call.add_argument("--request-id", help="idempotency key; required for tools that change something")
     call.add_argument("--wait", type=float, default=30.0, help="seconds to wait before answering pending")
+    sub.add_parser("pending", parents=[common], help="calls held at a gate, waiting for an operator")
+    approve = sub.add_parser("approve", parents=[common], help="approve a held call (operators only)")
+    approve.add_argument("call_id")
+    approve.add_argument("--key", type=Path, help="SSH private key to sign with, for signature-gated calls")
+    deny = sub.add_parser("deny", parents=[common], help="deny a held call (operators only)")
+    deny.add_argument("call_id")
+    deny.add_argument("--reason", default="", help="why; the caller reads it")
     ledger = sub.add_parser("ledger", parents=[common], help="check the ledger files (reads them, not the socket)")
     ledger.add_argument("action", choices=["verify"])
     tail = sub.add_parser("tail", parents=[common], help="print ledger events (reads the files)")
@@ -201,6 +210,30 @@ def run_command(client: Client, args: argparse.Namespace) -> int:
         print(_json(definition) if args.json else "", end="\n" if args.json else "")
         if not args.json:
             print_definition(definition)
+        return EXIT_OK
+    if args.command == "pending":
+        held = client.pending()
+        if args.json:
+            print(_json(held))
+        for h in [] if args.json else held:
+            print(f"{h.call_id}  {h.tool:24} {h.gate:9} uid={h.caller_uid:<6} age={h.age_s:>6.0f}s "
+                  f"expires_in={h.expires_in_s:.0f}s  {json.dumps(h.inputs, ensure_ascii=False)}")
+        return EXIT_OK
+    if args.command in ("approve", "deny"):
+        if args.command == "deny":
+            decision = client.deny(args.call_id, args.reason)
+        else:
+            signature = None
+            if args.key:
+                held = {h.call_id: h for h in client.pending()}.get(args.call_id)
+                if held is None:
+                    raise UsageError(f"{args.call_id} is not held (rungctl pending lists held calls)")
+                try:
+                    signature = sign(args.key, held.approval_message.encode())
+                except ValueError as exc:
+                    raise UsageError(str(exc)) from None
+            decision = client.approve(args.call_id, signature)
+        print(_json(decision) if args.json else f"{decision.verdict} {decision.call_id}")
         return EXIT_OK
     if args.command == "call":
         inputs: dict[str, Any] = {}

@@ -17,6 +17,7 @@ from rungd.audit import Audit
 from rungd.calls import Dispatcher
 from rungd.config import Config
 from rungd.credentials import CredentialStore
+from rungd.gates import check_gates
 from rungd.plugins import collect_tools, make_plugin_manager
 from rungd.server import Connection, Replies, bind_unix_socket
 
@@ -39,6 +40,7 @@ class Daemon:
         self.config = config
         self.pm = make_plugin_manager(config)
         self.tools = collect_tools(self.pm, config)
+        check_gates([reg.tool for reg in self.tools.values()], config)
         self.credentials = CredentialStore(config.credentials.file, self.pm)
         self.audit: Audit | None = None
         self.socket_path = config.server.socket

@@ -60,7 +60,21 @@ class Wait(Message, tag="wait"):
     wait_s: float = 30.0
 
 
-Request = Hello | ListTools | Describe | Call | Status | Wait
+class Pending(Message, tag="pending"):
+    pass
+
+
+class Approve(Message, tag="approve"):
+    call_id: str
+    signature: str | None = None
+
+
+class Deny(Message, tag="deny"):
+    call_id: str
+    reason: str = ""
+
+
+Request = Hello | ListTools | Describe | Call | Status | Wait | Pending | Approve | Deny
 
 
 # --- responses -----------------------------------------------------------------------------
@@ -105,13 +119,36 @@ class Result(Message, tag="result"):
     envelope: Envelope
 
 
+class HeldCall(msgspec.Struct, forbid_unknown_fields=True):
+    call_id: str
+    tool: str
+    gate: str
+    inputs: dict[str, Any]
+    input_digest: str
+    caller_uid: int
+    caller_pid: int
+    age_s: float
+    expires_in_s: float
+    approval_message: str
+
+
+class HeldCalls(Message, tag="held_calls"):
+    calls: list[HeldCall]
+
+
+class Decision(Message, tag="decision"):
+    call_id: str
+    verdict: str
+    by_uid: int
+
+
 class ProtocolError(Message, tag="protocol_error"):
     code: str
     message: str
     hint: str = ""
 
 
-Response = Welcome | Tools | ToolDefinition | Result | ProtocolError
+Response = Welcome | Tools | ToolDefinition | Result | HeldCalls | Decision | ProtocolError
 
 _encoder = msgspec.msgpack.Encoder()
 _request_decoder = msgspec.msgpack.Decoder(Request)

@@ -14,20 +14,29 @@ import os
 import pwd
 import socket
 import struct
+import time
 from pathlib import Path
 
 import msgspec
 import trio
 
 from rungd import protocol
+from rungd.calls import Call as CallState
 from rungd.calls import Dispatcher
 from rungd.contract import Caller, Tool
 from rungd.errors import RungdError
+from rungd.gates import approval_message
 from rungd.protocol import (
+    Approve,
     Call,
+    Decision,
+    Deny,
     Describe,
+    HeldCall,
+    HeldCalls,
     Hello,
     ListTools,
+    Pending,
     ProtocolError,
     Request,
     Response,
@@ -227,6 +236,14 @@ class Connection:
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
 
+    async def _decide(self, call_id: str, *, approve: bool, signature: str | None = None,
+                      reason: str = "") -> Response:
+        try:
+            await self.dispatcher.decide(call_id, self.caller, approve=approve, signature=signature, reason=reason)
+        except RungdError as exc:
+            return _error(exc.code, exc.message, exc.hint)
+        return Decision(call_id=call_id, verdict="approved" if approve else "denied", by_uid=self.caller.uid)
+
     async def _send(self, response: Response) -> None:
         await self.stream.send_all(protocol.frame(response))
 
@@ -270,7 +287,24 @@ class Connection:
                 return Result(envelope=dispatcher.status(call_id))
             case Wait(call_id=call_id, wait_s=wait_s):
                 return Result(envelope=await dispatcher.wait(call_id, wait_s))
+            case Pending():
+                return HeldCalls(calls=[_held(call) for call in dispatcher.held_calls(caller)])
+            case Approve(call_id=call_id, signature=signature):
+                return await self._decide(call_id, approve=True, signature=signature)
+            case Deny(call_id=call_id, reason=reason):
+                return await self._decide(call_id, approve=False, reason=reason)
         raise AssertionError(f"unhandled request {request!r}")  # the union is closed
+
+
+def _held(call: CallState) -> HeldCall:
+    assert call.held is not None
+    now = time.time()
+    return HeldCall(
+        call_id=call.call_id, tool=call.tool, gate=call.gate, inputs=call.held.inputs.model_dump(),
+        input_digest=call.digest, caller_uid=call.caller.uid, caller_pid=call.caller.pid,
+        age_s=round(now - call.held.since, 1), expires_in_s=round(max(0.0, call.held.expires - now), 1),
+        approval_message=approval_message(call.call_id, call.tool, call.digest).decode(),
+    )
 
 
 def describe(tool: Tool, plugin: str) -> ToolDefinition:

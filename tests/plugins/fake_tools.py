@@ -86,6 +86,10 @@ def rungd_register_tools(register: Any) -> None:
     register(Tool(name="fake_write_slow", description=describe("A slow write whose effect begins at spawn."),
                   side_effect="reversible",
                   timing=Timing(deadline_s=60, settle=SettleSpec("fake_run", {"program": "exit_with"})), **common))
+    register(Tool(name="fake_records_delete", description=describe("A visible write behind the review gate."),
+                  side_effect="visible",
+                  timing=Timing(deadline_s=15, commit_point="confirmation",
+                                settle=SettleSpec("fake_run", {"program": "exit_with"})), **common))
     register(Tool(name="fake_write_short", description=describe("A write whose effect begins at the answer."),
                   side_effect="reversible",
                   timing=Timing(deadline_s=2, commit_point="confirmation",
