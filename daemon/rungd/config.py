@@ -154,7 +154,7 @@ def load_config(path: Path | None = None) -> Config:
         config = Config.model_validate({**raw, "source": label})
     except pydantic.ValidationError as exc:
         raise ConfigError(_explain(label, exc)) from None
-    config = _resolve_paths(config, base)
+    config = _resolve_paths(config, base, source.resolve().parent)
     if os.environ.get(SOCKET_ENV):
         config = config.model_copy(
             update={"server": config.server.model_copy(update={"socket": Path(os.environ[SOCKET_ENV])})}
@@ -163,16 +163,25 @@ def load_config(path: Path | None = None) -> Config:
     return config
 
 
-def _resolve_paths(config: Config, base: Path) -> Config:
+def _resolve_paths(config: Config, base: Path, shipped: Path) -> Config:
+    """Make relative paths absolute: runtime paths under ``base``, plugin paths under ``shipped``.
+
+    For a config file both are its folder. For the embedded default, the socket and state
+    go under the working folder while its tool files are the ones shipped beside it.
+    """
+
     def under(p: Path) -> Path:
         return p if p.is_absolute() else base / p
+
+    def beside(p: Path) -> Path:
+        return p if p.is_absolute() else shipped / p
 
     server = config.server.model_copy(update={"socket": under(config.server.socket)})
     state = config.state.model_copy(update={"dir": under(config.state.dir)})
     plugins = config.plugins.model_copy(
         update={
-            "files": [under(p) for p in config.plugins.files],
-            "tool_dirs": [under(p) for p in config.plugins.tool_dirs],
+            "files": [beside(p) for p in config.plugins.files],
+            "tool_dirs": [beside(p) for p in config.plugins.tool_dirs],
         }
     )
     gates = config.gates.model_copy(

@@ -23,6 +23,8 @@ STEPS: list[tuple[str, str, dict[str, object], bool]] = [
      {"item": "-rf"}, False),
     ("an unknown tool: the closest names, nothing run", "inventory_itme_show", {"item": "widget"}, False),
     ("a legacy error status mapped to a stable code", "inventory_item_show", {"item": "doohickey"}, False),
+    ("a real program wrapped by a TOML file, no Python (configs/tools/host.toml)", "host_disk_usage_show",
+     {"mount": "/"}, False),
 ]
 
 

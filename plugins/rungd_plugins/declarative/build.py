@@ -1,0 +1,317 @@
+"""Turning one validated tool file into ``Tool`` declarations with working handlers.
+
+Everything that can be checked before a call is checked at load time, so a mistake in a
+tool file stops start-up with its file and key, instead of failing a call at 3 a.m.:
+placeholders name declared inputs, read-backs and settle reads name tools of the same
+file, regexes compile, the program exists and is executable, writes have a read-back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import string
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pydantic
+import trio
+from pydantic import Field
+
+from rungd import runner
+from rungd.contract import (
+    CallContext,
+    Description,
+    ErrorRule,
+    Result,
+    SettleSpec,
+    Timing,
+    Tool,
+    ToolInputs,
+)
+from rungd.errors import ConfigError, SurfaceChanged, UnexpectedState
+from rungd_plugins.declarative.parse import parse_output
+from rungd_plugins.declarative.schema import InputSpec, ReadBackSpec, ToolFile, ToolSpec
+
+_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool}
+_FORMATTER = string.Formatter()
+
+
+def placeholders(template: str) -> list[str]:
+    """The input names a template refers to as ``{name}``."""
+    return [name for _, name, _, _ in _FORMATTER.parse(template) if name]
+
+
+def substitute(template: Any, values: dict[str, Any]) -> Any:
+    """Fill ``{name}`` placeholders; a template that is one whole placeholder keeps its type."""
+    if not isinstance(template, str):
+        return template
+    names = placeholders(template)
+    if len(names) == 1 and template == "{" + names[0] + "}":
+        return values.get(names[0])
+    return template.format_map({k: "" if v is None else v for k, v in values.items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """A tool file, checked: what ``rungd_register_tools`` registers from it."""
+
+    path: Path
+    tools: list[Tool]
+
+
+def load_tool_file(path: Path, file: ToolFile) -> Loaded:
+    """Build every tool of a validated file.
+
+    Raises:
+        ConfigError: naming ``path``, the key, and what a correct value looks like.
+    """
+    command = _resolve_command(path, file.program.command)
+    specs = file.tools
+    built = []
+    for name, spec in specs.items():
+        key = f"tools.{name}"
+        _check_tool(path, key, name, spec, specs)
+        inputs = _inputs_model(name, spec.inputs)
+        program = _ProgramRunner(command, file.program.env, file.program.credentials, spec)
+        readback = _ReadBack(command, file.program, specs[spec.verify.tool], spec.verify) if spec.verify else None
+        handler = _handler(program, readback, spec)
+        settle = spec.settle or spec.verify  # by default the read-back also settles an unknown
+        built.append(
+            Tool(
+                name=name,
+                description=Description(**spec.description.model_dump()),
+                inputs=inputs,
+                outputs=spec.outputs or {k: k for k in spec.parse.fields},
+                handler=handler,
+                side_effect=spec.side_effect,
+                errors=_errors(spec),
+                timing=Timing(
+                    deadline_s=spec.deadline_s,
+                    commit_point=spec.commit_point,
+                    settle=SettleSpec(settle.tool, {k: _as_reference(v) for k, v in settle.inputs.items()})
+                    if settle else None,
+                ),
+                cap_bytes=spec.cap_bytes,
+                concurrency=spec.concurrency,
+                gate=spec.gate,
+                log_fields=tuple(spec.log_fields),
+            )
+        )
+    return Loaded(path, built)
+
+
+def _as_reference(value: Any) -> Any:
+    """``"{item}"`` in a tool file is ``"$item"`` in a SettleSpec: the call's own input."""
+    if isinstance(value, str) and len(placeholders(value)) == 1 and value == "{" + placeholders(value)[0] + "}":
+        return "$" + placeholders(value)[0]
+    return value
+
+
+def _resolve_command(path: Path, command: str) -> Path:
+    if "/" in command:
+        resolved = Path(command) if os.path.isabs(command) else (path.parent / command).resolve()
+    else:
+        found = shutil.which(command)
+        if found is None:
+            raise ConfigError(f"{path}: key program.command: {command!r} is not on PATH; "
+                              "hint: install it or give its absolute path, e.g. command = \"/usr/bin/df\"")
+        resolved = Path(found)
+    if not (resolved.is_file() and os.access(resolved, os.X_OK)):
+        raise ConfigError(f"{path}: key program.command: {resolved} is not an executable file")
+    return resolved
+
+
+def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str, ToolSpec]) -> None:
+    def fail(where: str, problem: str) -> ConfigError:
+        return ConfigError(f"{path}: key {key}.{where}: {problem}")
+
+    if not re.match(r"^[a-z][a-z0-9]*(_[a-z0-9]+){1,5}$", name):
+        raise ConfigError(f"{path}: key {key}: tool names look like <system>_<object>_<verb>, e.g. inventory_item_show")
+    for i, arg in enumerate(spec.argv):
+        for ref in placeholders(arg):
+            if ref not in spec.inputs:
+                raise fail(f"argv[{i}]", f"{{{ref}}} is not one of its inputs ({', '.join(spec.inputs) or 'none'})")
+    for field in spec.log_fields:
+        if field not in spec.inputs:
+            raise fail("log_fields", f"{field!r} is not one of its inputs")
+    if spec.stdin_input is not None and spec.stdin_input not in spec.inputs:
+        raise fail("stdin_input", f"{spec.stdin_input!r} is not one of its inputs")
+    for code in spec.exit:
+        if not code.lstrip("-").isdigit():
+            raise fail(f"exit.{code}", "keys are exit statuses, e.g. [tools.x.exit.3]")
+    patterns = [("parse.pattern", spec.parse.pattern)] if spec.parse.pattern else []
+    patterns += [(f"confirm[{i}].pattern", c.pattern) for i, c in enumerate(spec.confirm)]
+    patterns += [(f"credential_prompt[{i}].pattern", c.pattern) for i, c in enumerate(spec.credential_prompt)]
+    for where, pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise fail(where, f"not a valid regular expression: {exc}") from None
+    if spec.parse.kind == "regex" and not spec.parse.pattern:
+        raise fail("parse.pattern", "a regex parser needs a pattern with named groups")
+    if spec.commit_point == "confirmation" and not spec.confirm:
+        raise fail("commit_point", "'confirmation' needs a [[...confirm]] entry to answer")
+    if spec.side_effect != "read" and spec.verify is None:
+        raise fail("verify", "a tool that changes something needs a read-back: "
+                             "[tools.NAME.verify] tool = \"<a read tool of this file>\"")
+    for where, ref in (("verify.tool", spec.verify.tool if spec.verify else None),
+                       ("settle.tool", spec.settle.tool if spec.settle else None)):
+        if ref is None:
+            continue
+        if ref not in specs or specs[ref].side_effect != "read":
+            raise fail(where, f"{ref!r} must be a read tool of this same file")
+    if spec.verify:
+        target = specs[spec.verify.tool]
+        for field in spec.verify.expect:
+            if field not in target.parse.fields:
+                raise fail(f"verify.expect.{field}", f"{spec.verify.tool} does not parse a field {field!r}")
+
+
+def _inputs_model(name: str, inputs: dict[str, InputSpec]) -> type[ToolInputs]:
+    fields: dict[str, Any] = {}
+    for field_name, spec in inputs.items():
+        kind: Any = Literal[tuple(spec.enum)] if spec.enum else _TYPES[spec.type]
+        extra = {"allow_dash": True} if spec.allow_dash else None
+        info = Field(
+            description=spec.description,
+            examples=[spec.example],
+            pattern=spec.pattern,
+            min_length=spec.min_length,
+            max_length=spec.max_length,
+            ge=spec.minimum,
+            le=spec.maximum,
+            json_schema_extra=extra,
+        )
+        if spec.required:
+            fields[field_name] = (Annotated[kind, info], ...)
+        else:
+            fields[field_name] = (Annotated[kind | None, info], spec.default)
+    model_name = "".join(part.title() for part in name.split("_")) + "Inputs"
+    try:
+        return pydantic.create_model(model_name, __base__=ToolInputs, **fields)
+    except (TypeError, ValueError, pydantic.PydanticUserError) as exc:
+        raise ConfigError(f"tool {name}: its inputs cannot form a schema: {exc}") from None
+
+
+def _errors(spec: ToolSpec) -> tuple[ErrorRule, ...]:
+    rules = [ErrorRule(r.code, r.retry, r.next_action, r.hint, r.meaning) for r in spec.exit.values()]
+    core = ["TIMEOUT", "SURFACE_CHANGED"] if spec.parse.kind != "none" else ["TIMEOUT"]
+    if spec.credential_prompt or spec.credentials:
+        core.append("AUTH_REQUIRED")
+    if spec.verify:
+        core.append("UNEXPECTED_STATE")
+    for code in [*core, *spec.errors]:
+        if code not in {r.code for r in rules}:
+            rules.append(ErrorRule.core(code))
+    return tuple(rules)
+
+
+class _ProgramRunner:
+    """Runs the file's program with one tool's argv, stdin, prompts and limits."""
+
+    def __init__(self, command: Path, env: dict[str, str], credentials: dict[str, str], spec: ToolSpec) -> None:
+        self.command = command
+        self.env = env
+        self.credentials = credentials
+        self.spec = spec
+        self.exit_table = {int(code): ErrorRule(r.code, r.retry, r.next_action, r.hint, r.meaning)
+                           for code, r in spec.exit.items()}
+
+    def program(self, values: dict[str, Any], argv: list[str] | None = None) -> runner.Program:
+        spec = self.spec
+        words = []
+        for template in argv if argv is not None else spec.argv:
+            value = substitute(template, values)
+            if value is None:
+                continue  # an optional input left out drops its whole argument
+            words.append(str(value).lower() if isinstance(value, bool) else str(value))
+        stdin: Any = spec.stdin
+        if spec.stdin_input is not None and values.get(spec.stdin_input) is not None:
+            stdin = str(values[spec.stdin_input]).encode() + b"\n"
+        return runner.Program(
+            argv=(str(self.command), *words),
+            env={**self.env, **spec.env},
+            env_credentials={**self.credentials, **spec.credentials},
+            stdin=stdin,
+            confirmations=tuple(runner.Confirmation(re.compile(c.pattern), c.answer, c.times) for c in spec.confirm),
+            credential_prompts=tuple(runner.CredentialPrompt(re.compile(c.pattern), c.credential)
+                                     for c in spec.credential_prompt),
+            limits=runner.Limits(**spec.limits.model_dump()) if spec.limits else None,
+        )
+
+    async def run(self, ctx: CallContext, values: dict[str, Any]) -> tuple[dict[str, Any], runner.Completed]:
+        done = await runner.run(ctx, self.program(values))
+        runner.check_exit(done, self.exit_table, ok=tuple(self.spec.ok_exit))
+        return parse_output(self.spec.parse, done.stdout), done
+
+
+class _ReadBack:
+    """The read a write is verified by: another tool of the same file, run in this call."""
+
+    def __init__(self, command: Path, program: Any, target: ToolSpec, spec: ReadBackSpec) -> None:
+        self.runner = _ProgramRunner(command, program.env, program.credentials, target)
+        self.spec = spec
+        self.name = spec.tool
+
+    async def read(self, ctx: CallContext, values: dict[str, Any]) -> dict[str, Any]:
+        inputs = {k: substitute(v, values) for k, v in self.spec.inputs.items()}
+        fields, _ = await self.runner.run(ctx, inputs)
+        return fields
+
+    def expected(self, values: dict[str, Any]) -> dict[str, Any]:
+        return {k: substitute(v, values) for k, v in self.spec.expect.items()}
+
+
+def _matches(fields: dict[str, Any], expected: dict[str, Any]) -> bool:
+    return all(str(fields.get(k)) == str(v) for k, v in expected.items())
+
+
+def _handler(program: _ProgramRunner, readback: _ReadBack | None, spec: ToolSpec) -> Any:
+    async def handle(ctx: CallContext, inputs: ToolInputs) -> Result:
+        values = inputs.model_dump()
+        if readback is None:
+            fields, done = await program.run(ctx, values)
+            return Result(fields=fields, truncated=done.truncated,
+                          narrow="the output was cut; the full output is in the evidence" if done.truncated else None,
+                          verified_by=f"parsed {spec.parse.kind} output" if spec.parse.kind != "none" else None)
+        return await _act_and_verify(ctx, program, readback, values)
+
+    return handle
+
+
+async def _act_and_verify(
+    ctx: CallContext, program: _ProgramRunner, readback: _ReadBack, values: dict[str, Any]
+) -> Result:
+    """Read before, act, poll the read until it shows the expected state, report honestly."""
+    expected = readback.expected(values)
+    before = await readback.read(ctx, values)
+    try:
+        output, _ = await program.run(ctx, values)
+    except SurfaceChanged as exc:
+        # The program ran; whether it did its work is for the read-back to say, not its chatter.
+        exc.outcome = "unknown"
+        raise
+    give_up = trio.current_time() + readback.spec.wait_s
+    after = await readback.read(ctx, values)
+    while not _matches(after, expected) and trio.current_time() < give_up:
+        await trio.sleep(0.2)
+        after = await readback.read(ctx, values)
+    fields = {**output, "before": before, "after": after}
+    verified = f"{readback.name} after the change (rung 2)"
+    if _matches(after, expected):
+        return Result(fields=fields, effect="no_change" if _matches(before, expected) else "changed",
+                      verified_by=verified)
+    if after == before:
+        raise UnexpectedState(
+            "the program reported success, but the read-back shows nothing changed",
+            hint=f"expected {expected}, still {after}; something blocks the change: ask the operator",
+            outcome="done", fields=fields,
+        )
+    raise UnexpectedState(
+        f"the read-back moved somewhere unexpected: expected {expected}, found {after}",
+        hint="someone else may be changing this; read it again before deciding",
+        outcome="unknown", fields=fields,
+    )

@@ -1,0 +1,138 @@
+"""The shape of a tool file: one TOML file per legacy program, validated strictly.
+
+Every key is checked; a misspelled key is an error, not a silently ignored setting. See
+``configs/tools/`` for commented examples and ``plugins/README.md`` for the guide.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NAME = r"^[a-z][a-z0-9]*(_[a-z0-9]+){1,5}$"
+CODE = r"^[A-Z][A-Z0-9_]{2,40}$"
+Retry = Literal["yes", "no", "after_check"]
+NextAction = Literal["continue", "repair", "reconcile", "wait_approval", "request_authority", "retry_later", "stop"]
+FieldType = Literal["string", "integer", "number", "boolean"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InputSpec(_Strict):
+    """One input the model may pass. Described, typed, with an example: it is what a model reads."""
+
+    type: FieldType = "string"
+    description: str = Field(min_length=1)
+    example: Any
+    required: bool = True
+    default: Any = None
+    enum: list[str] | list[int] | None = None
+    pattern: str | None = None
+    min_length: int | None = Field(None, ge=0)
+    max_length: int | None = Field(None, ge=1)
+    minimum: float | None = None
+    maximum: float | None = None
+    allow_dash: bool = False
+
+
+class DescriptionSpec(_Strict):
+    does: str = Field(min_length=1)
+    use_when: str = Field(min_length=1)
+    do_not_use_when: str = Field(min_length=1)
+    returns: str = Field(min_length=1)
+    on_error: str = Field(min_length=1)
+    if_unknown: str = Field(min_length=1)
+
+
+class ExitRule(_Strict):
+    code: str = Field(pattern=CODE)
+    retry: Retry = "no"
+    next_action: NextAction = "stop"
+    hint: str = ""
+    meaning: str = ""
+
+
+class ParseSpec(_Strict):
+    """How stdout becomes fields. Anything that does not parse is SURFACE_CHANGED."""
+
+    kind: Literal["none", "json", "key_value", "regex", "lines"] = "none"
+    separator: str = ":"
+    pattern: str | None = None
+    fields: dict[str, FieldType] = {}
+    max_lines: int = Field(100, ge=1)
+
+
+class ConfirmSpec(_Strict):
+    pattern: str
+    answer: str
+    times: int = Field(1, ge=1, le=10)
+
+
+class CredentialPromptSpec(_Strict):
+    pattern: str
+    credential: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+
+
+class ReadBackSpec(_Strict):
+    """A read (another tool of this file) and the fields it must show after the change."""
+
+    tool: str
+    inputs: dict[str, Any] = {}
+    expect: dict[str, Any] = {}
+    wait_s: float = Field(5.0, ge=0, le=600)
+
+
+class SettleSpec(_Strict):
+    tool: str
+    inputs: dict[str, Any] = {}
+
+
+class LimitsSpec(_Strict):
+    cpu_s: int | None = Field(None, ge=1)
+    address_space_bytes: int | None = Field(None, ge=1 << 20)
+    open_files: int | None = Field(None, ge=8)
+    processes: int | None = Field(None, ge=1)
+    file_size_bytes: int | None = Field(None, ge=0)
+
+
+class ToolSpec(_Strict):
+    description: DescriptionSpec
+    side_effect: Literal["read", "reversible", "visible", "irreversible"] = "read"
+    argv: list[str] = []
+    inputs: dict[str, InputSpec] = {}
+    outputs: dict[str, str] = {}
+    parse: ParseSpec = ParseSpec()
+    exit: dict[str, ExitRule] = {}
+    ok_exit: list[int] = [0]
+    stdin: Literal["none", "eof"] = "none"
+    stdin_input: str | None = None
+    confirm: list[ConfirmSpec] = []
+    credential_prompt: list[CredentialPromptSpec] = []
+    env: dict[str, str] = {}
+    credentials: dict[str, str] = {}
+    deadline_s: float = Field(30.0, gt=0, le=3600)
+    commit_point: Literal["spawn", "confirmation"] = "spawn"
+    verify: ReadBackSpec | None = None
+    settle: SettleSpec | None = None
+    cap_bytes: int = Field(4096, ge=256, le=1 << 20)
+    concurrency: int | None = Field(None, ge=1)
+    gate: Literal["none", "log", "review", "signature"] | None = None
+    log_fields: list[str] = []
+    limits: LimitsSpec | None = None
+    errors: list[Literal["AUTH_REQUIRED", "PROMPT_UNEXPECTED", "SURFACE_CHANGED", "TIMEOUT", "UNEXPECTED_STATE",
+                         "BUSY", "LOCKED"]] = []
+
+
+class ProgramSpec(_Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    command: str = Field(min_length=1)
+    env: dict[str, str] = {}
+    credentials: dict[str, str] = {}
+
+
+class ToolFile(_Strict):
+    program: ProgramSpec
+    tools: dict[str, ToolSpec] = Field(min_length=1)

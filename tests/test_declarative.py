@@ -1,0 +1,176 @@
+"""Tool files: a legacy program wrapped in TOML, checked at load, honest at run time."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rungd.config import load_config
+from rungd.daemon import Daemon
+from rungd.errors import ConfigError
+from rungd.testing import write_config
+from rungd_plugins.declarative import read_tool_file
+
+INVENTORY = Path(__import__("rungd_plugins.demo", fromlist=["x"]).__file__).with_name("inventory.py")
+
+TOOL_FILE = f"""
+[program]
+name = "stock"
+command = "{INVENTORY}"
+
+[tools.stock_item_show]
+argv = ["show", "{{item}}", "--db", "DB"]
+log_fields = ["item"]
+[tools.stock_item_show.description]
+does = "Reads one item."
+use_when = "you need a count."
+do_not_use_when = "you want to change it."
+returns = "item, count, location."
+on_error = "NOT_FOUND: check the name."
+if_unknown = "ask the user."
+[tools.stock_item_show.inputs.item]
+description = "The item."
+example = "widget"
+pattern = "^[a-z]+$"
+[tools.stock_item_show.parse]
+kind = "key_value"
+fields = {{ item = "string", count = "integer", location = "string" }}
+[tools.stock_item_show.exit.3]
+code = "NOT_FOUND"
+hint = "the demo stock has widget, gadget, sprocket"
+
+[tools.stock_count_set]
+side_effect = "reversible"
+argv = ["VERB", "{{item}}", "{{count}}", "--db", "DB"]
+commit_point = "confirmation"
+[tools.stock_count_set.description]
+does = "Sets one item's count."
+use_when = "the user asks to correct a count."
+do_not_use_when = "you only need to read it."
+returns = "before and after."
+on_error = "UNEXPECTED_STATE: stop."
+if_unknown = "ask the user."
+[tools.stock_count_set.inputs.item]
+description = "The item."
+example = "widget"
+pattern = "^[a-z]+$"
+[tools.stock_count_set.inputs.count]
+type = "integer"
+description = "The new count."
+example = 3
+minimum = 0
+[[tools.stock_count_set.confirm]]
+pattern = '^Set \\S+ count from \\d+ to \\d+\\? \\[y/N\\]$'
+answer = "y"
+[tools.stock_count_set.verify]
+tool = "stock_item_show"
+inputs = {{ item = "{{item}}" }}
+expect = {{ count = "{{count}}" }}
+wait_s = 1
+"""
+
+
+def tool_dir(short_tmp: Path, text: str = TOOL_FILE, verb: str = "set") -> Path:
+    folder = short_tmp / "tools"
+    folder.mkdir(exist_ok=True)
+    db = short_tmp / "stock.json"
+    (folder / "stock.toml").write_text(text.replace("DB", str(db)).replace("VERB", verb))
+    return folder
+
+
+@pytest.fixture
+def rungd_config_toml(short_tmp: Path) -> str:
+    return f'[plugins]\ntool_dirs = ["{tool_dir(short_tmp)}"]\n'
+
+
+async def test_read_tool_from_a_file_parses_typed_fields(rungd_daemon) -> None:
+    env = await rungd_daemon.call("stock_item_show", {"item": "gadget"})
+    assert env.status == "ok", env.error
+    assert env.fields == {"item": "gadget", "count": 5, "location": "B-1"}
+    definition = rungd_daemon.daemon.tools["stock_item_show"]
+    assert definition.plugin == "declarative"
+    schema = definition.tool.input_schema()
+    assert schema["properties"]["item"]["examples"] == ["widget"] and schema["additionalProperties"] is False
+
+
+async def test_exit_table_from_the_file(rungd_daemon) -> None:
+    env = await rungd_daemon.call("stock_item_show", {"item": "nope"})
+    assert (env.error.code, env.next_action) == ("NOT_FOUND", "stop")
+    assert "widget, gadget" in env.error.hint
+
+
+async def test_write_is_confirmed_and_read_back(rungd_daemon) -> None:
+    env = await rungd_daemon.call("stock_count_set", {"item": "widget", "count": 7}, request_id="d1")
+    assert (env.status, env.effect) == ("ok", "changed"), env.error
+    assert (env.fields["before"]["count"], env.fields["after"]["count"]) == (12, 7)
+    assert env.verified_by == "stock_item_show after the change (rung 2)"
+    same = await rungd_daemon.call("stock_count_set", {"item": "widget", "count": 7}, request_id="d2")
+    assert (same.status, same.effect) == ("ok", "no_change")
+
+
+async def test_a_program_that_lies_about_success_is_caught_by_the_read_back(short_tmp, nursery) -> None:
+    from rungd.testing import start_daemon
+
+    lying = TOOL_FILE.replace("commit_point = \"confirmation\"", "").replace(
+        "[[tools.stock_count_set.confirm]]\npattern = '^Set \\S+ count from \\d+ to \\d+\\? \\[y/N\\]$'\nanswer = \"y\"\n",
+        "")
+    config = load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{tool_dir(short_tmp, lying, "lie")}"]\n'))
+    daemon = await start_daemon(nursery, config)
+    env = await daemon.call("stock_count_set", {"item": "widget", "count": 99}, request_id="d3")
+    assert (env.error.code, env.outcome, env.next_action) == ("UNEXPECTED_STATE", "done", "stop")
+    assert "nothing changed" in env.error.message
+    daemon.daemon.stop()
+
+
+async def test_output_in_a_new_format_is_surface_changed(short_tmp, nursery) -> None:
+    from rungd.testing import start_daemon
+
+    newer = TOOL_FILE.replace('argv = ["show", "{item}", "--db", "DB"]',
+                              'argv = ["show", "{item}", "--new-format", "--db", "DB"]')
+    config = load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{tool_dir(short_tmp, newer)}"]\n'))
+    daemon = await start_daemon(nursery, config)
+    env = await daemon.call("stock_item_show", {"item": "widget"})
+    assert (env.error.code, env.next_action) == ("SURFACE_CHANGED", "stop")
+    assert "count" in env.error.hint
+    daemon.daemon.stop()
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (("[program]", "[program]\ncolour = 1"), "program.colour: unknown key"),
+        (('argv = ["show", "{item}"', 'argv = ["show", "{itme}"'), "{itme} is not one of its inputs"),
+        (("[tools.stock_count_set.verify]", "[tools.stock_count_set.not_verify]"), "unknown key"),
+        ((f'command = "{INVENTORY}"', 'command = "/no/such/program"'), "program.command"),
+        (("pattern = '^Set", "pattern = '(^Set"), "not a valid regular expression"),
+        (('tool = "stock_item_show"', 'tool = "stock_count_set"'), "must be a read tool"),
+        (('expect = { count', 'expect = { qty'), "does not parse a field 'qty'"),
+    ],
+)
+def test_mistakes_in_a_tool_file_name_the_file_and_key(short_tmp, change, words) -> None:
+    folder = tool_dir(short_tmp, TOOL_FILE.replace(*change))
+    with pytest.raises(ConfigError) as caught:
+        read_tool_file(folder / "stock.toml")
+    assert str(folder / "stock.toml") in str(caught.value)
+    assert words in str(caught.value)
+
+
+def test_a_write_without_read_back_is_refused(short_tmp) -> None:
+    text = TOOL_FILE.split("[tools.stock_count_set.verify]")[0]
+    folder = tool_dir(short_tmp, text)
+    with pytest.raises(ConfigError, match="needs a read-back"):
+        read_tool_file(folder / "stock.toml")
+
+
+def test_the_shipped_tool_files_load(short_tmp) -> None:
+    from rungd.config import embedded_configs
+
+    for path in sorted((embedded_configs() / "tools").glob("*.toml")):
+        assert read_tool_file(path).tools
+    config = load_config(write_config(short_tmp, textwrap.dedent(f"""
+        [plugins]
+        tool_dirs = ["{embedded_configs() / 'tools'}"]
+    """)))
+    assert "host_disk_usage_show" in Daemon(config).tools
