@@ -302,6 +302,68 @@ class Dispatcher:
             return
         await self._run(call, tool, inputs)
 
+    # --- reconcile ---------------------------------------------------------------------------
+
+    async def reconcile(self, tool_name: str, request_id: str, caller: Caller, found: bool | None = None) -> Envelope:
+        """Settle a request whose outcome is unknown, and record what was found.
+
+        Runs the settle read named in the first result; when it shows the expected fields
+        the effect happened (``existing``), when it does not, nothing happened and the
+        request_id may be used again. A tool that declares no expected fields cannot be
+        decided by code: an operator decides with ``found``.
+
+        Raises:
+            UnknownTool, Denied: as for a call of ``tool_name``.
+            ReconcileRequired: the settle read failed, or could not decide; still unknown.
+            KeyError: no call used this request_id within the retention.
+        """
+        tool = self.lookup(tool_name, caller).tool
+        entry = self.audit.index.lookup(tool_name, request_id)
+        if entry is None:
+            raise KeyError(request_id)
+        first = msgspec.convert(entry.result, Envelope) if entry.result else None
+        if entry.state != "unknown" or first is None:
+            if first is not None:
+                return first  # already settled: nothing to do, the first result stands
+            raise ReconcileRequired(f"call {entry.call_id} is still running", hint="wait for it, then reconcile",
+                                    outcome="unknown")
+        settle = first.settle
+        if found is None:
+            if settle is None:
+                raise ReconcileRequired(f"{tool_name} declares no settle read; an operator must decide",
+                                        hint="rungctl reconcile TOOL REQUEST_ID --found yes|no", outcome="unknown")
+            read = await self.call(settle.tool, settle.inputs, None, caller, MAX_WAIT_S)
+            if read.status != "ok":
+                raise ReconcileRequired(
+                    f"the settle read {settle.tool} did not answer: "
+                    f"{read.error.code if read.error else read.status}",
+                    hint="try reconcile again later", outcome="unknown", settle=msgspec.to_builtins(settle),
+                )
+            if not settle.expect:
+                raise ReconcileRequired(
+                    f"{tool_name} does not say what its settle read shows after the change; an operator must decide",
+                    hint=f"the settle read found {read.fields}; decide with rungctl reconcile --found yes|no",
+                    outcome="unknown", fields=read.fields,
+                )
+            found = all(str(read.fields.get(k)) == str(v) for k, v in settle.expect.items())
+            evidence, verified = read.fields, f"settle read {settle.tool} (call {read.call_id})"
+        else:
+            if not is_operator(caller, self.config):
+                raise Denied("only an operator may decide a reconcile by hand",
+                             hint="run reconcile without --found to use the tool's settle read")
+            evidence, verified = {}, f"decided by operator uid {caller.uid}"
+        envelope = msgspec.structs.replace(
+            first, status="ok", outcome="done" if found else "not_started", effect="existing" if found else "none",
+            error=None, next_action="continue", settle=None, fields=evidence, verified_by=verified,
+        )
+        await self.audit.record(
+            "reconciled", entry.call_id, tool.name, request_id=request_id, caller_uid=caller.uid,
+            outcome=envelope.outcome, effect=envelope.effect,
+            result=msgspec.to_builtins(envelope) if found else None,
+            note="the effect happened" if found else "the effect did not happen; the request_id is free again",
+        )
+        return envelope
+
     def held_calls(self, caller: Caller) -> list[Call]:
         """Held calls this caller may see: all of them for an operator, else its own."""
         operator = is_operator(caller, self.config)

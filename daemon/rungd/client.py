@@ -33,6 +33,7 @@ from rungd.protocol import (
     Message,
     Pending,
     ProtocolError,
+    Reconcile,
     Response,
     Result,
     Status,
@@ -134,6 +135,10 @@ class Client:
 
     def deny(self, call_id: str, reason: str = "") -> Decision:
         return self._expect(Deny(call_id=call_id, reason=reason), Decision)
+
+    def reconcile(self, tool: str, request_id: str, found: bool | None = None) -> Envelope:
+        """Settle a request whose outcome is unknown (see ``Dispatcher.reconcile``)."""
+        return self._expect(Reconcile(tool=tool, request_id=request_id, found=found), Result, extra_s=300).envelope
 
     # --- framing ---------------------------------------------------------------------------
 

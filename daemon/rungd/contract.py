@@ -82,23 +82,26 @@ class ErrorRule:
 
 @dataclasses.dataclass(frozen=True)
 class SettleSpec:
-    """The read that settles an unknown outcome: a tool, and its inputs.
+    """The read that settles an unknown outcome: a tool, its inputs, and what it shows
+    when the effect happened.
 
-    ``inputs`` maps each input of the settle tool to the name of an input of this call
-    (``"$name"``) or to a literal value.
+    ``inputs`` maps each input of the settle tool, and ``expect`` each field of its result,
+    to the name of an input of this call (``"$name"``) or to a literal value. With
+    ``expect``, ``reconcile`` can decide by itself whether the effect happened.
     """
 
     tool: str
     inputs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    expect: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def bind(self, call_inputs: Mapping[str, Any]) -> dict[str, Any]:
-        bound = {}
-        for key, value in self.inputs.items():
-            if isinstance(value, str) and value.startswith("$"):
-                bound[key] = call_inputs.get(value[1:])
-            else:
-                bound[key] = value
-        return {"tool": self.tool, "inputs": bound}
+        def fill(mapping: Mapping[str, Any]) -> dict[str, Any]:
+            return {
+                key: call_inputs.get(value[1:]) if isinstance(value, str) and value.startswith("$") else value
+                for key, value in mapping.items()
+            }
+
+        return {"tool": self.tool, "inputs": fill(self.inputs), "expect": fill(self.expect)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,6 +4,7 @@
     rungctl describe TOOL                       the definition a model reads, and the contract
     rungctl call TOOL [key=value ...] [--inputs JSON] [--request-id ID] [--wait S]
     rungctl status CALL_ID | wait CALL_ID
+    rungctl reconcile TOOL REQUEST_ID [--found yes|no]
     rungctl pending | approve CALL_ID [--key KEY] | deny CALL_ID [--reason TEXT]
     rungctl ledger verify | tail [--follow] [--tool T] [--outcome O]
 
@@ -156,6 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
     deny = sub.add_parser("deny", parents=[common], help="deny a held call (operators only)")
     deny.add_argument("call_id")
     deny.add_argument("--reason", default="", help="why; the caller reads it")
+    reconcile = sub.add_parser("reconcile", parents=[common],
+                               help="settle a request whose outcome is unknown by running its settle read")
+    reconcile.add_argument("tool")
+    reconcile.add_argument("request_id")
+    reconcile.add_argument("--found", choices=["yes", "no"], help="operators only: decide by hand")
     ledger = sub.add_parser("ledger", parents=[common], help="check the ledger files (reads them, not the socket)")
     ledger.add_argument("action", choices=["verify"])
     tail = sub.add_parser("tail", parents=[common], help="print ledger events (reads the files)")
@@ -251,6 +257,9 @@ def run_command(client: Client, args: argparse.Namespace) -> int:
             schema = _schema_or_empty(client, args.tool)
             inputs.update(parse_pairs(args.pairs, schema))
         env = client.call(args.tool, inputs, request_id=args.request_id, wait_s=args.wait)
+    elif args.command == "reconcile":
+        found = None if args.found is None else args.found == "yes"
+        env = client.reconcile(args.tool, args.request_id, found)
     elif args.command == "status":
         env = client.status(args.call_id)
     else:

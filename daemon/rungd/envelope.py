@@ -31,10 +31,12 @@ class ErrorInfo(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Settle(msgspec.Struct, forbid_unknown_fields=True):
-    """The read to run when the outcome is unknown: tool name and its inputs."""
+    """The read to run when the outcome is unknown: tool name, its inputs, and the fields
+    it shows if the effect happened (empty when the tool cannot say)."""
 
     tool: str
     inputs: dict[str, Any] = {}
+    expect: dict[str, Any] = {}
 
 
 class Envelope(msgspec.Struct, forbid_unknown_fields=True):

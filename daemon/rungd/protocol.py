@@ -74,7 +74,13 @@ class Deny(Message, tag="deny"):
     reason: str = ""
 
 
-Request = Hello | ListTools | Describe | Call | Status | Wait | Pending | Approve | Deny
+class Reconcile(Message, tag="reconcile"):
+    tool: str
+    request_id: str
+    found: bool | None = None
+
+
+Request = Hello | ListTools | Describe | Call | Status | Wait | Pending | Approve | Deny | Reconcile
 
 
 # --- responses -----------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from rungd.protocol import (
     ListTools,
     Pending,
     ProtocolError,
+    Reconcile,
     Request,
     Response,
     Result,
@@ -259,7 +260,7 @@ class Connection:
         try:
             return await self._respond(request)
         except KeyError:
-            return _error("UNKNOWN_CALL", "no call with that call_id is known",
+            return _error("UNKNOWN_CALL", "no call with that call_id (or request_id) is known",
                           "call_ids are kept for a while after the call ends; start a new call")
 
     async def _respond(self, request: Request) -> Response:
@@ -293,6 +294,11 @@ class Connection:
                 return await self._decide(call_id, approve=True, signature=signature)
             case Deny(call_id=call_id, reason=reason):
                 return await self._decide(call_id, approve=False, reason=reason)
+            case Reconcile(tool=name, request_id=request_id, found=found):
+                try:
+                    return Result(envelope=await dispatcher.reconcile(name, request_id, caller, found))
+                except RungdError as exc:
+                    return _error(exc.code, exc.message, exc.hint)
         raise AssertionError(f"unhandled request {request!r}")  # the union is closed
 
 

@@ -91,8 +91,11 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
                 timing=Timing(
                     deadline_s=spec.deadline_s,
                     commit_point=spec.commit_point,
-                    settle=SettleSpec(settle.tool, {k: _as_reference(v) for k, v in settle.inputs.items()})
-                    if settle else None,
+                    settle=SettleSpec(
+                        settle.tool,
+                        {k: _as_reference(v) for k, v in settle.inputs.items()},
+                        {k: _as_reference(v) for k, v in settle.expect.items()},
+                    ) if settle else None,
                 ),
                 cap_bytes=spec.cap_bytes,
                 concurrency=spec.concurrency,

@@ -86,8 +86,11 @@ class ReadBackSpec(_Strict):
 
 
 class SettleSpec(_Strict):
+    """The read that tells, after a timeout, whether the change happened (default: verify)."""
+
     tool: str
     inputs: dict[str, Any] = {}
+    expect: dict[str, Any] = {}
 
 
 class LimitsSpec(_Strict):

@@ -152,7 +152,7 @@ def tools(db: Path) -> list[Tool]:
         errors=(NOT_FOUND, ErrorRule.core("UNEXPECTED_STATE"), ErrorRule.core("PROMPT_UNEXPECTED"),
                 ErrorRule.core("SURFACE_CHANGED"), ErrorRule.core("TIMEOUT")),
         timing=Timing(deadline_s=20, commit_point="confirmation",
-                      settle=SettleSpec("inventory_item_show", {"item": "$item"})),
+                      settle=SettleSpec("inventory_item_show", {"item": "$item"}, {"count": "$count"})),
         cap_bytes=1024,
         concurrency=1,
         log_fields=("item", "count"),
