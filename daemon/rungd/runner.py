@@ -30,8 +30,12 @@ import dataclasses
 import os
 import re
 import resource
+import shutil
 import signal
+import socket
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -39,7 +43,7 @@ from typing import BinaryIO, Literal
 
 import trio
 
-from rungd import procwatch, proctree
+from rungd import askpass, procwatch, proctree
 from rungd.contract import CallContext, ErrorRule
 from rungd.errors import AuthRequired, Failed, PromptUnexpected, RungdError, ToolError
 from rungd.redact import Redactor
@@ -121,6 +125,7 @@ class Program:
     stdin: Literal["none", "eof"] | bytes = "none"
     confirmations: tuple[Confirmation, ...] = ()
     credential_prompts: tuple[CredentialPrompt, ...] = ()
+    askpass: tuple[CredentialPrompt, ...] = ()
     limits: Limits | None = None
     cwd: Path | None = None
     keep_bytes: int = 64 * 1024
@@ -217,12 +222,15 @@ class _Stream:
         return lines[-1].strip()[-200:] if lines else ""
 
 
-def child_env(ctx: CallContext, program: Program, credentials: Mapping[str, str]) -> dict[str, str]:
+def child_env(
+    ctx: CallContext, program: Program, credentials: Mapping[str, str], askpass: Mapping[str, str] = {}
+) -> dict[str, str]:
     """The child's whole environment: the quiet defaults, a few names passed through, the
-    tool's own values, its credentials, and the call tag."""
+    askpass helper, the tool's own values, its credentials, and the call tag."""
     env = {name: os.environ[name] for name in PASS_THROUGH if name in os.environ}
     env.setdefault("PATH", DEFAULT_PATH)
     env.update(QUIET_ENV)
+    env.update(askpass)
     env.update(program.env)
     env.update(credentials)
     env[proctree.TAG_ENV] = ctx.call_id
@@ -247,14 +255,16 @@ def _preexec(limits: Limits) -> Callable[[], None]:
     return apply
 
 
-async def _spawn(ctx: CallContext, program: Program, credentials: Mapping[str, str]) -> trio.Process:
+async def _spawn(
+    ctx: CallContext, program: Program, credentials: Mapping[str, str], askpass: Mapping[str, str]
+) -> trio.Process:
     return await trio.lowlevel.open_process(
         list(program.argv),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        env=child_env(ctx, program, credentials),
+        env=child_env(ctx, program, credentials, askpass),
         cwd=str(program.cwd or ctx.work_dir),
         preexec_fn=_preexec(program.limits) if program.limits else None,
     )
@@ -282,12 +292,14 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     out_id, out_path = ctx.evidence_path("stdout")
     err_id, err_path = ctx.evidence_path("stderr")
     reaper = ctx.reaper
+    helper = _Askpass()
     try:
         with reaper.spawning() if reaper else contextlib.nullcontext():
-            proc = await _spawn(ctx, program, credentials)
+            proc = await _spawn(ctx, program, credentials, helper.env)
             if reaper:
                 reaper.owned.add(proc.pid)
     except OSError as exc:
+        helper.close()
         raise Failed(
             f"could not start {program.argv[0]}: {exc.strerror}",
             hint="the operator must install the program or fix the tool's argv",
@@ -303,6 +315,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_drain, proc.stdout, stdout)
             nursery.start_soon(_drain, proc.stderr, stderr)
+            nursery.start_soon(helper.serve, watch)
             try:
                 await watch.feed_stdin()
                 await watch.until_exit()
@@ -329,8 +342,11 @@ async def run(ctx: CallContext, program: Program) -> Completed:
                 stream.close()
             if proc.stdin is not None:
                 await proc.stdin.aclose()
-    if question is not None:
-        raise question
+            helper.close()
+    # An askpass refusal names the exact question; it beats whatever the program made of it.
+    problem = question or watch.refused
+    if problem is not None:
+        raise problem
     completed = Completed(
         exit_status=proc.returncode if proc.returncode is not None else -signal.SIGKILL,
         stdout=stdout.text(),
@@ -369,6 +385,50 @@ def _credential(ctx: CallContext, name: str) -> str:
     return value
 
 
+class _Askpass:
+    """The per-call end of the askpass helper: a socket in a private folder, and the script
+    that GIT_ASKPASS, SSH_ASKPASS and SUDO_ASKPASS point at."""
+
+    def __init__(self) -> None:
+        # A short private folder: socket paths are limited to 107 bytes, state paths are not.
+        self.folder = Path(tempfile.mkdtemp(prefix="rungd-askpass-"))
+        self.socket_path = self.folder / "s"
+        self.script = self.folder / "askpass"
+        self.script.write_text(f"#!{sys.executable}\nimport sys\nfrom rungd.askpass import main\nsys.exit(main())\n")
+        self.script.chmod(0o700)
+        self._sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock._sock.bind(str(self.socket_path))  # local path: binding does not block
+        self._sock.listen(8)
+        self.env = {
+            "GIT_ASKPASS": str(self.script),
+            "SSH_ASKPASS": str(self.script),
+            "SSH_ASKPASS_REQUIRE": "force",
+            "SUDO_ASKPASS": str(self.script),
+            askpass.SOCKET_ENV: str(self.socket_path),
+        }
+
+    async def serve(self, watch: _Watch) -> None:
+        """Answer askpass questions until the call ends.
+
+        Cancellation: stops at once; a helper left waiting gets no answer and fails.
+        """
+        while True:
+            conn, _ = await self._sock.accept()
+            with conn:
+                question = b""
+                while len(question) < askpass.MAX_QUESTION and (chunk := await conn.recv(4096)):
+                    question += chunk
+                answer = watch.askpass_answer(question.decode("utf-8", "replace"))
+                reply = b"NO\n" if answer is None else b"OK\n" + answer.encode()
+                with contextlib.suppress(OSError):  # the helper may have died meanwhile
+                    while reply:
+                        reply = reply[await conn.send(reply):]
+
+    def close(self) -> None:
+        self._sock.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 class _Watch:
     """Watches a running program: feeds stdin, notices questions, answers or stops it."""
 
@@ -384,6 +444,7 @@ class _Watch:
         self._left = {id(c): c.times for c in program.confirmations}
         self._stdin_ino = procwatch.pipe_inode(proc.stdin.fileno())  # type: ignore[union-attr]
         self._checked_at = 0.0
+        self.refused: AuthRequired | None = None
 
     async def feed_stdin(self) -> None:
         stdin = self.proc.stdin
@@ -400,9 +461,30 @@ class _Watch:
         while nursery.child_tasks:
             await trio.sleep(0.01)
 
+    def askpass_answer(self, question: str) -> str | None:
+        """The credential to give an askpass question, or None (and the call will stop)."""
+        question = self.redactor.text(question).strip()
+        for prompt in self.program.askpass:
+            if prompt.pattern.search(question):
+                secret = self.ctx.credentials(prompt.credential)
+                if secret is not None:
+                    self.redactor.add(secret)
+                    self.answered.append(f"askpass {prompt.credential}")
+                    return secret
+        self.refused = AuthRequired(
+            f"the program asked for a credential through askpass: {question!r}",
+            hint="rungd holds no credential declared for this question; the operator must add one to the "
+            "tool's askpass answers and the credential store",
+            outcome="unknown" if self.ctx.committed else "not_started",
+            fields={"question": question},
+        )
+        return None
+
     async def until_exit(self) -> None:
         last_snapshot = 0.0
         while self.proc.poll() is None:
+            if self.refused is not None:
+                raise self.refused
             now = time.monotonic()
             if now - last_snapshot >= SNAPSHOT_S:
                 self.tracker.snapshot()

@@ -148,6 +148,7 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
     patterns = [("parse.pattern", spec.parse.pattern)] if spec.parse.pattern else []
     patterns += [(f"confirm[{i}].pattern", c.pattern) for i, c in enumerate(spec.confirm)]
     patterns += [(f"credential_prompt[{i}].pattern", c.pattern) for i, c in enumerate(spec.credential_prompt)]
+    patterns += [(f"askpass[{i}].pattern", c.pattern) for i, c in enumerate(spec.askpass)]
     for where, pattern in patterns:
         try:
             re.compile(pattern)
@@ -202,8 +203,7 @@ def _inputs_model(name: str, inputs: dict[str, InputSpec]) -> type[ToolInputs]:
 def _errors(spec: ToolSpec) -> tuple[ErrorRule, ...]:
     rules = [ErrorRule(r.code, r.retry, r.next_action, r.hint, r.meaning) for r in spec.exit.values()]
     core = ["TIMEOUT", "SURFACE_CHANGED"] if spec.parse.kind != "none" else ["TIMEOUT"]
-    if spec.credential_prompt or spec.credentials:
-        core.append("AUTH_REQUIRED")
+    core.append("AUTH_REQUIRED")  # any program may ask through askpass, or need a terminal to
     if spec.verify:
         core.append("UNEXPECTED_STATE")
     for code in [*core, *spec.errors]:
@@ -242,6 +242,7 @@ class _ProgramRunner:
             confirmations=tuple(runner.Confirmation(re.compile(c.pattern), c.answer, c.times) for c in spec.confirm),
             credential_prompts=tuple(runner.CredentialPrompt(re.compile(c.pattern), c.credential)
                                      for c in spec.credential_prompt),
+            askpass=tuple(runner.CredentialPrompt(re.compile(c.pattern), c.credential) for c in spec.askpass),
             limits=runner.Limits(**spec.limits.model_dump()) if spec.limits else None,
         )
 

@@ -114,6 +114,7 @@ class ToolSpec(_Strict):
     stdin_input: str | None = None
     confirm: list[ConfirmSpec] = []
     credential_prompt: list[CredentialPromptSpec] = []
+    askpass: list[CredentialPromptSpec] = []
     env: dict[str, str] = {}
     credentials: dict[str, str] = {}
     deadline_s: float = Field(30.0, gt=0, le=3600)
