@@ -73,6 +73,8 @@ class PluginsConfig(_Section):
     files: list[Path] = Field(default_factory=list, examples=[["/etc/rungd/plugins/erp.py"]])
     disable: list[str] = Field(default_factory=list, examples=[["demo"]])
     tool_dirs: list[Path] = Field(default_factory=list, examples=[["/etc/rungd/tools"]])
+    # Each plugin's own settings, under its name; the plugin validates them itself.
+    settings: dict[str, dict[str, Any]] = Field(default_factory=dict, examples=[{"git_repo": {"repos": {}}}])
 
 
 class GatesConfig(_Section):
