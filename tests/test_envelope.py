@@ -40,3 +40,11 @@ def test_error_hint_is_cut_when_fields_cannot_shrink() -> None:
     assert encoded_size(cut) <= 1024
     assert cut.error.code == "FAILED"
     assert cut.truncated
+
+
+def test_many_evidence_ids_shrink_to_a_pointer_before_fields_are_cut() -> None:
+    env = Envelope(call_id="c1", tool="t", status="ok", outcome="done", effect="none", fields={"keep": "x" * 300},
+                   evidence=[f"c1.{i}.stdout" for i in range(60)])
+    cut = fit_to_cap(env, 1024)
+    assert cut.fields == {"keep": "x" * 300}
+    assert cut.evidence[0] == "c1.0.stdout" and "c1.* (57 more)" in cut.evidence

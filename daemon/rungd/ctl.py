@@ -6,6 +6,7 @@
     rungctl status CALL_ID | wait CALL_ID
     rungctl reconcile TOOL REQUEST_ID [--found yes|no]
     rungctl pending | approve CALL_ID [--key KEY] | deny CALL_ID [--reason TEXT]
+    rungctl new-plugin NAME [--python] [--dir DIR]
     rungctl ledger verify | tail [--follow] [--tool T] [--outcome O]
 
 Every command takes ``--json`` for machines. Exit status: 0 ok, 1 the call ended in an
@@ -30,6 +31,7 @@ from rungd.config import load_config
 from rungd.envelope import Envelope
 from rungd.errors import ConfigError
 from rungd.gates import sign
+from rungd.scaffold import new_plugin
 from rungd.protocol import ToolDefinition
 
 EXIT_OK, EXIT_ERROR_RESULT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_PENDING = 0, 1, 2, 3, 4
@@ -162,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument("tool")
     reconcile.add_argument("request_id")
     reconcile.add_argument("--found", choices=["yes", "no"], help="operators only: decide by hand")
+    scaffold = sub.add_parser("new-plugin", parents=[common], help="scaffold a tool file or a Python plugin")
+    scaffold.add_argument("name", help="the legacy program's name: one lower-case word")
+    scaffold.add_argument("--python", action="store_true", help="a Python plugin package instead of a TOML file")
+    scaffold.add_argument("--dir", type=Path, default=Path("."), help="where to write it (default: here)")
     ledger = sub.add_parser("ledger", parents=[common], help="check the ledger files (reads them, not the socket)")
     ledger.add_argument("action", choices=["verify"])
     tail = sub.add_parser("tail", parents=[common], help="print ledger events (reads the files)")
@@ -180,6 +186,16 @@ def main(argv: list[str] | None = None) -> int:
     # `rungctl ... | head` should end quietly when head has read enough, like any CLI.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     args = build_parser().parse_args(argv)
+    if args.command == "new-plugin":
+        try:
+            written = new_plugin(args.name, args.dir, python=args.python)
+        except ValueError as exc:
+            print(f"rungctl: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        for path in written:
+            print(f"wrote {path}")
+        print("next: fill in every FILL IN, then `rungd check-config` and `rungctl lint`; see plugins/README.md")
+        return EXIT_OK
     if args.command in ("ledger", "tail"):
         try:
             return run_ledger_command(args)

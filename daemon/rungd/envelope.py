@@ -75,13 +75,21 @@ def encoded_size(envelope: Envelope) -> int:
 def fit_to_cap(envelope: Envelope, cap_bytes: int = DEFAULT_CAP_BYTES) -> Envelope:
     """Return the envelope cut down to at most ``cap_bytes`` of JSON.
 
-    Cutting order: the longest string or list in ``fields`` is halved (strings keep head
+    Cutting order: a long list of evidence ids is shortened to a pointer (it is not cut
+    data: every file stays on disk); then the longest string or list in ``fields`` is halved (strings keep head
     and tail, lists keep their first items) until the envelope fits; then the error hint
     is shortened; as a last resort ``fields`` is emptied. Whenever anything is cut,
     ``truncated`` is set and ``narrow`` says so, pointing at the evidence ids.
     """
     if encoded_size(envelope) <= cap_bytes:
         return envelope
+    if len(envelope.evidence) > 4:
+        # Operators find every file of a call by its id; the model needs only a pointer.
+        kept = [*envelope.evidence[:2], f"{envelope.call_id}.* ({len(envelope.evidence) - 3} more)",
+                envelope.evidence[-1]]
+        envelope = msgspec.structs.replace(envelope, evidence=kept)
+        if encoded_size(envelope) <= cap_bytes:
+            return envelope
     fields = _deepcopy(envelope.fields)
     hint = envelope.error.hint if envelope.error else ""
     narrow = envelope.narrow or _default_narrow(envelope)

@@ -49,7 +49,8 @@ def make_plugin_manager(config: Config) -> pluggy.PluginManager:
                 f"plugins.modules: cannot import {module_name!r}: {exc}; "
                 "hint: install the package that provides it into rungd's environment"
             ) from None
-        _register(pm, module, module_name)
+        if not pm.is_registered(module):  # also installed as an entry point: load it once
+            _register(pm, module, module_name)
     for path in config.plugins.files:
         name = f"file:{path.stem}"
         if pm.is_blocked(name) or pm.is_blocked(path.stem):

@@ -162,6 +162,7 @@ class _Stream:
         self.total = 0
         self.last_output = time.monotonic()
         self.recent = bytearray()  # the last bytes printed, to quote a question
+        self.drained = trio.Event()  # set at end-of-file
         self._evidence = evidence
         self._evidence_cap = evidence_cap
         self._evidence_written = 0
@@ -328,7 +329,8 @@ async def run(ctx: CallContext, program: Program) -> Completed:
                 # the readers a moment to reach end-of-file, then stop waiting: the sweep
                 # below kills whoever holds them.
                 with trio.move_on_after(0.2):
-                    await watch.readers_done(nursery)
+                    for stream in (stdout, stderr):
+                        await stream.drained.wait()
             nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
@@ -369,10 +371,12 @@ async def run(ctx: CallContext, program: Program) -> Completed:
 
 
 async def _drain(stream: trio.abc.ReceiveStream | None, sink: _Stream) -> None:
-    if stream is None:
-        return
-    while chunk := await stream.receive_some(1 << 16):
-        sink.take(chunk)
+    try:
+        if stream is not None:
+            while chunk := await stream.receive_some(1 << 16):
+                sink.take(chunk)
+    finally:
+        sink.drained.set()
 
 
 def _credential(ctx: CallContext, name: str) -> str:
@@ -457,10 +461,6 @@ class _Watch:
         if self.program.stdin == "eof":
             await stdin.aclose()
 
-    async def readers_done(self, nursery: trio.Nursery) -> None:
-        while nursery.child_tasks:
-            await trio.sleep(0.01)
-
     def askpass_answer(self, question: str) -> str | None:
         """The credential to give an askpass question, or None (and the call will stop)."""
         question = self.redactor.text(question).strip()
@@ -482,7 +482,12 @@ class _Watch:
 
     async def until_exit(self) -> None:
         last_snapshot = 0.0
-        while self.proc.poll() is None:
+        while True:
+            # Wake the moment the program exits, and at least every POLL_S to look at it.
+            with trio.move_on_after(POLL_S):
+                await self.proc.wait()
+            if self.proc.returncode is not None:
+                return
             if self.refused is not None:
                 raise self.refused
             now = time.monotonic()
@@ -492,7 +497,6 @@ class _Watch:
             quiet_since = max(s.last_output for s in self.streams)
             if now - quiet_since >= self.program.quiet_s and quiet_since > self._checked_at:
                 await self._check_for_question(quiet_since)
-            await trio.sleep(POLL_S)
 
     async def _check_for_question(self, quiet_since: float) -> None:
         if self.proc.stdin is None or self.program.stdin == "eof":
