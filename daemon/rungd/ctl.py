@@ -6,6 +6,8 @@
     rungctl status CALL_ID | wait CALL_ID
     rungctl reconcile TOOL REQUEST_ID [--found yes|no]
     rungctl pending | approve CALL_ID [--key KEY] | deny CALL_ID [--reason TEXT]
+    rungctl export-tools --format openai|anthropic|mcp|jsonschema [--tools a,b]
+    rungctl lint [--json] [--tools a,b] [--offline]
     rungctl new-plugin NAME [--python] [--dir DIR]
     rungctl ledger verify | tail [--follow] [--tool T] [--outcome O]
 
@@ -29,7 +31,13 @@ import msgspec
 from rungd.client import Client, ClientError, RequestRejected
 from rungd.config import load_config
 from rungd.envelope import Envelope
-from rungd.errors import ConfigError
+from rungd import definitions
+from rungd.errors import ConfigError, PluginError
+from rungd.lint import definitions_from_config
+from rungd.lint import exit_status as lint_exit_status
+from rungd.lint import format_json as lint_json
+from rungd.lint import format_text as lint_text
+from rungd.lint import lint as lint_definitions
 from rungd.gates import sign
 from rungd.scaffold import new_plugin
 from rungd.protocol import ToolDefinition
@@ -164,6 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument("tool")
     reconcile.add_argument("request_id")
     reconcile.add_argument("--found", choices=["yes", "no"], help="operators only: decide by hand")
+    export = sub.add_parser("export-tools", parents=[common],
+                            help="tool definitions in a model provider's shape, with their sizes")
+    export.add_argument("--format", required=True, choices=["openai", "anthropic", "mcp", "jsonschema"])
+    export.add_argument("--tools", help="comma-separated names (default: every tool you may call)")
+    lint = sub.add_parser("lint", parents=[common], help="check tools against the contract and description template")
+    lint.add_argument("--tools", help="comma-separated names (default: all)")
+    lint.add_argument("--offline", action="store_true",
+                      help="load the config's plugins here instead of asking a running daemon")
     scaffold = sub.add_parser("new-plugin", parents=[common], help="scaffold a tool file or a Python plugin")
     scaffold.add_argument("name", help="the legacy program's name: one lower-case word")
     scaffold.add_argument("--python", action="store_true", help="a Python plugin package instead of a TOML file")
@@ -196,6 +212,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {path}")
         print("next: fill in every FILL IN, then `rungd check-config` and `rungctl lint`; see plugins/README.md")
         return EXIT_OK
+    if args.command == "lint" and args.offline:
+        try:
+            return run_lint(definitions_from_config(load_config(args.config)), args)
+        except (ConfigError, PluginError) as exc:
+            print(f"rungctl: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     if args.command in ("ledger", "tail"):
         try:
             return run_ledger_command(args)
@@ -235,6 +257,25 @@ def run_command(client: Client, args: argparse.Namespace) -> int:
         print(_json(definition) if args.json else "", end="\n" if args.json else "")
         if not args.json:
             print_definition(definition)
+        return EXIT_OK
+    if args.command in ("export-tools", "lint"):
+        names = [t.name for t in client.list_tools()]
+        chosen = names
+        if args.tools:
+            chosen = [n.strip() for n in args.tools.split(",") if n.strip()]
+            unknown = sorted(set(chosen) - set(names))
+            if unknown:
+                raise UsageError(f"unknown tools {', '.join(unknown)}; yours are {', '.join(names)}")
+        defs = [client.describe(name) for name in chosen]
+        if args.command == "lint":
+            return run_lint(defs, args, known=names)
+        try:
+            exported = definitions.export(defs, args.format)
+        except definitions.ExportError as exc:
+            print(f"rungctl: {exc}", file=sys.stderr)
+            return EXIT_ERROR_RESULT
+        print(json.dumps(exported, indent=2, ensure_ascii=False))
+        print(definitions.size_table(definitions.sizes(exported)), file=sys.stderr)
         return EXIT_OK
     if args.command == "pending":
         held = client.pending()
@@ -285,6 +326,16 @@ def run_command(client: Client, args: argparse.Namespace) -> int:
     else:
         print_envelope(env)
     return envelope_exit(env)
+
+
+def run_lint(defs: list[ToolDefinition], args: argparse.Namespace, known: list[str] | None = None) -> int:
+    """Lint ``defs``; the exit status is 1 when any finding must be fixed first."""
+    if args.tools and args.offline:
+        wanted = {n.strip() for n in args.tools.split(",")}
+        defs = [d for d in defs if d.name in wanted]
+    findings = lint_definitions(defs, known_tools=known or [d.name for d in defs])
+    print(lint_json(findings) if args.json else lint_text(findings, len(defs)))
+    return lint_exit_status(findings)
 
 
 def run_ledger_command(args: argparse.Namespace) -> int:

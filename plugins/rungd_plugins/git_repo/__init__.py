@@ -183,13 +183,15 @@ def _tools(settings: Settings, command: str) -> list[Tool]:
             name="git_repo_pull",
             description=Description(
                 does="Fast-forwards one allow-listed repository to its upstream branch (git fetch, then merge "
-                     "--ff-only). A write: it moves the work tree; a repeat with the same request_id changes "
-                     "nothing more. Never merges diverged history.",
+                     "--ff-only). A write: it moves the work tree; it can be undone by a person resetting to "
+                     "commit_before; a repeat with the same request_id changes nothing more. Never merges "
+                     "diverged history.",
                 use_when="the user asks to update or deploy the latest commits of a repository.",
                 do_not_use_when="you only want to know whether updates exist; use git_repo_status_show.",
                 returns="repo, commit_before, commit_after, upstream; effect changed or no_change from the commits.",
                 on_error="AUTH_REQUIRED (ask the operator for credentials), NOT_FAST_FORWARD (stop: a person "
-                         "merges), TIMEOUT with outcome unknown (run git_repo_status_show before any retry).",
+                         "merges), NO_UPSTREAM and NOT_A_REPOSITORY (stop: configuration), TIMEOUT with outcome "
+                         "unknown (run git_repo_status_show before any retry).",
                 if_unknown="if you do not know which repository is meant, ask the user; do not guess.",
             ),
             inputs=RepoInputs, outputs={"commit_before": "HEAD before", "commit_after": "HEAD after, read back"},

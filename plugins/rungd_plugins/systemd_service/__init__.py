@@ -148,15 +148,16 @@ def _tools(settings: Settings, command: str) -> list[Tool]:
             name="service_restart",
             description=Description(
                 does="Restarts one allow-listed systemd service and waits until it is healthy again. Visible to "
-                     "its users (a short interruption); needs an operator's approval. A repeat with the same "
-                     "request_id restarts nothing more.",
+                     "its users (a short interruption that cannot be undone); needs an operator's approval. A "
+                     "repeat with the same request_id restarts nothing more.",
                 use_when="a service is stuck or must pick up new configuration, and the user asked for a restart.",
                 do_not_use_when="you only need its state; use service_status_show. Never to fix a failing "
                                 "service in a loop.",
                 returns="service, state_after, healthy, main_pid_before, main_pid_after; effect changed after a "
                         "status read shows it active with a newer start time.",
-                on_error="UNHEALTHY_AFTER_RESTART (stop, hand over), AUTH_REQUIRED (ask the operator), TIMEOUT "
-                         "with outcome unknown (read service_status_show before any retry).",
+                on_error="UNHEALTHY_AFTER_RESTART (stop, hand over), AUTH_REQUIRED (ask the operator), NOT_FOUND "
+                         "(stop: not installed), TIMEOUT with outcome unknown (read service_status_show before any "
+                         "retry).",
                 if_unknown="if you do not know which service or why, ask the user; do not guess.",
             ),
             inputs=RestartInputs, outputs={"healthy": "active after the restart", "state_after": "ActiveState"},

@@ -1,0 +1,42 @@
+"""rungctl export-tools and lint, as a CI job or an agent developer would run them."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import trio
+
+from tests.conftest import TEST_PLUGINS
+
+
+async def ctl(*args: str) -> trio.CompletedProcess:
+    return await trio.run_process([sys.executable, "-m", "rungd.ctl", *args], capture_stdout=True,
+                                  capture_stderr=True, check=False)
+
+
+async def test_export_tools_prints_provider_json_and_sizes(rungd_daemon) -> None:
+    done = await ctl("--socket", str(rungd_daemon.socket), "export-tools", "--format", "anthropic",
+                     "--tools", "inventory_item_show,inventory_count_set")
+    assert done.returncode == 0, done.stderr
+    exported = json.loads(done.stdout)
+    assert [d["name"] for d in exported] == ["inventory_item_show", "inventory_count_set"]
+    assert "request_id" in exported[1]["input_schema"]["required"]  # writes carry their key
+    assert b"~tokens" in done.stderr and b"total" in done.stderr
+    unknown = await ctl("--socket", str(rungd_daemon.socket), "export-tools", "--format", "mcp", "--tools", "nope")
+    assert unknown.returncode == 2 and b"unknown tools nope" in unknown.stderr
+
+
+async def test_lint_passes_on_the_builtins_and_fails_a_bad_tool(short_tmp) -> None:
+    from rungd.testing import write_config
+
+    good = write_config(short_tmp, "")
+    done = await ctl("lint", "--offline", "--config", str(good))
+    assert done.returncode == 0, done.stdout
+    assert b"fix-first" not in done.stdout or b"0 fix-first" in done.stdout
+    bad = short_tmp / "bad"
+    bad.mkdir()
+    config = write_config(bad, f'[plugins]\nfiles = ["{TEST_PLUGINS / "bad_tools.py"}"]\n')
+    failed = await ctl("lint", "--offline", "--json", "--config", str(config))
+    assert failed.returncode == 1
+    assert json.loads(failed.stdout)["ok"] is False
