@@ -3,7 +3,7 @@
 
     python3 dev.py demo     create .venv, install rungd, start the daemon on its embedded
                             default and walk through real calls; Ctrl-C stops it
-    python3 dev.py test     create .venv, install rungd with its test extra, run the suite
+    python3 dev.py test     create .venv, install rungd with its test and mcp extras, run the suite
                             (extra arguments go to pytest)
     python3 dev.py bench    run the benchmarks in bench/ and print their tables
 
@@ -30,9 +30,9 @@ def ensure_venv() -> None:
     if not (BIN / "python").exists():
         print("dev.py: creating .venv", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    print("dev.py: installing rungd and its test extra into .venv", flush=True)
+    print("dev.py: installing rungd with its test and mcp extras into .venv", flush=True)
     subprocess.run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True)
-    subprocess.run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[test]"], check=True)
+    subprocess.run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[test,mcp]"], check=True)
     STAMP.write_text(wanted)
 
 

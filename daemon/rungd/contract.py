@@ -309,7 +309,8 @@ class Tool:
             elif info is not None and info.description:
                 parts.append(f"{field}: {info.description.rstrip('.')}")
         example = json.dumps(self.example_inputs(), ensure_ascii=False)
-        parts.append(f"a valid call: {self.name} {example}")
+        key = " with a request_id unique to this change" if self.requires_request_id else ""
+        parts.append(f"a valid call: {self.name} {example}{key}")
         return ". ".join(parts)
 
 

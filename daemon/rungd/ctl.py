@@ -8,6 +8,7 @@
     rungctl pending | approve CALL_ID [--key KEY] | deny CALL_ID [--reason TEXT]
     rungctl export-tools --format openai|anthropic|mcp|jsonschema [--tools a,b]
     rungctl lint [--json] [--tools a,b] [--offline]
+    rungctl mcp [--wait S]                      an MCP server on stdio, forwarding to rungd
     rungctl new-plugin NAME [--python] [--dir DIR]
     rungctl ledger verify | tail [--follow] [--tool T] [--outcome O]
 
@@ -180,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument("--tools", help="comma-separated names (default: all)")
     lint.add_argument("--offline", action="store_true",
                       help="load the config's plugins here instead of asking a running daemon")
+    mcp = sub.add_parser("mcp", parents=[common], help="serve the tools over MCP on stdio (needs rungd[mcp])")
+    mcp.add_argument("--wait", type=float, default=25.0, help="seconds a call waits before answering pending")
     scaffold = sub.add_parser("new-plugin", parents=[common], help="scaffold a tool file or a Python plugin")
     scaffold.add_argument("name", help="the legacy program's name: one lower-case word")
     scaffold.add_argument("--python", action="store_true", help="a Python plugin package instead of a TOML file")
@@ -226,6 +229,13 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
     try:
         socket_path = args.socket or (load_config(args.config).server.socket if args.config else None)
+        if args.command == "mcp":
+            try:
+                from rungd.mcp_bridge import run_bridge
+            except ModuleNotFoundError as exc:  # its message says: pip install 'rungd[mcp]'
+                print(f"rungctl: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            return run_bridge(socket_path, wait_s=args.wait)
         with Client(socket_path) as client:
             return run_command(client, args)
     except UsageError as exc:

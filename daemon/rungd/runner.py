@@ -307,7 +307,12 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         ) from None
     if ctx.tool.timing.commit_point == "spawn":
         ctx.mark_committed()
-    tracker = proctree.Tracker(ctx.call_id, proc.pid)
+    # Where the daemon may make cgroups (root, or systemd's Delegate=yes), the call gets its
+    # own, so the kill reaches every process of it, however it detached (cgroup.kill).
+    cgroup = proctree.CallCgroup.create(ctx.call_id)
+    if cgroup is not None:
+        cgroup.add(proc.pid)
+    tracker = proctree.Tracker(ctx.call_id, proc.pid, cgroup=cgroup)
     stdout = _Stream("stdout", program.keep_bytes, open(out_path, "wb"), program.evidence_bytes, redactor)
     stderr = _Stream("stderr", program.keep_bytes, open(err_path, "wb"), program.evidence_bytes, redactor)
     watch = _Watch(ctx, program, proc, tracker, (stdout, stderr), redactor)
@@ -335,6 +340,8 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     finally:
         with trio.CancelScope(shield=True):
             await proctree.kill_tree(tracker, grace_s=program.grace_s, pgid=proc.pid)
+            if cgroup is not None:
+                cgroup.remove()
             with trio.move_on_after(2):
                 await proc.wait()
             if reaper:

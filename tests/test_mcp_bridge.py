@@ -1,0 +1,262 @@
+"""The MCP bridge, driven by the MCP SDK's own client over stdio against a real daemon.
+
+The daemon serves in the test's Trio nursery; the bridge is a real child process speaking
+MCP on its stdin and stdout, exactly as an MCP host starts ``rungctl mcp``; the client is
+``mcp.client.stdio.stdio_client`` with ``ClientSession``. The SDK is written on anyio, so it
+runs here on anyio's Trio backend, in the test's own task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import msgspec
+import pytest
+import trio
+
+pytest.importorskip("mcp", reason="the MCP bridge is the optional extra rungd[mcp]; pip install 'rungd[mcp]'")
+
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+from rungd.client import Client
+from rungd.config import load_config
+from rungd.definitions import to_mcp
+from rungd.envelope import Envelope
+from rungd.mcp_bridge import WAIT_TOOL, Bridge, envelope_result
+from rungd.testing import start_daemon, write_config
+
+from tests.conftest import TEST_PLUGINS
+
+
+@pytest.fixture
+def rungd_config_toml() -> str:
+    return f"""
+[plugins]
+files = ["{TEST_PLUGINS / 'echo_tools.py'}"]
+"""
+
+
+@asynccontextmanager
+async def bridge(
+    socket: Path, short_tmp: Path, *, wait_s: float | None = None, uid: int | None = None
+) -> AsyncIterator[ClientSession]:
+    """An SDK client session with the bridge running as a child process on stdio.
+
+    With ``uid``, the child switches to that uid after its imports and before it connects
+    (the test must run as root), so the daemon learns the bridge's user from SO_PEERCRED,
+    as it would in production.
+    """
+    options = "" if wait_s is None else f", wait_s={wait_s!r}"
+    # Import first: this machine's Python may live where the other uid cannot read.
+    code = "import os, anyio._backends._asyncio\nfrom rungd.mcp_bridge import run_bridge\n"
+    if uid is not None:
+        code += f"os.setgroups([]); os.setgid({uid}); os.setuid({uid})\n"
+    code += f"raise SystemExit(run_bridge({str(socket)!r}{options}))"
+    if uid is None:  # what a user types: rungctl mcp
+        args = ["-m", "rungd.ctl", "--socket", str(socket), "mcp", *([] if wait_s is None else ["--wait", str(wait_s)])]
+    else:
+        args = ["-c", code]
+    params = StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ))
+    errpath = short_tmp / f"bridge-{uuid.uuid4().hex[:8]}.stderr"
+    with open(errpath, "w", encoding="utf-8") as errlog:
+        try:
+            async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                yield session
+        except BaseException as exc:
+            exc.add_note(f"bridge stderr:\n{errpath.read_text(encoding='utf-8')}")
+            raise
+
+
+def text_of(result: types.CallToolResult) -> str:
+    assert len(result.content) == 1 and isinstance(result.content[0], types.TextContent)
+    return result.content[0].text
+
+
+async def test_lists_rungd_tools_with_rungds_own_schema(rungd_daemon, short_tmp) -> None:
+    async with bridge(rungd_daemon.socket, short_tmp) as session:
+        listed = {t.name: t for t in (await session.list_tools()).tools}
+    summaries = await rungd_daemon.run(Client.list_tools)
+    assert set(listed) == {s.name for s in summaries} | {WAIT_TOOL}
+    for name in ("inventory_item_show", "inventory_count_set", "test_text_echo"):
+        definition = await rungd_daemon.run(Client.describe, name)
+        expected = to_mcp(definition)
+        tool = listed[name]
+        assert tool.inputSchema == expected["inputSchema"]
+        assert tool.description == definition.description
+        assert tool.annotations.model_dump(exclude_none=True) == expected["annotations"]
+    write = listed["inventory_count_set"]
+    assert "request_id" in write.inputSchema["required"]
+    assert write.inputSchema["additionalProperties"] is False
+    assert listed["inventory_item_show"].annotations.readOnlyHint is True
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to run the bridge as a second uid")
+async def test_lists_and_calls_only_what_the_bridges_own_uid_may_use(nursery, short_tmp) -> None:
+    other = 65534
+    path = write_config(short_tmp, f"""
+        [access]
+        uids = [0, {other}]
+
+        [access.tools.inventory_count_set]
+        uids = [0]
+        """)
+    path.write_text(path.read_text().replace("[server]\n", '[server]\nsocket_mode = "0666"\n', 1))
+    short_tmp.chmod(0o755)
+    daemon = await start_daemon(nursery, load_config(path))
+    async with bridge(daemon.socket, short_tmp, uid=other) as session:
+        names = {t.name for t in (await session.list_tools()).tools}
+        denied = await session.call_tool("inventory_count_set", {"item": "widget", "count": 1, "request_id": "u1"})
+        read = await session.call_tool("inventory_item_show", {"item": "widget"})
+    assert "inventory_item_show" in names and "inventory_count_set" not in names
+    assert denied.isError is True and "ERROR DENIED" in text_of(denied)
+    assert read.isError is False
+    daemon.daemon.stop()
+
+
+async def test_read_is_ok_with_the_envelope_as_structured_content(rungd_daemon, short_tmp) -> None:
+    async with bridge(rungd_daemon.socket, short_tmp) as session:
+        result = await session.call_tool("test_text_echo", {"text": "ab", "times": 2})
+    assert result.isError is False
+    envelope = result.structuredContent
+    assert (envelope["status"], envelope["outcome"], envelope["effect"]) == ("ok", "done", "none")
+    assert envelope["fields"] == {"text": "abab"}
+    summary = json.loads(text_of(result))
+    assert summary["fields"] == {"text": "abab"}
+    assert (summary["status"], summary["outcome"], summary["effect"], summary["truncated"]) == (
+        "ok", "done", "none", False)
+    assert summary["call_id"] == envelope["call_id"]
+
+
+async def test_bad_input_is_an_error_with_the_daemons_hint(rungd_daemon, short_tmp) -> None:
+    async with bridge(rungd_daemon.socket, short_tmp) as session:
+        result = await session.call_tool("inventory_item_show", {"item": "-rf"})
+    assert result.isError is True
+    text = text_of(result)
+    assert text.startswith("ERROR BAD_INPUT from inventory_item_show")
+    assert "hint: " in text and 'inventory_item_show {"item": "widget"}' in text
+    assert "next_action: repair" in text and "retry: no" in text and "outcome: not_started" in text
+    assert result.structuredContent["error"]["code"] == "BAD_INPUT"
+
+
+async def test_unknown_tool_is_an_error_naming_the_closest_tool(rungd_daemon, short_tmp) -> None:
+    async with bridge(rungd_daemon.socket, short_tmp) as session:
+        result = await session.call_tool("inventory_itme_show", {"item": "widget"})
+    assert result.isError is True
+    assert "ERROR UNKNOWN_TOOL" in text_of(result)
+    assert "inventory_item_show" in text_of(result)
+
+
+async def test_write_without_request_id_is_an_error_asking_for_one(rungd_daemon, short_tmp) -> None:
+    async with bridge(rungd_daemon.socket, short_tmp) as session:
+        await session.list_tools()
+        result = await session.call_tool("inventory_count_set", {"item": "widget", "count": 15})
+    assert result.isError is True
+    text = text_of(result)
+    assert "ERROR BAD_INPUT" in text and "request_id" in text
+    assert not (rungd_daemon.config.state_dir / "demo" / "inventory.json").exists()
+
+
+async def test_write_with_request_id_changes_once_and_a_repeat_gets_the_first_result(
+    rungd_daemon, short_tmp
+) -> None:
+    request_id = str(uuid.uuid4())
+    arguments = {"item": "widget", "count": 15, "request_id": request_id}
+    async with bridge(rungd_daemon.socket, short_tmp) as session:
+        await session.list_tools()
+        first = await session.call_tool("inventory_count_set", arguments)
+        again = await session.call_tool("inventory_count_set", arguments)
+    assert first.isError is False, text_of(first)
+    envelope = first.structuredContent
+    assert (envelope["status"], envelope["effect"], envelope["request_id"]) == ("ok", "changed", request_id)
+    assert envelope["verified_by"]
+    assert json.loads(text_of(first))["verified_by"] == envelope["verified_by"]
+    assert again.structuredContent["call_id"] == envelope["call_id"]  # answered, not run again
+
+
+async def test_slow_call_is_pending_not_success_and_the_wait_tool_fetches_it(rungd_daemon, short_tmp) -> None:
+    async with bridge(rungd_daemon.socket, short_tmp, wait_s=0.2) as session:
+        pending = await session.call_tool("test_clock_sleep", {"seconds": 1.0})
+        assert pending.isError is False
+        assert pending.structuredContent["status"] == "pending"
+        call_id = pending.structuredContent["call_id"]
+        text = text_of(pending)
+        assert text.startswith("PENDING: not done and not failed")
+        assert "still running" in text and WAIT_TOOL in text and call_id in text
+        done = await session.call_tool(WAIT_TOOL, {"call_id": call_id, "wait_s": 10})
+    assert done.isError is False
+    assert done.structuredContent["status"] == "ok"
+    assert done.structuredContent["fields"] == {"slept": 1.0}
+
+
+async def test_wait_tool_rejects_unknown_call_ids_and_bad_arguments(rungd_daemon, short_tmp) -> None:
+    async with bridge(rungd_daemon.socket, short_tmp) as session:
+        unknown = await session.call_tool(WAIT_TOOL, {"call_id": "c0000000000000000"})
+        bad = await session.call_tool(WAIT_TOOL, {"call_id": "c1", "wait_s": 3600})
+    assert unknown.isError is True and "UNKNOWN_CALL" in text_of(unknown)
+    assert bad.isError is True and "ERROR BAD_INPUT" in text_of(bad)
+
+
+async def test_unreachable_daemon_is_an_error_not_a_success(short_tmp) -> None:
+    async with bridge(short_tmp / "nobody.sock", short_tmp) as session:
+        result = await session.call_tool("inventory_item_show", {"item": "widget"})
+    # The SDK looks the tool up (tools/list) before the call, so the error is that lookup's.
+    assert result.isError is True
+    assert "cannot connect to rungd" in text_of(result) and "hint: start it" in text_of(result)
+
+
+async def test_a_connection_lost_mid_call_is_reported_as_unknown_never_as_success(short_tmp) -> None:
+    async def go() -> tuple[types.CallToolResult, types.CallToolResult]:
+        async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(4096)  # the request arrived; the "daemon" dies before answering
+            writer.close()
+
+        arguments = {"item": "widget", "count": 1, "request_id": "r1"}
+        async with await asyncio.start_unix_server(hang_up, str(short_tmp / "drop.sock")):
+            lost = await Bridge(short_tmp / "drop.sock").call_tool("inventory_count_set", arguments)
+        unreachable = await Bridge(short_tmp / "none.sock").call_tool("inventory_count_set", arguments)
+        return lost, unreachable
+
+    lost, unreachable = await trio.to_thread.run_sync(lambda: asyncio.run(go()))
+    assert lost.isError is True
+    assert "ERROR BRIDGE_LOST" in text_of(lost) and "outcome: unknown" in text_of(lost)
+    assert "same request_id" in text_of(lost)
+    assert unreachable.isError is True
+    assert "ERROR UNREACHABLE" in text_of(unreachable) and "outcome: not_started" in text_of(unreachable)
+
+
+# --- the mapping itself, for states a demo tool cannot easily reach ------------------------
+
+
+def test_unknown_outcome_error_names_the_settle_read_and_says_not_to_repeat() -> None:
+    env = _envelope(
+        status="error", outcome="unknown", next_action="reconcile",
+        error={"code": "TIMEOUT", "message": "deadline of 5s passed", "retry": "after_check", "hint": "run settle"},
+        settle={"tool": "inventory_item_show", "inputs": {"item": "widget"}},
+    )
+    result = envelope_result(env)
+    text = text_of(result)
+    assert result.isError is True
+    assert "ERROR TIMEOUT" in text and "retry: after_check" in text
+    assert "outcome: unknown (the effect may or may not have happened)" in text
+    assert 'settle: call inventory_item_show with {"item":"widget"}' in text
+    assert "never repeat the change with a new request_id" in text
+
+
+def test_held_call_is_pending_awaiting_approval_not_an_error() -> None:
+    result = envelope_result(_envelope(status="pending", outcome="not_started", next_action="wait_approval"))
+    assert result.isError is False
+    assert "held at a gate until an operator approves" in text_of(result)
+    assert result.structuredContent["status"] == "pending"
+
+
+def _envelope(**kwargs: object) -> Envelope:
+    base = {"call_id": "c0123456789abcdef", "tool": "inventory_count_set", "effect": "none", "request_id": "r1"}
+    return msgspec.convert({**base, **kwargs}, Envelope)
