@@ -12,7 +12,7 @@ import logging
 import signal
 import trio
 
-from rungd import proctree
+from rungd import proctree, sdnotify
 from rungd.audit import Audit
 from rungd.calls import Dispatcher
 from rungd.config import Config
@@ -66,7 +66,7 @@ class Daemon:
         ledger = self.config.ledger
         self.audit = Audit(self.config.state_dir / "ledger", retention_s=ledger.retention_days * 86400,
                            rotate_bytes=ledger.rotate_bytes)
-        self.audit.recover()
+        self.audit.recover({name: reg.tool for name, reg in self.tools.items()})
         sock = bind_unix_socket(self.socket_path, int(server.socket_mode, 8), server.socket_group)
         listener = trio.SocketListener(sock)
         # Orphans of a call's tree (a double fork) are re-parented to us, not to init, so
@@ -77,6 +77,7 @@ class Daemon:
         try:
             async with trio.open_nursery() as housekeeping, trio.open_nursery() as calls_nursery:
                 await housekeeping.start(reaper.run)
+                await housekeeping.start(sdnotify.run_watchdog)
                 self.dispatcher = Dispatcher(
                     self.tools, self.config, self.pm, self.credentials, self.audit, calls_nursery,
                     reaper=reaper,
@@ -86,7 +87,9 @@ class Daemon:
                     connections.start_soon(self._accept, accepting, listener, connections)
                     log.info("listening on %s with %d tools", self.socket_path, len(self.tools))
                     task_status.started(self)
+                    sdnotify.ready(status=f"listening on {self.socket_path} with {len(self.tools)} tools")
                     await self._stop.wait()
+                    sdnotify.stopping(status="stopping: letting running calls finish")
                     log.info("stopping: no new connections; letting running calls finish")
                     accepting.cancel()  # serve_listeners closes the listener on its way out
                     self._unlink_socket()
