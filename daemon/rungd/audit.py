@@ -15,16 +15,18 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import trio
-from rungd_ledgers import IdempotencyIndex, Ledger
+from rungd_ledgers import IdempotencyIndex, Ledger, iter_records
 from rungd_ledgers import LedgerUnavailable as LedgerWriteFailed
 
 from rungd import proctree
-from rungd.envelope import Envelope, ErrorInfo
+from rungd.contract import Tool
+from rungd.envelope import Envelope, ErrorInfo, Settle
 from rungd.errors import CORE_ERRORS, LedgerUnavailable
 
 log = logging.getLogger("rungd.audit")
@@ -50,10 +52,11 @@ class Audit:
             log.warning("ledger: a torn last line was moved aside: %s", self.ledger.repair)
         self.index = IdempotencyIndex.rebuild(folder, retention_seconds=retention_s)
 
-    def recover(self) -> list[str]:
+    def recover(self, tools: Mapping[str, Tool] | None = None) -> list[str]:
         """Settle what a previous run left open.
 
-        Calls held at a gate expire: their inputs were never written down, so they could
+        Calls received and never dispatched ran nothing: they end not_started. Calls held
+        at a gate expire: their inputs were never written down, so they could
         not run now, and must never run by surprise. Calls dispatched and never finished
         are finished as unknown, and their leftover processes are killed.
 
@@ -61,6 +64,13 @@ class Audit:
             The call_ids recovered.
         """
         recovered = []
+        for tool, request_id, entry in self.index.undispatched():
+            record = self.ledger.append(
+                "finished", entry.call_id, tool, request_id=request_id, outcome="not_started", effect="none",
+                code="INTERRUPTED", note="the daemon stopped before the call was dispatched; nothing ran",
+            )
+            self.index.apply(record)
+            recovered.append(entry.call_id)
         for held in self.index.held():
             for event, fields in (("expired", {}), ("finished", {"outcome": "not_started", "effect": "none",
                                                                  "code": "APPROVAL_EXPIRED"})):
@@ -69,8 +79,12 @@ class Audit:
                                             **fields)
                 self.index.apply(record)
             recovered.append(held.call_id)
-        for call in self.index.unfinished():
+        unfinished = self.index.unfinished()
+        logged = _logged_inputs(self.folder, {call.call_id for call in unfinished}) if unfinished else {}
+        for call in unfinished:
             killed = _kill_tagged(call.call_id)
+            tool = (tools or {}).get(call.tool)
+            settle = _settle(tool, logged.get(call.call_id, {}))
             envelope = Envelope(
                 call_id=call.call_id,
                 tool=call.tool,
@@ -85,6 +99,7 @@ class Audit:
                     hint="run the tool's settle read (rungctl reconcile) before any retry",
                 ),
                 next_action="reconcile",
+                settle=settle,
             )
             record = self.ledger.append(
                 "finished", call.call_id, call.tool, request_id=call.request_id, outcome="unknown",
@@ -117,6 +132,26 @@ class Audit:
 
     def close(self) -> None:
         self.ledger.close()
+
+
+def _logged_inputs(folder: Path, call_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """The inputs the ``received`` records of these calls kept (those safe to log)."""
+    return {r.call_id: r.inputs for r in iter_records(folder) if r.event == "received" and r.call_id in call_ids}
+
+
+def _settle(tool: Tool | None, logged: dict[str, Any]) -> Settle | None:
+    """The settle read of an interrupted call, if the logged inputs are enough to bind it.
+
+    The ledger keeps only the inputs a tool marks safe to log; a settle read that needs
+    another one cannot be rebuilt, and an operator decides instead.
+    """
+    if tool is None or tool.timing.settle is None:
+        return None
+    spec = tool.timing.settle
+    needed = {v[1:] for v in (*spec.inputs.values(), *spec.expect.values()) if isinstance(v, str) and v.startswith("$")}
+    if not needed <= logged.keys():
+        return None
+    return Settle(**spec.bind(logged))
 
 
 def _kill_tagged(call_id: str) -> int:

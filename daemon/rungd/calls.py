@@ -569,16 +569,22 @@ class Dispatcher:
 
     async def _record_end(self, call: Call, tool: Tool, envelope: Envelope) -> None:
         envelope = fit_to_cap(envelope, tool.cap_bytes)
-        try:
-            await self.audit.record(
-                "finished", call.call_id, tool.name, request_id=call.request_id, outcome=envelope.outcome,
-                effect=envelope.effect, code=envelope.error.code if envelope.error else None,
-                result=msgspec.to_builtins(envelope),
-            )
-        except RungdError:
-            # The effect happened (or not) whatever the ledger says; the caller gets the
-            # truth and the log says the record is missing. Recovery will call it unknown.
-            log.critical("finished record lost", extra={"call_id": call.call_id, "tool": tool.name})
+        for delay in (0.1, 0.5, 1.0, 2.0, None):  # space may come back: try for a few seconds
+            try:
+                await self.audit.record(
+                    "finished", call.call_id, tool.name, request_id=call.request_id, outcome=envelope.outcome,
+                    effect=envelope.effect, code=envelope.error.code if envelope.error else None,
+                    result=msgspec.to_builtins(envelope),
+                )
+                break
+            except RungdError:
+                if delay is None:
+                    # The effect happened (or not) whatever the ledger says: the caller gets
+                    # the truth, the log says the record is missing, and recovery will
+                    # finish the call as unknown, so a repeat is reconciled, never rerun.
+                    log.critical("finished record lost", extra={"call_id": call.call_id, "tool": tool.name})
+                else:
+                    await trio.sleep(delay)
         if call.request_id:
             self._keys.pop((tool.name, call.request_id), None)
         self._finish(call, envelope)

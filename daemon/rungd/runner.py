@@ -163,6 +163,7 @@ class _Stream:
         self.last_output = time.monotonic()
         self.recent = bytearray()  # the last bytes printed, to quote a question
         self.drained = trio.Event()  # set at end-of-file
+        self.evidence_error: str | None = None
         self._evidence = evidence
         self._evidence_cap = evidence_cap
         self._evidence_written = 0
@@ -187,18 +188,26 @@ class _Stream:
 
     def _write_evidence(self, data: bytes) -> None:
         # Plain blocking writes: they land in the page cache and cost microseconds; the cap
-        # bounds the total, so a flood cannot fill the disk.
+        # bounds the total, so a flood cannot fill the disk. Evidence is for operators: a
+        # full disk loses the rest of it (and says so), never the call.
         room = self._evidence_cap - self._evidence_written
-        if room > 0 and data:
-            self._evidence.write(data[:room])
+        if room > 0 and data and self.evidence_error is None:
+            try:
+                self._evidence.write(data[:room])
+            except OSError as exc:
+                self.evidence_error = exc.strerror or str(exc)
+                return
             self._evidence_written += min(room, len(data))
 
     def close(self) -> None:
         self._write_evidence(self._redactor.flush())
-        if self.total > self._evidence_written:
-            note = f"\n[rungd: {self.total - self._evidence_written} more bytes were not kept]\n"
-            self._evidence.write(note.encode())
-        self._evidence.close()
+        with contextlib.suppress(OSError):
+            if self.total > self._evidence_written:
+                why = f": {self.evidence_error}" if self.evidence_error else ""
+                note = f"\n[rungd: {self.total - self._evidence_written} more bytes were not kept{why}]\n"
+                self._evidence.write(note.encode())
+        with contextlib.suppress(OSError):
+            self._evidence.close()
 
     @property
     def truncated(self) -> bool:
@@ -289,9 +298,17 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     """
     credentials = {var: _credential(ctx, name) for var, name in program.env_credentials.items()}
     redactor = Redactor(credentials.values())
-    ctx.work_dir.mkdir(parents=True, exist_ok=True)
     out_id, out_path = ctx.evidence_path("stdout")
     err_id, err_path = ctx.evidence_path("stderr")
+    try:
+        ctx.work_dir.mkdir(parents=True, exist_ok=True)
+        out_file, err_file = open(out_path, "wb"), open(err_path, "wb")
+    except OSError as exc:
+        raise Failed(
+            f"rungd cannot prepare the call's folders: {exc.strerror}; nothing was run",
+            hint="retry later; the operator must free space in rungd's state folder",
+            retry="yes", next_action="retry_later",
+        ) from None
     reaper = ctx.reaper
     helper = _Askpass()
     try:
@@ -301,6 +318,8 @@ async def run(ctx: CallContext, program: Program) -> Completed:
                 reaper.owned.add(proc.pid)
     except OSError as exc:
         helper.close()
+        out_file.close()
+        err_file.close()
         raise Failed(
             f"could not start {program.argv[0]}: {exc.strerror}",
             hint="the operator must install the program or fix the tool's argv",
@@ -313,8 +332,8 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     if cgroup is not None:
         cgroup.add(proc.pid)
     tracker = proctree.Tracker(ctx.call_id, proc.pid, cgroup=cgroup)
-    stdout = _Stream("stdout", program.keep_bytes, open(out_path, "wb"), program.evidence_bytes, redactor)
-    stderr = _Stream("stderr", program.keep_bytes, open(err_path, "wb"), program.evidence_bytes, redactor)
+    stdout = _Stream("stdout", program.keep_bytes, out_file, program.evidence_bytes, redactor)
+    stderr = _Stream("stderr", program.keep_bytes, err_file, program.evidence_bytes, redactor)
     watch = _Watch(ctx, program, proc, tracker, (stdout, stderr), redactor)
     question: RungdError | None = None
     try:

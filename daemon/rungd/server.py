@@ -70,8 +70,9 @@ def bind_unix_socket(path: Path, mode: int, group: str | None) -> trio.socket.So
         SocketInUse: a daemon is already listening there.
         OSError: the folder cannot be created or the path is too long.
     """
-    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
-        raise OSError(errno.ENAMETOOLONG, f"socket path is longer than {MAX_SOCKET_PATH} bytes: {path}")
+    if len(os.fsencode(path)) + 10 > MAX_SOCKET_PATH:  # room for the staging name below
+        raise OSError(errno.ENAMETOOLONG, f"socket path is too long for a Unix socket (keep it under "
+                      f"{MAX_SOCKET_PATH - 10} bytes): {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -84,18 +85,22 @@ def bind_unix_socket(path: Path, mode: int, group: str | None) -> trio.socket.So
         finally:
             probe.close()
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    # Bind under a tight umask so the socket is never reachable with looser permissions,
-    # even for the moment between bind and chmod.
+    # Bind beside the final name under a tight umask, set owner and mode, listen, and only
+    # then rename into place: a client that sees the path can connect, and never with
+    # looser permissions than configured.
+    staging = path.with_name(f".{path.name}.{os.getpid()}")
+    staging.unlink(missing_ok=True)
     old_umask = os.umask(0o177)
     try:
-        sock._sock.bind(str(path))  # sync bind: the path is local and the call does not block
+        sock._sock.bind(str(staging))  # sync bind: the path is local and the call does not block
     finally:
         os.umask(old_umask)
     if group:
         gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
-        os.chown(path, -1, gid)
-    os.chmod(path, mode)
+        os.chown(staging, -1, gid)
+    os.chmod(staging, mode)
     sock.listen(socket.SOMAXCONN)
+    os.rename(staging, path)
     return sock
 
 

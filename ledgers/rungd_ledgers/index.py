@@ -225,6 +225,17 @@ class IdempotencyIndex:
         with self._lock:
             return list(self._unfinished.values())
 
+    def undispatched(self) -> list[tuple[str, str, Entry]]:
+        """Keys whose call was received but neither dispatched, held nor finished.
+
+        After a crash these calls ran nothing; recovery finishes them as not_started so
+        their request_id is free again. Returns ``(tool, request_id, entry)`` triples.
+        """
+        with self._lock:
+            busy = set(self._unfinished) | set(self._held)
+            return [(tool, request_id, entry) for (tool, request_id), entry in self._entries.items()
+                    if entry.state == "running" and entry.call_id not in busy]
+
     def held(self) -> list[Held]:
         """Calls still waiting for approval, oldest first."""
         with self._lock:
