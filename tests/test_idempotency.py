@@ -143,3 +143,20 @@ async def test_a_rejected_request_does_not_hold_its_request_id(rungd_daemon) -> 
     assert bad.error.code == "BAD_INPUT"
     good = await rungd_daemon.call("inventory_count_set", {"item": "sprocket", "count": 1}, request_id="req-5")
     assert (good.status, good.effect) == ("ok", "changed")
+
+
+async def test_rungctl_status_shows_the_whole_history(rungd_daemon) -> None:
+    import trio
+
+    env = await rungd_daemon.call("inventory_count_set", {"item": "gadget", "count": 2}, request_id="hist-1")
+    config = str(rungd_daemon.config.source)
+    done = await trio.run_process([sys.executable, "-m", "rungd.ctl", "--config", config, "status", env.call_id],
+                                  capture_stdout=True)
+    lines = done.stdout.decode()
+    for event in ("received", "dispatched", "finished"):
+        assert event in lines
+    as_json = await trio.run_process([sys.executable, "-m", "rungd.ctl", "--config", config, "status", "--json",
+                                      env.call_id], capture_stdout=True)
+    parsed = __import__("json").loads(as_json.stdout)
+    assert [e["event"] for e in parsed["history"]] == ["received", "dispatched", "finished"]
+    assert parsed["envelope"]["effect"] == "changed"

@@ -328,7 +328,7 @@ def run_command(client: Client, args: argparse.Namespace) -> int:
         found = None if args.found is None else args.found == "yes"
         env = client.reconcile(args.tool, args.request_id, found)
     elif args.command == "status":
-        env = client.status(args.call_id)
+        return show_status(client, args)
     else:
         env = client.wait(args.call_id, args.wait)
     if args.json:
@@ -336,6 +336,48 @@ def run_command(client: Client, args: argparse.Namespace) -> int:
     else:
         print_envelope(env)
     return envelope_exit(env)
+
+
+def show_status(client: Client, args: argparse.Namespace) -> int:
+    """A call's envelope from the daemon, and its whole history from the ledger.
+
+    The daemon keeps envelopes for a while; the ledger keeps everything. When the daemon
+    no longer knows the call (it restarted, or the call is old), the history still tells.
+    """
+    history = call_history(args.call_id, args.config)
+    try:
+        env: Envelope | None = client.status(args.call_id)
+    except RequestRejected as exc:
+        if exc.code != "UNKNOWN_CALL" or not history:
+            raise
+        env = None
+    if args.json:
+        print(json.dumps({"envelope": msgspec.to_builtins(env), "history": history}, indent=2, ensure_ascii=False))
+    else:
+        if env is not None:
+            print_envelope(env)
+        else:
+            print(f"{args.call_id}: the daemon no longer holds this call; from the ledger:")
+        for event in history:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event["time"]))
+            details = " ".join(f"{k}={event[k]}" for k in ("outcome", "effect", "code", "caller_uid", "approver_uid",
+                                                            "note") if event.get(k) is not None)
+            print(f"  {stamp}  {event['event']:10} {details}")
+    return envelope_exit(env) if env is not None else EXIT_OK
+
+
+def call_history(call_id: str, config_path: Path | None) -> list[dict[str, Any]]:
+    """Every ledger event of one call, if this user can read the ledger (else empty)."""
+    from rungd_ledgers import iter_records
+
+    try:
+        folder = load_config(config_path).state_dir / "ledger"
+        records = [msgspec.to_builtins(r) for r in iter_records(folder) if r.call_id == call_id]
+    except (ConfigError, OSError):
+        return []
+    for record in records:
+        record.pop("result", None)  # the envelope above is the result
+    return records
 
 
 def run_lint(defs: list[ToolDefinition], args: argparse.Namespace, known: list[str] | None = None) -> int:
