@@ -39,7 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
 import trio
 
@@ -358,7 +358,8 @@ async def run(ctx: CallContext, program: Program) -> Completed:
             nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
-            await proctree.kill_tree(tracker, grace_s=program.grace_s, pgid=proc.pid)
+            if not _nothing_left(proc, cgroup, reaper):
+                await proctree.kill_tree(tracker, grace_s=program.grace_s, pgid=proc.pid)
             if cgroup is not None:
                 cgroup.remove()
             with trio.move_on_after(2):
@@ -394,6 +395,18 @@ async def run(ctx: CallContext, program: Program) -> Completed:
             fields={"question": completed.stderr_tail(200)},
         )
     return completed
+
+
+def _nothing_left(proc: trio.Process, cgroup: proctree.CallCgroup | None, reaper: Any) -> bool:
+    """Whether a call that ended by itself provably left no process behind, so the kill
+    (which scans every process on the host for the call's tag) can be skipped.
+
+    True only when the program has exited, its cgroup is empty, and the daemon, a child
+    subreaper, has no child it did not spawn: an orphan of this call would be one of those.
+    """
+    if proc.returncode is None or cgroup is None or reaper is None or cgroup.pids():
+        return False
+    return not (proctree.own_children() - reaper.owned)
 
 
 async def _drain(stream: trio.abc.ReceiveStream | None, sink: _Stream) -> None:
