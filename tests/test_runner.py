@@ -204,3 +204,16 @@ async def test_child_has_no_terminal_and_a_quiet_environment(rungd_daemon, fake_
                        "GIT_TERMINAL_PROMPT": "0", "DEBIAN_FRONTEND": "noninteractive", "EDITOR": "false"}.items():
         assert env[key] == value
     assert "RUNGD_CRED_FAKE_PASSWORD" not in env  # nothing of the daemon's env leaks in
+
+
+async def test_daemon_memory_stays_flat_while_a_1_gib_flood_drains(rungd_daemon) -> None:
+    import psutil
+
+    me = psutil.Process()  # the daemon runs in this process
+    before = me.memory_info().rss
+    size = 1 << 30
+    env = await run(rungd_daemon, "flood", "--bytes", str(size))
+    grown = me.memory_info().rss - before
+    assert env.status == "ok", env.error
+    assert env.fields["stdout_bytes"] == size and env.truncated
+    assert grown < 64 * 1024 * 1024, f"the daemon grew by {grown / 2**20:.0f} MiB draining 1 GiB"
