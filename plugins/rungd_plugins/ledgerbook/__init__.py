@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
 from rungd import runner
 from rungd.config import Config
 from rungd.contract import (
@@ -53,8 +52,8 @@ from rungd.exchange import (
     Roots,
     Taken,
     Watcher,
+    locks,
 )
-from rungd.exchange import locks
 from rungd.hookspecs import hookimpl
 
 PROGRAM = Path(__file__).with_name("ledgerbook.py")
@@ -135,7 +134,8 @@ class ImportInputs(ToolInputs):
                                                            "currency": "EUR"}]])]
 
 
-STALE = ErrorRule.core("STALE_EXPORT", "call again with fresh=true to have Ledgerbook write a new export")
+STALE = ErrorRule("STALE_EXPORT", "no", "repair", "call again with fresh=true to have Ledgerbook write a new export",
+                  "Ledgerbook's newest export is older than an hour, or there is none yet")
 
 
 class Ledgerbook:
@@ -160,6 +160,7 @@ class Ledgerbook:
             as_of=AsOf("name", pattern=r"invoices-(\d{8}T\d{6}\.\d{3})Z", format="%Y%m%dT%H%M%S.%f", tz="UTC"),
             max_age_s=MAX_AGE_S,
             stale_hint=STALE.hint,
+            stale_next_action="repair",
             newest_by="name",
         ), watcher=self.watcher)
         self.importer = Importer(ImportSpec(
@@ -178,7 +179,11 @@ class Ledgerbook:
         return (sys.executable, str(PROGRAM), *args, "--books", str(self.books))
 
     async def fresh_export(self, ctx: CallContext) -> Path:
-        """Have Ledgerbook write a new export now (rung 2) and return it once it appeared."""
+        """Have Ledgerbook write a new export now (rung 2) and return it once it appeared.
+
+        Cancellation: the runner kills Ledgerbook's tree on the call's deadline; a
+        half-written export is left for the next read to wait on or skip.
+        """
 
         async def run_export() -> None:
             self.exports.mkdir(parents=True, exist_ok=True)
@@ -188,6 +193,7 @@ class Ledgerbook:
         return await self.export.wait_newer(await self.export.newest(), run_export)
 
     async def invoices_list(self, ctx: CallContext, inputs: ListInputs) -> Result:
+        """The list tool: the newest (or a fresh) export, filtered and capped."""
         path = await self.fresh_export(ctx) if inputs.fresh else None
         filters = [Filter(field, op, value) for field, op, value in (
             ("customer", "contains", inputs.customer), ("status", "eq", inputs.status),
@@ -203,6 +209,7 @@ class Ledgerbook:
         return read.matched
 
     async def invoices_import(self, ctx: CallContext, inputs: ImportInputs) -> Result:
+        """The import tool: the batch through the inbox, counted before and after."""
         rows = [ImportRow(**invoice.model_dump()) for invoice in inputs.invoices]
 
         async def process_imports() -> None:
@@ -233,10 +240,9 @@ def tools(root: Path) -> list[Tool]:
             "batch import added.",
             do_not_use_when="you want to add invoices; use ledgerbook_invoices_import.",
             returns="rows (invoice, date, customer, amount, currency, status, batch), returned, matched, "
-            "scanned, bad_rows with samples, and the export's file name; truncated with evidence when more "
-            "match than limit.",
-            on_error="STALE_EXPORT: call again with fresh=true. SURFACE_CHANGED: Ledgerbook's export format "
-            "changed, stop and tell a person. TIMEOUT: retry once.",
+            "scanned, bad_rows, export; truncated with evidence when more match than limit.",
+            on_error="STALE_EXPORT: call again with fresh=true. SURFACE_CHANGED: the export format changed, "
+            "stop and tell a person. OUTSIDE_ROOTS: stop. TIMEOUT: retry once.",
             if_unknown="if you do not know the customer's exact name, filter with part of it; do not guess "
             "invoice numbers.",
         ),
@@ -255,16 +261,16 @@ def tools(root: Path) -> list[Tool]:
     import_tool = Tool(
         name="ledgerbook_invoices_import",
         description=Description(
-            does="Imports a batch of new invoices into Ledgerbook through its inbox folder, and counts the "
-            "batch in a fresh export before and after. A write; Ledgerbook can void a batch, and a repeat "
-            "with the same request_id changes nothing more.",
+            does="Imports a batch of new invoices into Ledgerbook through its inbox folder and counts the batch "
+            "before and after. A write, undone by voiding the batch in Ledgerbook; a repeat with the same "
+            "request_id changes nothing more.",
             use_when="the user asked to record new invoices in Ledgerbook.",
             do_not_use_when="you only want to read invoices; use ledgerbook_invoices_list.",
             returns="batch, file, written, count_before, count_after, added, and effect changed (all added) "
             "or no_change (all were there already).",
-            on_error="LOCKED: someone has Ledgerbook's files open, retry later. IMPORT_PARTIAL: fewer invoices "
-            "arrived than were sent, stop and tell a person. TIMEOUT with outcome unknown: run the settle "
-            "read before any retry.",
+            on_error="LOCKED: someone has Ledgerbook's files open, retry later. IMPORT_PARTIAL: fewer arrived "
+            "than were sent, stop and tell a person. OUTSIDE_ROOTS: stop. TIMEOUT, outcome unknown: run the "
+            "settle read first.",
             if_unknown="if you do not know an invoice's number, date, amount or currency, ask the user; never "
             "invent them.",
         ),

@@ -69,7 +69,7 @@ def save(books, rows):
 def export(books, out, chunk_delay=0.0):
     rows = load(books)
     os.makedirs(out, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     name = f"invoices-{now:%Y%m%dT%H%M%S}.{now.microsecond // 1000:03d}Z.csv"
     path = os.path.join(out, name)
     lock = path + ".lck"
