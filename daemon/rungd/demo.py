@@ -7,6 +7,7 @@ daemon's real socket; then the daemon keeps serving until Ctrl-C so you can try
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import trio
@@ -25,7 +26,22 @@ STEPS: list[tuple[str, str, dict[str, object], bool]] = [
     ("a legacy error status mapped to a stable code", "inventory_item_show", {"item": "doohickey"}, False),
     ("a real program wrapped by a TOML file, no Python (configs/tools/host.toml)", "host_disk_usage_show",
      {"mount": "/"}, False),
+    ("rung 3: a fresh export read, header checked, rows typed and capped", "ledgerbook_invoices_list",
+     {"fresh": True, "status": "open", "limit": 2}, False),
+    ("rung 3: an import written into the watched folder, counted before and after", "ledgerbook_invoices_import",
+     {"batch": "demo", "invoices": [{"invoice": "INV-2001", "date": "2024-05-14", "customer": "Acme Corp",
+                                     "amount": "420.00", "currency": "EUR"}]}, True),
 ]
+
+
+def command_line(tool: str, inputs: dict[str, object], request_id: str | None) -> str:
+    """The rungctl command a reader could type for this step."""
+    if all(isinstance(v, (str, int, float, bool)) for v in inputs.values()):
+        words = " ".join(f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in inputs.items())
+    else:
+        words = f"--inputs '{json.dumps(inputs)}'"
+    key = f" --request-id {request_id}" if request_id else ""
+    return f"rungctl call {tool} {words}{key}"
 
 
 def walkthrough(socket: str) -> None:
@@ -34,8 +50,8 @@ def walkthrough(socket: str) -> None:
         for tool in client.list_tools():
             print(f"   {tool.name:24} {tool.side_effect:11} {tool.summary}")
         for title, tool, inputs, write in STEPS:
-            print(f"\n== {title}\n   rungctl call {tool} " + " ".join(f"{k}={v}" for k, v in inputs.items()))
             request_id = str(uuid.uuid4()) if write else None
+            print(f"\n== {title}\n   {command_line(tool, inputs, request_id)}")
             print_envelope(client.call(tool, inputs, request_id=request_id))
 
 
