@@ -174,3 +174,84 @@ def test_the_shipped_tool_files_load(short_tmp) -> None:
         tool_dirs = ["{embedded_configs() / 'tools'}"]
     """)))
     assert "host_disk_usage_show" in Daemon(config).tools
+
+
+TABLE_AND_SECRET = '''
+    import os, sys
+    if sys.argv[1] == "table":
+        print("PID   STATE     NAME")
+        print("101   running   web server")   # the last column takes the rest of the line
+        print("102   sleeping  cron")
+        sys.exit(0)
+    path = os.environ["APP_PASSWORD_FILE"]
+    print("mode", oct(os.stat(path).st_mode & 0o777))
+    print("match", open(path).read() == "file-secret-Kq2")
+    print("path", path)
+'''
+
+
+def columns_file(program: Path) -> str:
+    return f"""
+[program]
+name = "proc"
+command = "{program}"
+
+[tools.proc_table_show]
+argv = ["table"]
+[tools.proc_table_show.description]
+does = "Reads a table."
+use_when = "testing."
+do_not_use_when = "not testing."
+returns = "rows."
+on_error = "SURFACE_CHANGED."
+if_unknown = "ask."
+[tools.proc_table_show.parse]
+kind = "columns"
+fields = {{ pid = "integer", state = "string", name = "string" }}
+
+[tools.proc_secret_check]
+argv = ["secret"]
+credential_files = {{ APP_PASSWORD_FILE = "app_password" }}
+[tools.proc_secret_check.description]
+does = "Checks a credential file."
+use_when = "testing."
+do_not_use_when = "not testing."
+returns = "lines."
+on_error = "AUTH_REQUIRED."
+if_unknown = "ask."
+[tools.proc_secret_check.parse]
+kind = "key_value"
+separator = " "
+fields = {{ mode = "string", match = "boolean", path = "string" }}
+"""
+
+
+async def test_columns_are_matched_by_header_name(short_tmp, nursery, fake_program) -> None:
+    from rungd.testing import start_daemon
+
+    folder = short_tmp / "tools"
+    folder.mkdir()
+    (folder / "proc.toml").write_text(columns_file(fake_program("proc", TABLE_AND_SECRET)))
+    daemon = await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
+    env = await daemon.call("proc_table_show", {})
+    assert env.status == "ok", env.error
+    assert env.fields["rows"] == [{"pid": 101, "state": "running", "name": "web server"},
+                                  {"pid": 102, "state": "sleeping", "name": "cron"}]
+    daemon.daemon.stop()
+
+
+async def test_a_credential_file_is_private_and_gone_after_the_call(short_tmp, nursery, fake_program,
+                                                                      monkeypatch) -> None:
+    from rungd.testing import start_daemon
+
+    monkeypatch.setenv("RUNGD_CRED_APP_PASSWORD", "file-secret-Kq2")
+    folder = short_tmp / "tools"
+    folder.mkdir()
+    (folder / "proc.toml").write_text(columns_file(fake_program("proc", TABLE_AND_SECRET)))
+    daemon = await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
+    env = await daemon.call("proc_secret_check", {})
+    assert env.status == "ok", env.error
+    assert (env.fields["mode"], env.fields["match"]) == ("0o600", True)
+    assert not Path(env.fields["path"]).exists()
+    assert "file-secret-Kq2" not in str(env)
+    daemon.daemon.stop()

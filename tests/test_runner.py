@@ -217,3 +217,15 @@ async def test_daemon_memory_stays_flat_while_a_1_gib_flood_drains(rungd_daemon)
     assert env.status == "ok", env.error
     assert env.fields["stdout_bytes"] == size and env.truncated
     assert grown < 64 * 1024 * 1024, f"the daemon grew by {grown / 2**20:.0f} MiB draining 1 GiB"
+
+
+async def test_a_tool_limited_to_one_call_answers_busy_and_starts_nothing(rungd_daemon) -> None:
+    first = await rungd_daemon.call("fake_run_single", {"program": "busy", "args": ["--mode", "sleep", "--seconds", "3"]},
+                                  wait_s=0.3)
+    assert first.status == "pending"
+    second = await rungd_daemon.call("fake_run_single", {"program": "argv_echo"})
+    assert (second.error.code, second.error.retry, second.next_action, second.outcome) == (
+        "BUSY", "yes", "retry_later", "not_started")
+    assert second.evidence == []  # nothing was started
+    done = await rungd_daemon.run(lambda c: c.wait(first.call_id, 20))
+    assert done.status == "ok"

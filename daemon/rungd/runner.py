@@ -122,6 +122,9 @@ class Program:
     argv: tuple[str, ...]
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     env_credentials: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # ENV_VAR -> credential name: the value goes into a 0600 file only this call's folder
+    # holds, and ENV_VAR names that file (PGPASSFILE, a --password-file argument...).
+    file_credentials: Mapping[str, str] = dataclasses.field(default_factory=dict)
     stdin: Literal["none", "eof"] | bytes = "none"
     confirmations: tuple[Confirmation, ...] = ()
     credential_prompts: tuple[CredentialPrompt, ...] = ()
@@ -297,7 +300,8 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     tells the caller whether the effect may have begun.
     """
     credentials = {var: _credential(ctx, name) for var, name in program.env_credentials.items()}
-    redactor = Redactor(credentials.values())
+    secret_files = {var: _credential(ctx, name) for var, name in program.file_credentials.items()}
+    redactor = Redactor([*credentials.values(), *secret_files.values()])
     out_id, out_path = ctx.evidence_path("stdout")
     err_id, err_path = ctx.evidence_path("stderr")
     try:
@@ -311,6 +315,8 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         ) from None
     reaper = ctx.reaper
     helper = _Askpass()
+    for var, secret in secret_files.items():
+        helper.env[var] = str(helper.secret_file(var, secret))
     try:
         with reaper.spawning() if reaper else contextlib.nullcontext():
             proc = await _spawn(ctx, program, credentials, helper.env)
@@ -429,8 +435,8 @@ def _credential(ctx: CallContext, name: str) -> str:
 
 
 class _Askpass:
-    """The per-call end of the askpass helper: a socket in a private folder, and the script
-    that GIT_ASKPASS, SSH_ASKPASS and SUDO_ASKPASS point at."""
+    """The call's private folder: the askpass socket, the script GIT_ASKPASS, SSH_ASKPASS and
+    SUDO_ASKPASS point at, and credential files. Removed when the call ends."""
 
     def __init__(self) -> None:
         # A short private folder: socket paths are limited to 107 bytes, state paths are not.
@@ -449,6 +455,14 @@ class _Askpass:
             "SUDO_ASKPASS": str(self.script),
             askpass.SOCKET_ENV: str(self.socket_path),
         }
+
+    def secret_file(self, label: str, secret: str) -> Path:
+        """Write a credential into a 0600 file in this call's private folder (removed at the end)."""
+        path = self.folder / f"secret-{label}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as file:
+            file.write(secret)
+        return path
 
     async def serve(self, watch: _Watch) -> None:
         """Answer askpass questions until the call ends.

@@ -79,6 +79,8 @@ def rungd_register_tools(register: Any) -> None:
     common = dict(inputs=RunInputs, outputs={"exit_status": "status"}, handler=run_fake,
                   errors=(NOT_FOUND,), cap_bytes=8192)
     register(Tool(name="fake_run", description=describe("Runs a fake."), timing=Timing(deadline_s=15), **common))
+    register(Tool(name="fake_run_single", description=describe("Runs a fake, one call at a time."),
+                  timing=Timing(deadline_s=15), concurrency=1, **common))
     register(Tool(name="fake_run_short", description=describe("Runs a fake, 2 s deadline."),
                   timing=Timing(deadline_s=2, settle=SettleSpec("fake_run", {"program": "exit_with"})), **common))
     register(Tool(name="fake_write_spawn", description=describe("A write whose effect begins at spawn."),

@@ -238,6 +238,7 @@ class _ProgramRunner:
             argv=(str(self.command), *words),
             env={**self.env, **spec.env},
             env_credentials={**self.credentials, **spec.credentials},
+            file_credentials=spec.credential_files,
             stdin=stdin,
             confirmations=tuple(runner.Confirmation(re.compile(c.pattern), c.answer, c.times) for c in spec.confirm),
             credential_prompts=tuple(runner.CredentialPrompt(re.compile(c.pattern), c.credential)

@@ -26,6 +26,8 @@ def parse_output(spec: ParseSpec, stdout: str) -> dict[str, Any]:
     if spec.kind == "lines":
         lines = [line.rstrip() for line in stdout.splitlines() if line.strip()]
         return {"lines": lines[: spec.max_lines], "line_count": len(lines)}
+    if spec.kind == "columns":
+        return _columns(spec, stdout)
     if spec.kind == "json":
         try:
             found = json.loads(stdout)
@@ -52,6 +54,31 @@ def parse_output(spec: ParseSpec, stdout: str) -> dict[str, Any]:
     if missing:
         raise _changed(f"the fields {', '.join(spec.fields)} (missing: {', '.join(missing)})", stdout)
     return {name: _typed(name, found[name], kind, stdout) for name, kind in spec.fields.items()}
+
+
+def _columns(spec: ParseSpec, stdout: str) -> dict[str, Any]:
+    """A table with a header line, columns split on whitespace (the last takes the rest).
+
+    Columns are matched by header name, case-insensitively, never by position, so a
+    program that reorders or renames its columns is SURFACE_CHANGED, not scrambled data.
+    """
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    if not lines:
+        raise _changed("a header line", stdout)
+    header = [word.lower() for word in lines[0].split()]
+    wanted = {name.lower(): name for name in spec.fields}
+    missing = [name for key, name in wanted.items() if key not in header]
+    if missing:
+        raise _changed(f"columns {', '.join(spec.fields)} (missing: {', '.join(missing)}; found: "
+                       f"{', '.join(lines[0].split())})", stdout)
+    rows = []
+    for line in lines[1:]:
+        cells = line.split(None, len(header) - 1)
+        if len(cells) != len(header):
+            raise _changed(f"{len(header)} columns on every line", line)
+        row = dict(zip(header, cells))
+        rows.append({name: _typed(name, row[key], spec.fields[name], line) for key, name in wanted.items()})
+    return {"rows": rows[: spec.max_lines], "row_count": len(rows)}
 
 
 def _dig(data: dict[str, Any], path: str) -> Any:

@@ -58,7 +58,7 @@ class ExitRule(_Strict):
 class ParseSpec(_Strict):
     """How stdout becomes fields. Anything that does not parse is SURFACE_CHANGED."""
 
-    kind: Literal["none", "json", "key_value", "regex", "lines"] = "none"
+    kind: Literal["none", "json", "key_value", "regex", "lines", "columns"] = "none"
     separator: str = ":"
     pattern: str | None = None
     fields: dict[str, FieldType] = {}
@@ -117,6 +117,7 @@ class ToolSpec(_Strict):
     askpass: list[CredentialPromptSpec] = []
     env: dict[str, str] = {}
     credentials: dict[str, str] = {}
+    credential_files: dict[str, str] = {}
     deadline_s: float = Field(30.0, gt=0, le=3600)
     commit_point: Literal["spawn", "confirmation"] = "spawn"
     verify: ReadBackSpec | None = None
