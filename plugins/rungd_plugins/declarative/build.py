@@ -202,7 +202,8 @@ def _inputs_model(name: str, inputs: dict[str, InputSpec]) -> type[ToolInputs]:
 
 def _errors(spec: ToolSpec) -> tuple[ErrorRule, ...]:
     rules = [ErrorRule(r.code, r.retry, r.next_action, r.hint, r.meaning) for r in spec.exit.values()]
-    core = ["TIMEOUT", "SURFACE_CHANGED"] if spec.parse.kind != "none" else ["TIMEOUT"]
+    # Its own output, or its read-back's, can stop parsing.
+    core = ["TIMEOUT", "SURFACE_CHANGED"] if spec.parse.kind != "none" or spec.verify else ["TIMEOUT"]
     core.append("AUTH_REQUIRED")  # any program may ask through askpass, or need a terminal to
     if spec.verify:
         core.append("UNEXPECTED_STATE")
