@@ -42,3 +42,18 @@ def test_scaffold_refuses_bad_names_and_overwrites(tmp_path: Path) -> None:
     new_plugin("erp", tmp_path)
     with pytest.raises(ValueError, match="refusing to overwrite"):
         new_plugin("erp", tmp_path)
+
+
+def test_python_scaffold_lints_clean_of_fix_first_findings(tmp_path: Path, monkeypatch) -> None:
+    import importlib
+
+    from rungd.lint import lint_tool
+
+    new_plugin("erp", tmp_path, python=True)
+    monkeypatch.syspath_prepend(str(tmp_path / "rungd-erp"))
+    module = importlib.import_module("rungd_erp")
+    tools = []
+    module.rungd_register_tools(tools.append, None)
+    findings = lint_tool(tools[0], "erp")
+    assert not [f for f in findings if f.rank == "fix-first"], findings
+    assert not [f for f in findings if f.rank == "should-fix"], findings
