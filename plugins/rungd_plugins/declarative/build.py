@@ -32,6 +32,7 @@ from rungd.contract import (
     ToolInputs,
 )
 from rungd.errors import ConfigError, SurfaceChanged, UnexpectedState
+from rungd_plugins.declarative import exports
 from rungd_plugins.declarative.parse import parse_output
 from rungd_plugins.declarative.schema import InputSpec, ReadBackSpec, ToolFile, ToolSpec
 
@@ -73,18 +74,23 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
     built = []
     for name, spec in specs.items():
         key = f"tools.{name}"
+        if spec.export is not None:
+            exports.check(path, key, spec)
         _check_tool(path, key, name, spec, specs)
         inputs = _inputs_model(name, spec.inputs)
-        program = _ProgramRunner(command, file.program.env, file.program.credentials, spec)
-        readback = _ReadBack(command, file.program, specs[spec.verify.tool], spec.verify) if spec.verify else None
-        handler = _handler(program, readback, spec)
+        if spec.export is not None:
+            handler = exports.export_handler(path, name, spec)
+        else:
+            program = _ProgramRunner(command, file.program.env, file.program.credentials, spec)
+            readback = _ReadBack(command, file.program, specs[spec.verify.tool], spec.verify) if spec.verify else None
+            handler = _handler(program, readback, spec)
         settle = spec.settle or spec.verify  # by default the read-back also settles an unknown
         built.append(
             Tool(
                 name=name,
                 description=Description(**spec.description.model_dump()),
                 inputs=inputs,
-                outputs=spec.outputs or {k: k for k in spec.parse.fields},
+                outputs=spec.outputs or ({k: k for k in spec.parse.fields} if spec.export is None else _EXPORT_OUTPUTS),
                 handler=handler,
                 side_effect=spec.side_effect,
                 errors=_errors(spec),
@@ -200,7 +206,14 @@ def _inputs_model(name: str, inputs: dict[str, InputSpec]) -> type[ToolInputs]:
         raise ConfigError(f"tool {name}: its inputs cannot form a schema: {exc}") from None
 
 
+_EXPORT_OUTPUTS = {"rows": "the matching rows, at most max_rows", "matched": "how many rows matched",
+                   "scanned": "rows read", "bad_rows": "rows that did not fit the columns' types",
+                   "export": "the file read"}
+
+
 def _errors(spec: ToolSpec) -> tuple[ErrorRule, ...]:
+    if spec.export is not None:
+        return exports.ERRORS
     rules = [ErrorRule(r.code, r.retry, r.next_action, r.hint, r.meaning) for r in spec.exit.values()]
     # Its own output, or its read-back's, can stop parsing.
     core = ["TIMEOUT", "SURFACE_CHANGED"] if spec.parse.kind != "none" or spec.verify else ["TIMEOUT"]

@@ -21,6 +21,36 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class FilterSpec(_Strict):
+    """An export tool's input that filters rows: ``filter = { column = "status", op = "eq" }``."""
+
+    column: str
+    op: Literal["eq", "ne", "lt", "le", "gt", "ge", "contains", "prefix"] = "eq"
+
+
+class ExportSpec(_Strict):
+    """Rung 3: a read served from the newest complete export file a program writes."""
+
+    folder: str
+    pattern: str = Field(description="a shell pattern for the file name, e.g. stock-*.csv")
+    format: Literal["csv", "tsv", "jsonl"] = "csv"
+    delimiter: str = Field(",", min_length=1, max_length=1)
+    encoding: str = "utf-8"
+    preamble_lines: int = Field(0, ge=0)
+    columns: dict[str, Literal["string", "integer", "number", "decimal", "boolean", "date", "datetime"]] = Field(
+        min_length=1)
+    optional_columns: list[str] = []
+    extra_columns: Literal["refuse", "ignore"] = "refuse"
+    max_age_s: float | None = Field(None, gt=0)
+    stale: Literal["refuse", "flag"] = "refuse"
+    as_of: Literal["mtime", "name", "preamble"] = "mtime"
+    as_of_pattern: str | None = None
+    stable_s: float = Field(1.0, ge=0, le=600)
+    lock_names: list[str] = []
+    done_marker: str | None = None
+    max_rows: int = Field(20, ge=1, le=500)
+
+
 class InputSpec(_Strict):
     """One input the model may pass. Described, typed, with an example: it is what a model reads."""
 
@@ -36,6 +66,7 @@ class InputSpec(_Strict):
     minimum: float | None = None
     maximum: float | None = None
     allow_dash: bool = False
+    filter: FilterSpec | None = None
 
 
 class DescriptionSpec(_Strict):
@@ -120,6 +151,7 @@ class ToolSpec(_Strict):
     credential_files: dict[str, str] = {}
     deadline_s: float = Field(30.0, gt=0, le=3600)
     commit_point: Literal["spawn", "confirmation"] = "spawn"
+    export: ExportSpec | None = None
     verify: ReadBackSpec | None = None
     settle: SettleSpec | None = None
     cap_bytes: int = Field(4096, ge=256, le=1 << 20)

@@ -1,0 +1,100 @@
+"""Export tools in a tool file: a read answered from the newest complete export a program
+writes (rung 3), through ``rungd.exchange``. No program runs; the file is the interface."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import pydantic
+from pydantic import BaseModel, Field
+
+from rungd import exchange
+from rungd.contract import CallContext, ErrorRule, Result, ToolInputs
+from rungd.errors import ConfigError
+from rungd_plugins.declarative.schema import ExportSpec, ToolSpec
+
+_TYPES: dict[str, type] = {
+    "string": str, "integer": int, "number": float, "decimal": decimal.Decimal, "boolean": bool,
+    "date": datetime.date, "datetime": datetime.datetime,
+}
+ERRORS = (ErrorRule.core("STALE_EXPORT"), ErrorRule.core("SURFACE_CHANGED"), ErrorRule.core("TIMEOUT"),
+          exchange.OUTSIDE_ROOTS)
+
+
+def field_name(column: str) -> str:
+    """A Python name for a column header ("Item No." -> "item_no"); the header stays its alias."""
+    name = re.sub(r"\W+", "_", column.strip().lower()).strip("_")
+    return name if name and not name[0].isdigit() else f"c_{name}"
+
+
+def check(path: Path, key: str, spec: ToolSpec) -> None:
+    """Load-time checks of an export tool; raises ConfigError naming the file and key."""
+    def fail(where: str, problem: str) -> ConfigError:
+        return ConfigError(f"{path}: key {key}.{where}: {problem}")
+
+    export = spec.export
+    assert export is not None
+    if spec.side_effect != "read":
+        raise fail("side_effect", "an export tool only reads; imports need a Python plugin (rungd.exchange)")
+    if spec.argv or spec.parse.kind != "none":
+        raise fail("argv", "an export tool runs no program: drop argv and parse")
+    for name in export.optional_columns:
+        if name not in export.columns:
+            raise fail("export.optional_columns", f"{name!r} is not one of its columns")
+    for name, value in spec.inputs.items():
+        if value.filter is not None and value.filter.column not in export.columns:
+            raise fail(f"inputs.{name}.filter.column", f"{value.filter.column!r} is not one of the export's columns "
+                                                       f"({', '.join(export.columns)})")
+    if export.as_of != "mtime" and not export.as_of_pattern:
+        raise fail("export.as_of_pattern", "as_of from the name or preamble needs a pattern whose group is the time")
+
+
+def row_model(tool: str, export: ExportSpec) -> type[BaseModel]:
+    fields: dict[str, Any] = {}
+    for column, kind in export.columns.items():
+        annotation: Any = _TYPES[kind]
+        if column in export.optional_columns:
+            fields[field_name(column)] = (Annotated[annotation | None, Field(alias=column)], None)
+        else:
+            fields[field_name(column)] = (Annotated[annotation, Field(alias=column)], ...)
+    return pydantic.create_model(f"{tool.title().replace('_', '')}Row", **fields)
+
+
+def export_handler(path: Path, name: str, spec: ToolSpec) -> Any:
+    export_spec = spec.export
+    assert export_spec is not None
+    folder = Path(export_spec.folder)
+    folder = folder if folder.is_absolute() else path.parent / folder
+    options = {"encoding": export_spec.encoding, "preamble_lines": export_spec.preamble_lines}
+    fmt: Any = {
+        "csv": lambda: exchange.Csv(delimiter=export_spec.delimiter, **options),
+        "tsv": lambda: exchange.Tsv(**options),
+        "jsonl": lambda: exchange.JsonLines(**options),
+    }[export_spec.format]()
+    export = exchange.Export(exchange.ExportSpec(
+        folder=folder,
+        pattern=exchange.glob(export_spec.pattern),
+        row_model=row_model(name, export_spec),
+        format=fmt,
+        complete=exchange.Complete(stable_s=export_spec.stable_s, lock_names=tuple(export_spec.lock_names),
+                                   done_marker=export_spec.done_marker),
+        as_of=exchange.AsOf(source=export_spec.as_of, pattern=export_spec.as_of_pattern),
+        max_age_s=export_spec.max_age_s,
+        stale=export_spec.stale,
+        extra_columns=export_spec.extra_columns,
+    ))
+    filtering = {name: value.filter for name, value in spec.inputs.items() if value.filter is not None}
+    narrow = f"filter with {', '.join(filtering)}" if filtering else "ask for a narrower export"
+
+    async def handle(ctx: CallContext, inputs: ToolInputs) -> Result:
+        values = inputs.model_dump()
+        filters = [exchange.Filter(field_name(f.column), f.op, values[name])
+                   for name, f in filtering.items() if values.get(name) is not None]
+        read = await export.read(ctx, filters=filters, cap=export_spec.max_rows)
+        return read.result(narrow=narrow)
+
+    return handle
