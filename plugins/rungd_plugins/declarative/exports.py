@@ -86,7 +86,7 @@ def export_handler(path: Path, name: str, spec: ToolSpec) -> Any:
         max_age_s=export_spec.max_age_s,
         stale=export_spec.stale,
         extra_columns=export_spec.extra_columns,
-    ))
+    ), watcher=exchange.Watcher())  # a watched index: finding the newest file never rescans the folder
     filtering = {name: value.filter for name, value in spec.inputs.items() if value.filter is not None}
     narrow = f"filter with {', '.join(filtering)}" if filtering else "ask for a narrower export"
 
