@@ -32,7 +32,7 @@ from rungd.contract import (
     ToolInputs,
 )
 from rungd.errors import ConfigError, SurfaceChanged, UnexpectedState
-from rungd_plugins.declarative import exports
+from rungd_plugins.declarative import exports, imports
 from rungd_plugins.declarative.parse import parse_output
 from rungd_plugins.declarative.schema import InputSpec, ReadBackSpec, ToolFile, ToolSpec
 
@@ -71,36 +71,50 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
     """
     command = _resolve_command(path, file.program.command)
     specs = file.tools
+    # Export tools first: an import tool of the same file may count through one of them.
+    export_tools = {}
+    for name, spec in specs.items():
+        if spec.export is not None:
+            exports.check(path, f"tools.{name}", spec)
+            export_tools[name] = exports.ExportTool(path, name, spec)
     built = []
     for name, spec in specs.items():
         key = f"tools.{name}"
-        if spec.export is not None:
-            exports.check(path, key, spec)
+        if spec.import_ is not None:
+            imports.check(path, key, spec, specs)
         _check_tool(path, key, name, spec, specs)
-        inputs = _inputs_model(name, spec.inputs)
+        extra: dict[str, Any] = {}
+        commit_point = spec.commit_point
+        settle: Any = spec.settle or spec.verify  # by default the read-back also settles an unknown
         if spec.export is not None:
-            handler = exports.export_handler(path, name, spec)
+            handler = export_tools[name].handle
+        elif spec.import_ is not None:
+            record = imports.row_model(name, spec.import_)
+            extra[spec.import_.rows_input] = imports.rows_field(spec.import_, record)
+            count = _counter(command, file, specs, spec.import_.count, export_tools)
+            handler = imports.ImportTool(path, name, spec, record, count).handle
+            commit_point = "callback"  # the rename into the watched folder
+            settle = spec.settle or spec.import_.count
         else:
             program = _ProgramRunner(command, file.program.env, file.program.credentials, spec)
             readback = _ReadBack(command, file.program, specs[spec.verify.tool], spec.verify) if spec.verify else None
             handler = _handler(program, readback, spec)
-        settle = spec.settle or spec.verify  # by default the read-back also settles an unknown
         built.append(
             Tool(
                 name=name,
                 description=Description(**spec.description.model_dump()),
-                inputs=inputs,
-                outputs=spec.outputs or ({k: k for k in spec.parse.fields} if spec.export is None else _EXPORT_OUTPUTS),
+                inputs=_inputs_model(name, spec.inputs, extra),
+                outputs=spec.outputs or _default_outputs(spec),
                 handler=handler,
                 side_effect=spec.side_effect,
                 errors=_errors(spec),
                 timing=Timing(
                     deadline_s=spec.deadline_s,
-                    commit_point=spec.commit_point,
+                    commit_point=commit_point,
                     settle=SettleSpec(
                         settle.tool,
                         {k: _as_reference(v) for k, v in settle.inputs.items()},
-                        {k: _as_reference(v) for k, v in settle.expect.items()},
+                        {k: _as_reference(v) for k, v in getattr(settle, "expect", {}).items()},
                     ) if settle else None,
                 ),
                 cap_bytes=spec.cap_bytes,
@@ -110,6 +124,28 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
             )
         )
     return Loaded(path, built)
+
+
+def _counter(command: Path, file: ToolFile, specs: dict[str, ToolSpec], count: Any,
+             export_tools: dict[str, exports.ExportTool]) -> imports.Count:
+    """The count an import reads back: rows an export tool matches, or a parsed field."""
+    if count.tool in export_tools:
+        return export_tools[count.tool].count
+    program = _ProgramRunner(command, file.program.env, file.program.credentials, specs[count.tool])
+
+    async def parsed(ctx: CallContext, values: dict[str, Any]) -> int:
+        fields, _ = await program.run(ctx, values)
+        return int(fields[count.field])
+
+    return parsed
+
+
+def _default_outputs(spec: ToolSpec) -> dict[str, str]:
+    if spec.export is not None:
+        return _EXPORT_OUTPUTS
+    if spec.import_ is not None:
+        return _IMPORT_OUTPUTS
+    return {k: k for k in spec.parse.fields}
 
 
 def _as_reference(value: Any) -> Any:
@@ -164,7 +200,7 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
         raise fail("parse.pattern", "a regex parser needs a pattern with named groups")
     if spec.commit_point == "confirmation" and not spec.confirm:
         raise fail("commit_point", "'confirmation' needs a [[...confirm]] entry to answer")
-    if spec.side_effect != "read" and spec.verify is None:
+    if spec.side_effect != "read" and spec.verify is None and spec.import_ is None:
         raise fail("verify", "a tool that changes something needs a read-back: "
                              "[tools.NAME.verify] tool = \"<a read tool of this file>\"")
     for where, ref in (("verify.tool", spec.verify.tool if spec.verify else None),
@@ -180,8 +216,8 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
                 raise fail(f"verify.expect.{field}", f"{spec.verify.tool} does not parse a field {field!r}")
 
 
-def _inputs_model(name: str, inputs: dict[str, InputSpec]) -> type[ToolInputs]:
-    fields: dict[str, Any] = {}
+def _inputs_model(name: str, inputs: dict[str, InputSpec], more: dict[str, Any] | None = None) -> type[ToolInputs]:
+    fields: dict[str, Any] = dict(more or {})
     for field_name, spec in inputs.items():
         kind: Any = Literal[tuple(spec.enum)] if spec.enum else _TYPES[spec.type]
         extra = {"allow_dash": True} if spec.allow_dash else None
@@ -206,6 +242,8 @@ def _inputs_model(name: str, inputs: dict[str, InputSpec]) -> type[ToolInputs]:
         raise ConfigError(f"tool {name}: its inputs cannot form a schema: {exc}") from None
 
 
+_IMPORT_OUTPUTS = {"file": "the file written", "written": "records written", "count_before": "the count before",
+                   "count_after": "the count after, read back", "taken_by": "how the program took the file"}
 _EXPORT_OUTPUTS = {"rows": "the matching rows, at most max_rows", "matched": "how many rows matched",
                    "scanned": "rows read", "bad_rows": "rows that did not fit the columns' types",
                    "export": "the file read"}
@@ -214,6 +252,8 @@ _EXPORT_OUTPUTS = {"rows": "the matching rows, at most max_rows", "matched": "ho
 def _errors(spec: ToolSpec) -> tuple[ErrorRule, ...]:
     if spec.export is not None:
         return exports.ERRORS
+    if spec.import_ is not None:
+        return imports.ERRORS
     rules = [ErrorRule(r.code, r.retry, r.next_action, r.hint, r.meaning) for r in spec.exit.values()]
     # Its own output, or its read-back's, can stop parsing.
     core = ["TIMEOUT", "SURFACE_CHANGED"] if spec.parse.kind != "none" or spec.verify else ["TIMEOUT"]

@@ -64,37 +64,49 @@ def row_model(tool: str, export: ExportSpec) -> type[BaseModel]:
     return pydantic.create_model(f"{tool.title().replace('_', '')}Row", **fields)
 
 
-def export_handler(path: Path, name: str, spec: ToolSpec) -> Any:
-    export_spec = spec.export
-    assert export_spec is not None
-    folder = Path(export_spec.folder)
-    folder = folder if folder.is_absolute() else path.parent / folder
-    options = {"encoding": export_spec.encoding, "preamble_lines": export_spec.preamble_lines}
-    fmt: Any = {
-        "csv": lambda: exchange.Csv(delimiter=export_spec.delimiter, **options),
-        "tsv": lambda: exchange.Tsv(**options),
-        "jsonl": lambda: exchange.JsonLines(**options),
-    }[export_spec.format]()
-    export = exchange.Export(exchange.ExportSpec(
-        folder=folder,
-        pattern=exchange.glob(export_spec.pattern),
-        row_model=row_model(name, export_spec),
-        format=fmt,
-        complete=exchange.Complete(stable_s=export_spec.stable_s, lock_names=tuple(export_spec.lock_names),
-                                   done_marker=export_spec.done_marker),
-        as_of=exchange.AsOf(source=export_spec.as_of, pattern=export_spec.as_of_pattern),
-        max_age_s=export_spec.max_age_s,
-        stale=export_spec.stale,
-        extra_columns=export_spec.extra_columns,
-    ), watcher=exchange.Watcher())  # a watched index: finding the newest file never rescans the folder
-    filtering = {name: value.filter for name, value in spec.inputs.items() if value.filter is not None}
-    narrow = f"filter with {', '.join(filtering)}" if filtering else "ask for a narrower export"
+def fmt_of(kind: str, delimiter: str, encoding: str, **options: Any) -> Any:
+    """The rungd.exchange format a tool file names."""
+    if kind == "jsonl":
+        return exchange.JsonLines(encoding=encoding, **{k: v for k, v in options.items() if k == "preamble_lines"})
+    if kind == "tsv":
+        return exchange.Tsv(encoding=encoding, **options)
+    return exchange.Csv(delimiter=delimiter, encoding=encoding, **options)
 
-    async def handle(ctx: CallContext, inputs: ToolInputs) -> Result:
-        values = inputs.model_dump()
-        filters = [exchange.Filter(field_name(f.column), f.op, values[name])
-                   for name, f in filtering.items() if values.get(name) is not None]
-        read = await export.read(ctx, filters=filters, cap=export_spec.max_rows)
-        return read.result(narrow=narrow)
 
-    return handle
+class ExportTool:
+    """One export tool of a tool file: its handler, and the count an import tool reads back."""
+
+    def __init__(self, path: Path, name: str, spec: ToolSpec) -> None:
+        export_spec = spec.export
+        assert export_spec is not None
+        self.spec = export_spec
+        folder = Path(export_spec.folder)
+        folder = folder if folder.is_absolute() else path.parent / folder
+        self.export = exchange.Export(exchange.ExportSpec(
+            folder=folder,
+            pattern=exchange.glob(export_spec.pattern),
+            row_model=row_model(name, export_spec),
+            format=fmt_of(export_spec.format, export_spec.delimiter, export_spec.encoding,
+                          preamble_lines=export_spec.preamble_lines),
+            complete=exchange.Complete(stable_s=export_spec.stable_s, lock_names=tuple(export_spec.lock_names),
+                                       done_marker=export_spec.done_marker),
+            as_of=exchange.AsOf(source=export_spec.as_of, pattern=export_spec.as_of_pattern),
+            max_age_s=export_spec.max_age_s,
+            stale=export_spec.stale,
+            extra_columns=export_spec.extra_columns,
+        ), watcher=exchange.Watcher())  # a watched index: finding the newest file never rescans the folder
+        self.filtering = {name: value.filter for name, value in spec.inputs.items() if value.filter is not None}
+        self.narrow = f"filter with {', '.join(self.filtering)}" if self.filtering else "ask for a narrower export"
+
+    def filters(self, values: dict[str, Any]) -> list[exchange.Filter]:
+        return [exchange.Filter(field_name(f.column), f.op, values[name])
+                for name, f in self.filtering.items() if values.get(name) is not None]
+
+    async def handle(self, ctx: CallContext, inputs: ToolInputs) -> Result:
+        read = await self.export.read(ctx, filters=self.filters(inputs.model_dump()), cap=self.spec.max_rows)
+        return read.result(narrow=self.narrow)
+
+    async def count(self, ctx: CallContext, values: dict[str, Any]) -> int:
+        """How many rows the newest export holds that match these input values."""
+        read = await self.export.read(ctx, filters=self.filters(values), cap=1)
+        return read.matched

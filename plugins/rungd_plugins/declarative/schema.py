@@ -51,6 +51,49 @@ class ExportSpec(_Strict):
     max_rows: int = Field(20, ge=1, le=500)
 
 
+class TakenSpec(_Strict):
+    """How to tell the program took an import file; any signal set counts."""
+
+    gone: bool = True
+    processed: str | None = None
+    receipt: str | None = None
+    receipt_folder: str | None = None
+
+
+class CountSpec(_Strict):
+    """The read-back of an import: a read tool of this file that counts the records the
+    import is about. For a tool that runs the program, ``field`` names the parsed count;
+    for an export tool, the count is the rows it matches (then the program must rewrite
+    its export when it takes an import, or the count after cannot move)."""
+
+    tool: str
+    inputs: dict[str, Any] = {}
+    field: str | None = None
+
+
+class ImportFileSpec(_Strict):
+    """Rung 3: a write that drops a file into a folder the program imports from."""
+
+    folder: str
+    file_name: str = Field(description="the file's name, a template over inputs, e.g. orders-{batch}.csv")
+    name_pattern: str = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+    format: Literal["csv", "tsv", "jsonl"] = "csv"
+    delimiter: str = Field(",", min_length=1, max_length=1)
+    encoding: str = "utf-8"
+    bom: bool = False
+    columns: dict[str, Literal["string", "integer", "number", "decimal", "boolean", "date", "datetime"]] = Field(
+        min_length=1)
+    optional_columns: list[str] = []
+    rows_input: str = Field("rows", pattern=r"^[a-z][a-z0-9_]*$")
+    rows_description: str = Field(min_length=1)
+    rows_example: list[dict[str, Any]] = Field(min_length=1)
+    max_rows: int = Field(1000, ge=1, le=100_000)
+    lock_file: str | None = None
+    lock_targets: list[str] = []
+    taken: TakenSpec = TakenSpec()
+    count: CountSpec
+
+
 class InputSpec(_Strict):
     """One input the model may pass. Described, typed, with an example: it is what a model reads."""
 
@@ -152,6 +195,7 @@ class ToolSpec(_Strict):
     deadline_s: float = Field(30.0, gt=0, le=3600)
     commit_point: Literal["spawn", "confirmation"] = "spawn"
     export: ExportSpec | None = None
+    import_: ImportFileSpec | None = Field(None, alias="import")
     verify: ReadBackSpec | None = None
     settle: SettleSpec | None = None
     cap_bytes: int = Field(4096, ge=256, le=1 << 20)
