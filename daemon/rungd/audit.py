@@ -118,17 +118,26 @@ class Audit:
             LedgerUnavailable: the ledger could not be written; the caller must not start
                 anything new. The daemon's log says why.
         """
+        await self.record_many([(event, call_id, tool, fields)])
+
+    async def record_many(self, events: list[tuple[str, str, str, dict[str, Any]]]) -> None:
+        """Append events of one call together, in order, with one fsync; then update the index.
+
+        Raises:
+            LedgerUnavailable: as ``record``; none of the events was recorded.
+        """
         try:
-            record = await trio.to_thread.run_sync(
-                lambda: self.ledger.append(event, call_id, tool, **fields), abandon_on_cancel=False
+            records = await trio.to_thread.run_sync(
+                lambda: self.ledger.append_many(events), abandon_on_cancel=False
             )
         except LedgerWriteFailed as exc:
-            log.error("ledger write failed: %s", exc, extra={"call_id": call_id, "tool": tool})
+            log.error("ledger write failed: %s", exc, extra={"call_id": events[0][1], "tool": events[0][2]})
             raise LedgerUnavailable(
                 "rungd cannot write its ledger, so it runs nothing new",
                 hint="retry later; the operator must free space or fix the state folder's permissions",
             ) from None
-        self.index.apply(record)
+        for record in records:
+            self.index.apply(record)
 
     def close(self) -> None:
         self.ledger.close()

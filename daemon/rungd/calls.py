@@ -232,16 +232,19 @@ class Dispatcher:
                                        note=f"repeat of {first.call_id}, still running", **who)
             self._calls.pop(call.call_id)
             return first
+        received = ("received", call.call_id, name, {"input_digest": digest, "inputs": safe, **who})
         try:
-            await self.audit.record("received", call.call_id, name, input_digest=digest, inputs=safe, **who)
             if first is not None:
+                await self.audit.record_many([received])
                 await self._answer_repeat(call, first)
                 return call
+            # Received and dispatched (or held) share one fsync; both are durable before
+            # anything runs.
             if held:
-                await self.audit.record("held", call.call_id, name, request_id=request_id,
-                                        note=f"{call.gate} gate")
+                then = ("held", call.call_id, name, {"request_id": request_id, "note": f"{call.gate} gate"})
             else:
-                await self.audit.record("dispatched", call.call_id, name, request_id=request_id)
+                then = ("dispatched", call.call_id, name, {"request_id": request_id})
+            await self.audit.record_many([received, then])
         except RungdError as failure:  # the ledger cannot be written: run nothing (fail closed)
             if first is None:
                 if not held:

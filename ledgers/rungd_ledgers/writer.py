@@ -196,20 +196,28 @@ class Ledger:
             ValueError: an unknown event, or a field value of the wrong type
                 (``msgspec.ValidationError`` names the field).
         """
-        ticket = _Ticket(_draft(event, call_id, tool, fields))
+        return self.append_many([(event, call_id, tool, fields)])[0]
+
+    def append_many(self, events: list[tuple[str, str, str, dict[str, Any]]]) -> list[Record]:
+        """Record several events, in this order and next to each other, with one fsync.
+
+        All or nothing: they join the same batch, so they are written together or not at
+        all. Args, returns and errors are those of ``append``, one per event.
+        """
+        tickets = [_Ticket(_draft(event, call_id, tool, fields)) for event, call_id, tool, fields in events]
         with self._cond:
             if self._closed:
                 raise LedgerClosed(f"the ledger in {self._folder} was closed; open it again to append")
-            self._queue.append(ticket)
-            while ticket.record is None and ticket.error is None:
+            self._queue.extend(tickets)
+            while any(t.record is None and t.error is None for t in tickets):
                 if self._writing:
                     self._cond.wait()
                 else:
                     self._lead()
-        if ticket.error is not None:
-            raise ticket.error
-        assert ticket.record is not None
-        return ticket.record
+        for ticket in tickets:
+            if ticket.error is not None:
+                raise ticket.error
+        return [ticket.record for ticket in tickets if ticket.record is not None]
 
     def close(self) -> None:
         """Wait for appends already queued, then release the files and the folder lock."""

@@ -265,3 +265,14 @@ def test_a_bad_append_fails_in_its_caller_and_writes_nothing(
 
     assert ledger.append("received", "call-1", "demo.echo").seq == 1
     assert verify(folder).ok
+
+
+def test_append_many_writes_in_order_in_one_batch(tmp_path) -> None:
+    from rungd_ledgers import Ledger, iter_records, verify
+
+    with Ledger.open(tmp_path) as ledger:
+        records = ledger.append_many([("received", "c1", "t", {}), ("dispatched", "c1", "t", {"request_id": "r"})])
+    assert [r.event for r in records] == ["received", "dispatched"]
+    assert [r.seq for r in records] == [1, 2]
+    assert [r.event for r in iter_records(tmp_path)] == ["received", "dispatched"]
+    assert verify(tmp_path).ok
