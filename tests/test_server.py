@@ -271,3 +271,26 @@ async def test_describe_unknown_tool_is_rejected_with_hint(rungd_daemon) -> None
     with pytest.raises(RequestRejected) as caught:
         await rungd_daemon.run(Client.describe, "nope")
     assert caught.value.code == "UNKNOWN_TOOL"
+
+
+async def test_values_no_tool_could_take_never_reach_the_ledger_or_kill_the_daemon(rungd_daemon) -> None:
+    frame = body_frame({"type": "call", "tool": "inventory_item_show", "inputs": {"item": msgspec.msgpack.Ext(1, b"x")}})
+    stream, reply = await raw_exchange(rungd_daemon.socket, frame)
+    assert isinstance(reply, protocol.Result) and reply.envelope.error.code == "BAD_INPUT"
+    await stream.aclose()
+    long_name = body_frame({"type": "call", "tool": "x" * 10000})
+    stream, reply = await raw_exchange(rungd_daemon.socket, long_name)
+    assert isinstance(reply, protocol.ProtocolError) and reply.code == "INVALID_MESSAGE"
+    await stream.aclose()
+    env = await rungd_daemon.call("test_text_echo", {"text": "still serving"})
+    assert env.status == "ok"
+
+
+async def test_another_users_call_is_not_theirs_to_read(rungd_daemon) -> None:
+    env = await rungd_daemon.call("test_text_echo", {"text": "mine"})
+    from rungd.contract import Caller
+
+    stranger = Caller(uid=4242, gid=4242, pid=1)
+    with pytest.raises(KeyError):
+        rungd_daemon.daemon.dispatcher.status(env.call_id, stranger)
+    assert rungd_daemon.daemon.dispatcher.status(env.call_id, Caller(os.getuid(), 0, 1)).call_id == env.call_id

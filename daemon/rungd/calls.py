@@ -9,6 +9,7 @@ fetch it from any connection.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import logging
@@ -207,15 +208,19 @@ class Dispatcher:
             The call; for a repeat of a request still running, the first call.
         """
         self._forget_old()
-        reg = self.tools.get(name)
-        digest = input_digest(name, dict(inputs))
-        call = Call(new_call_id(), name, request_id, caller, time.monotonic(), digest)
+        call = Call(new_call_id(), name, request_id, caller, time.monotonic())
         self._calls[call.call_id] = call
-        safe = {k: inputs[k] for k in reg.tool.log_fields if k in inputs} if reg else {}
+        digest: str | None = None
+        safe: dict[str, Any] = {}
         try:
             reg = self.lookup(name, caller)
             tool = reg.tool
             valid = tool.validate(inputs)
+            # Digest and logged fields come from the validated inputs, so whatever a frame
+            # carried (bytes, extension types) was refused before it reached the ledger.
+            plain = valid.model_dump(mode="json")
+            digest = call.digest = input_digest(name, plain)
+            safe = {k: plain[k] for k in tool.log_fields if k in plain}
             first = self._repeat_of(tool, request_id, digest)
             call.gate = gate_for(tool, self.config)
             held = first is None and call.gate in ("review", "signature")
@@ -266,6 +271,8 @@ class Dispatcher:
         """Wait for a person's decision on a held call, then run it, or end it unrun."""
         assert call.held is not None
         with trio.move_on_at(trio.current_time() + call.held.expires - time.time()):
+            await call.held.decided.wait()
+        if call.held.verdict == "deciding":  # an operator is mid-decision at the expiry: let it land
             await call.held.decided.wait()
         verdict = call.held.verdict
         if verdict != "approved":
@@ -385,24 +392,34 @@ class Dispatcher:
         """
         call = self._calls[call_id]
         held = call.held
-        if held is None or held.verdict is not None:
+        if held is None or held.verdict is not None or held.expires <= time.time():
             raise GateDenied(f"call {call_id} is not waiting for approval", hint="rungctl pending lists held calls")
         if not is_operator(caller, self.config):
             raise Denied(f"uid {caller.uid} is not an operator", hint="operators are set in gates.operator_*")
         if caller.uid == call.caller.uid:
             raise Denied("nobody may approve or deny their own call", hint="ask another operator")
-        principal = None
-        if approve and call.gate == "signature":
-            if not signature:
-                raise GateDenied("this call needs a signed approval", hint="rungctl approve CALL_ID --key KEYFILE")
-            message = approval_message(call.call_id, call.tool, call.digest)
-            signers = self.config.gates.allowed_signers
-            assert signers is not None  # check_gates refused to start without it
-            principal = await trio.to_thread.run_sync(verify_signature, signers, message, signature)
-        event = "approved" if approve else "denied"
-        note = f"signed by {principal}" if principal else (reason or None)
-        await self.audit.record(event, call.call_id, call.tool, request_id=call.request_id,
-                                approver_uid=caller.uid, note=note)
+        if approve and call.gate == "signature" and not signature:
+            raise GateDenied("this call needs a signed approval", hint="rungctl approve CALL_ID --key KEYFILE")
+        # Claim the decision before the first await: a second operator, or the expiry,
+        # must find it taken rather than record a second verdict.
+        held.verdict = "deciding"
+        try:
+            principal = None
+            if approve and call.gate == "signature":
+                message = approval_message(call.call_id, call.tool, call.digest)
+                signers = self.config.gates.allowed_signers
+                assert signers is not None  # check_gates refused to start without it
+                # ssh-keygen is our child: keep the reaper off it, or its exit status is lost
+                # and a failed verification would read as a success.
+                with self.reaper.spawning() if self.reaper else contextlib.nullcontext():
+                    principal = await trio.to_thread.run_sync(verify_signature, signers, message, signature)
+            event = "approved" if approve else "denied"
+            note = f"signed by {principal}" if principal else (reason or None)
+            await self.audit.record(event, call.call_id, call.tool, request_id=call.request_id,
+                                    approver_uid=caller.uid, note=note)
+        except BaseException:
+            held.verdict = None  # nothing was decided: the call still waits
+            raise
         held.verdict = event
         held.reason = reason
         held.decided.set()
@@ -482,19 +499,34 @@ class Dispatcher:
         except RungdError:
             pass  # already logged by Audit; nothing was or will be run for this call
 
-    async def wait(self, call_id: str, wait_s: float) -> Envelope:
+    def _visible(self, call_id: str, caller: Caller | None) -> Call:
+        """The call, if this caller may see it: its own, an operator, or one allowed its tool.
+
+        Raises:
+            KeyError: no such call, or not this caller's business (the same answer, so
+                call_ids of others cannot be probed).
+        """
+        call = self._calls[call_id]
+        if caller is None or caller.uid == call.caller.uid or is_operator(caller, self.config):
+            return call
+        if call.tool in self.tools and self.config.allowed(call.tool, caller.uid, caller.groups):
+            return call
+        raise KeyError(call_id)
+
+    async def wait(self, call_id: str, wait_s: float, caller: Caller | None = None) -> Envelope:
         """The envelope of ``call_id``, waiting up to ``wait_s`` for it to finish.
 
         Raises:
-            KeyError: the call is unknown (never existed, or finished long ago).
+            KeyError: the call is unknown (never existed, finished long ago, or not the
+                caller's to see).
         """
-        call = self._calls[call_id]
+        call = self._visible(call_id, caller)
         with trio.move_on_after(max(0.0, min(wait_s, MAX_WAIT_S))):
             await call.done.wait()
         return call.envelope if call.envelope is not None else call.pending()
 
-    def status(self, call_id: str) -> Envelope:
-        call = self._calls[call_id]
+    def status(self, call_id: str, caller: Caller | None = None) -> Envelope:
+        call = self._visible(call_id, caller)
         return call.envelope if call.envelope is not None else call.pending()
 
     async def shutdown(self, grace_s: float) -> None:
@@ -544,7 +576,7 @@ class Dispatcher:
             with trio.CancelScope() as call.scope:
                 with trio.move_on_at(ctx.deadline) as deadline_scope:
                     result = await tool.handler(ctx, inputs)
-            if call.interrupted:
+            if call.interrupted and call.scope.cancelled_caught:  # a finished result stands
                 raise Interrupted(
                     "the daemon stopped while the call was running",
                     hint="run the settle read (reconcile) before retrying" if ctx.committed else "retry the call",
@@ -636,6 +668,11 @@ class Dispatcher:
         if tool.side_effect == "read" and result.effect != "none":
             raise Failed(f"{tool.name} is a read but reported effect {result.effect!r}",
                          hint="this is a bug in the plugin", outcome="done")
+        try:
+            msgspec.json.encode(result.fields)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise Failed(f"{tool.name} returned a field that cannot be sent: {exc}",
+                         hint="this is a bug in the plugin", outcome="unknown" if ctx.committed else "done") from None
         if result.effect == "changed" and not result.verified_by:
             raise Failed(f"{tool.name} reported a change it did not read back",
                          hint="this is a bug in the plugin: set verified_by after a read-back",

@@ -17,6 +17,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from rungd import protocol
 from rungd.config import SOCKET_ENV
 from rungd.envelope import Envelope
@@ -149,7 +151,9 @@ class Client:
             self._sock.sendall(protocol.frame(message))
             (length,) = protocol.HEADER.unpack(self._read(protocol.HEADER.size))
             return protocol.decode_response(self._read(length))
-        except (TimeoutError, ConnectionError) as exc:
+        except (OSError, msgspec.DecodeError) as exc:
+            # A late reply would answer the next request: this connection is done.
+            self.close()
             raise ClientError(f"connection to rungd at {self.path} failed: {exc}") from None
 
     def _expect(self, message: Message, kind: type, *, extra_s: float = 0.0) -> Any:

@@ -64,6 +64,14 @@ def verify_signature(allowed_signers: Path, message: bytes, signature: str) -> s
     Raises:
         GateDenied: no signature, not made by an allowed key, or not over this message.
     """
+    try:
+        return _verify(allowed_signers, message, signature)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise GateDenied(f"the signature could not be checked: {exc}",
+                         hint="the operator must make ssh-keygen available to rungd") from None
+
+
+def _verify(allowed_signers: Path, message: bytes, signature: str) -> str:
     with tempfile.TemporaryDirectory(prefix="rungd-sig-") as folder:
         sig = Path(folder) / "approval.sig"
         sig.write_text(signature, encoding="ascii", errors="replace")

@@ -13,7 +13,7 @@ another one started.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -40,23 +40,27 @@ class ListTools(Message, tag="list_tools"):
     pass
 
 
+# Names and keys are short; a frame cannot smuggle a megabyte into an error or the ledger.
+Name = Annotated[str, msgspec.Meta(max_length=128)]
+
+
 class Describe(Message, tag="describe"):
-    tool: str
+    tool: Name
 
 
 class Call(Message, tag="call"):
-    tool: str
+    tool: Name
     inputs: dict[str, Any] = {}
-    request_id: str | None = None
+    request_id: Name | None = None
     wait_s: float = 30.0
 
 
 class Status(Message, tag="status"):
-    call_id: str
+    call_id: Name
 
 
 class Wait(Message, tag="wait"):
-    call_id: str
+    call_id: Name
     wait_s: float = 30.0
 
 
@@ -75,8 +79,8 @@ class Deny(Message, tag="deny"):
 
 
 class Reconcile(Message, tag="reconcile"):
-    tool: str
-    request_id: str
+    tool: Name
+    request_id: Name
     found: bool | None = None
 
 

@@ -265,8 +265,12 @@ class Connection:
         try:
             return await self._respond(request)
         except KeyError:
-            return _error("UNKNOWN_CALL", "no call with that call_id (or request_id) is known",
+            return _error("UNKNOWN_CALL", "no call with that call_id (or request_id) is known to you",
                           "call_ids are kept for a while after the call ends; start a new call")
+        except Exception:  # a bug must cost this request its answer, never the daemon its life
+            log.exception("request %s failed", type(request).__name__)
+            return _error("INTERNAL", "rungd failed to answer this request; the operator's log has the details",
+                          "try again; if it persists, report it with the time of the failure")
 
     async def _respond(self, request: Request) -> Response:
         dispatcher = self.dispatcher
@@ -290,9 +294,9 @@ class Connection:
             case Call(tool=name, inputs=inputs, request_id=request_id, wait_s=wait_s):
                 return Result(envelope=await dispatcher.call(name, inputs, request_id, caller, wait_s))
             case Status(call_id=call_id):
-                return Result(envelope=dispatcher.status(call_id))
+                return Result(envelope=dispatcher.status(call_id, caller))
             case Wait(call_id=call_id, wait_s=wait_s):
-                return Result(envelope=await dispatcher.wait(call_id, wait_s))
+                return Result(envelope=await dispatcher.wait(call_id, wait_s, caller))
             case Pending():
                 return HeldCalls(calls=[_held(call) for call in dispatcher.held_calls(caller)])
             case Approve(call_id=call_id, signature=signature):
