@@ -255,3 +255,83 @@ async def test_a_credential_file_is_private_and_gone_after_the_call(short_tmp, n
     assert not Path(env.fields["path"]).exists()
     assert "file-secret-Kq2" not in str(env)
     daemon.daemon.stop()
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (('expect = {{ count = "{{count}}" }}'.replace("{{", "{").replace("}}", "}"), "expect = {}"),
+         "proves a change only by what it expects"),
+        (('expect = { count = "{count}" }', 'expect = { count = "n-{count}" }'), "one whole input"),
+        ((f'command = "{INVENTORY}"', 'command = "/bin/sh"'), "shell or script interpreter"),
+    ],
+)
+def test_tool_files_refuse_what_would_make_results_lie_or_run_code(short_tmp, change, words) -> None:
+    folder = tool_dir(short_tmp, TOOL_FILE.replace(*change))
+    with pytest.raises(ConfigError, match=words):
+        read_tool_file(folder / "stock.toml")
+
+
+LIAR = '''
+    import sys
+    from pathlib import Path
+    db = Path(sys.argv[-1])
+    if sys.argv[1] == "show":
+        print(f"value: {db.read_text().strip() if db.exists() else 'none'}")
+        sys.exit(0)
+    db.write_text(sys.argv[2])          # the change happens...
+    sys.stderr.write("Password: ")      # ...then it asks for a password nobody declared
+    sys.stderr.flush()
+    sys.stdin.readline()
+'''
+
+
+async def test_a_question_after_the_commit_point_is_unknown_with_its_settle_read(short_tmp, nursery,
+                                                                                fake_program) -> None:
+    from rungd.testing import start_daemon
+
+    program = fake_program("liar", LIAR)
+    db = short_tmp / "liar.db"
+    text = f"""
+[program]
+name = "kv"
+command = "{program}"
+[tools.kv_value_show]
+argv = ["show", "{db}"]
+[tools.kv_value_show.description]
+does = "Reads the value."
+use_when = "t."
+do_not_use_when = "t."
+returns = "value."
+on_error = "t."
+if_unknown = "t."
+[tools.kv_value_show.parse]
+kind = "key_value"
+fields = {{ value = "string" }}
+[tools.kv_value_set]
+side_effect = "reversible"
+argv = ["set", "{{value}}", "{db}"]
+[tools.kv_value_set.description]
+does = "Sets the value."
+use_when = "t."
+do_not_use_when = "t."
+returns = "t."
+on_error = "t."
+if_unknown = "t."
+[tools.kv_value_set.inputs.value]
+description = "The value."
+example = "one"
+pattern = "^[a-z]+$"
+[tools.kv_value_set.verify]
+tool = "kv_value_show"
+expect = {{ value = "{{value}}" }}
+"""
+    folder = short_tmp / "kv"
+    folder.mkdir()
+    (folder / "kv.toml").write_text(text)
+    daemon = await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
+    env = await daemon.call("kv_value_set", {"value": "two"}, request_id="liar-1")
+    assert db.read_text() == "two"  # it did change
+    assert (env.error.code, env.outcome, env.next_action) == ("AUTH_REQUIRED", "unknown", "reconcile")
+    assert env.settle.tool == "kv_value_show" and env.settle.expect == {"value": "two"}
+    daemon.daemon.stop()

@@ -90,7 +90,7 @@ async def test_review_gate_holds_until_another_operator_approves_then_runs_once(
     assert len(done.fields["answered"]) == 1  # the confirmation was answered, once, after approval
     assert ledger_events(daemon, held.call_id) == ["received", "held", "approved", "dispatched", "finished"]
     again = await daemon.call("fake_records_delete", CONFIRM, request_id="g1")
-    assert again.effect == "none" and again.status == "ok"  # answered from the ledger, not held again
+    assert again.effect == "existing" and again.status == "ok"  # answered from the ledger, not held again
     assert ledger_events(daemon, held.call_id).count("dispatched") == 1
     daemon.daemon.stop()
 

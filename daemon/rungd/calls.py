@@ -308,7 +308,11 @@ class Dispatcher:
         except RungdError as failure:
             self._release_slot(tool)
             self._keys.pop((tool.name, call.request_id or ""), None)
-            self._finish(call, self._error_envelope(call, failure, tool=tool))
+            envelope = self._error_envelope(call, failure, tool=tool)
+            # Nothing ran: say so, if the ledger takes it, so the request_id is free again.
+            await self._record_quietly("finished", call, request_id=call.request_id, outcome="not_started",
+                                       effect="none", code=failure.code)
+            self._finish(call, envelope)
             return
         await self._run(call, tool, inputs)
 
@@ -587,8 +591,7 @@ class Dispatcher:
                 raise _timeout(tool, ctx, settle)
             envelope = self._ok_envelope(call, tool, result, ctx)
         except RungdError as exc:
-            if exc.outcome == "unknown" and exc.settle is None:
-                exc.settle = settle
+            _after_commit_point(exc, tool, ctx, settle)
             envelope = self._error_envelope(call, exc, tool=tool, ctx=ctx)
         except Exception as exc:  # a bug in a handler must not take the daemon down
             log.exception("tool %s crashed in call %s", tool.name, call.call_id)
@@ -673,6 +676,14 @@ class Dispatcher:
         except (TypeError, msgspec.EncodeError) as exc:
             raise Failed(f"{tool.name} returned a field that cannot be sent: {exc}",
                          hint="this is a bug in the plugin", outcome="unknown" if ctx.committed else "done") from None
+        if tool.side_effect != "read" and (result.effect not in ("changed", "no_change") or not result.verified_by):
+            raise Failed(f"{tool.name} is a write but reported effect {result.effect!r} without a read-back",
+                         hint="this is a bug in the plugin: a write reads back and says changed or no_change",
+                         outcome="unknown" if ctx.committed else "not_started")
+        if result.outcome != "done":
+            raise Failed(f"{tool.name} reported success with outcome {result.outcome!r}",
+                         hint="this is a bug in the plugin: raise an error for an outcome that is not done",
+                         outcome="unknown" if ctx.committed else "not_started")
         if result.effect == "changed" and not result.verified_by:
             raise Failed(f"{tool.name} reported a change it did not read back",
                          hint="this is a bug in the plugin: set verified_by after a read-back",
@@ -706,13 +717,17 @@ class Dispatcher:
             retry, next_action = rule.retry, rule.next_action
             if not exc.hint and rule.hint:
                 exc.hint = rule.hint
+        if tool is not None and tool.side_effect != "read" and retry == "yes" and exc.outcome != "not_started":
+            # A repeat with the same request_id is answered from the ledger, and a new one
+            # risks doing it twice: after a possible effect, check before retrying.
+            retry, next_action = "after_check", "reconcile"
         return Envelope(
             call_id=call.call_id,
             tool=call.tool,
             request_id=call.request_id,
             status="error",
             outcome=exc.outcome,
-            effect="none",
+            effect=exc.effect,
             fields=exc.fields,
             error=ErrorInfo(code=exc.code, message=exc.message, retry=retry, hint=exc.hint),
             next_action=next_action,
@@ -720,6 +735,33 @@ class Dispatcher:
             evidence=list(ctx.evidence) if ctx else [],
             elapsed_ms=_ms_since(call.started),
         )
+
+
+# Failures that prove nothing about a write's effect once it may have begun.
+_INCONCLUSIVE = {"FAILED", "SURFACE_CHANGED", "AUTH_REQUIRED", "PROMPT_UNEXPECTED", "INTERRUPTED"}
+
+
+def _after_commit_point(exc: RungdError, tool: Tool, ctx: CallContext, settle: dict[str, Any] | None) -> None:
+    """Decide an error's outcome where the commit point is known: here.
+
+    An error that does not declare its outcome gets ``not_started`` before the commit point
+    and, after it, ``unknown`` for a write (reconcile with the settle read before any
+    retry) or ``done`` for a read. A declared ``done`` on a failure that proves nothing
+    about a write's effect (an unnamed exit status, output that stopped parsing, a
+    question) becomes ``unknown`` too. Other declared outcomes (a plugin that saw the
+    program refuse, a read-back count) stand.
+    """
+    write_committed = tool.side_effect != "read" and ctx.committed
+    if not exc.outcome_declared:
+        exc.outcome = ("unknown" if write_committed else "done") if ctx.committed else "not_started"
+    elif write_committed and exc.outcome == "done" and exc.code in _INCONCLUSIVE:
+        exc.outcome = "unknown"
+    if exc.outcome == "unknown":
+        exc.settle = exc.settle or settle
+        # Whatever else is wrong, the first thing to learn is whether it happened; only
+        # "stop" (a person must look) outranks that.
+        if exc.next_action != "stop":
+            exc.retry, exc.next_action = "after_check", "reconcile"
 
 
 def _timeout(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None) -> ToolTimeout:

@@ -77,12 +77,15 @@ class RungdError(Exception):
     Args:
         message: what happened, in words a caller can branch on.
         hint: what a correct call looks like, or what to try next.
-        outcome: whether the effect may have begun. Errors raised before anything was
-            touched are ``not_started``; a tool that fails after its commit point says
-            ``unknown`` (or ``done`` when it knows the effect happened).
+        outcome: whether the effect may have begun, when the raiser knows (``not_started``:
+            refused before acting; ``done``: it read the state back). Left out, the daemon
+            decides from the call's commit point: ``not_started`` before it; after it
+            ``unknown`` for a write and ``done`` for a read.
         settle: ``{"tool": ..., "inputs": {...}}``, the read that tells what happened when
             the outcome is unknown.
         fields: output fields worth returning even on failure (a quoted prompt, counts).
+        effect: what changed although the call failed (an import taken in part, a service
+            restarted that did not come back): ``changed`` only after a read-back.
     """
 
     code: ClassVar[str] = "FAILED"
@@ -92,16 +95,21 @@ class RungdError(Exception):
         message: str,
         *,
         hint: str = "",
-        outcome: Outcome = "not_started",
+        outcome: Outcome | None = None,
         settle: dict[str, Any] | None = None,
         fields: dict[str, Any] | None = None,
         retry: Retry | None = None,
         next_action: NextAction | None = None,
+        effect: Literal["changed", "no_change", "none"] = "none",
     ) -> None:
         super().__init__(message)
         self.message = message
+        self.effect = effect
         self.hint = hint
-        self.outcome: Outcome = outcome
+        # Left out, the outcome is decided at the boundary from the call's commit point:
+        # code deep in a runner or parser rarely knows whether the effect had begun.
+        self.outcome: Outcome = outcome or "not_started"
+        self.outcome_declared = outcome is not None
         self.settle = settle
         self.fields = fields or {}
         default_retry, default_next, _ = CORE_ERRORS.get(self.code, ("no", "stop", ""))

@@ -74,8 +74,7 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 
 # Failures of programs that wanted a terminal for a password: the call needs a credential.
 TERMINAL_REQUIRED = re.compile(
-    r"terminal is required|no tty present|could not read (username|password)|"
-    r"terminal prompts disabled|No such device or address|askpass|Host key verification failed",
+    r"terminal is required|no tty present|could not read (username|password)|terminal prompts disabled",
     re.IGNORECASE,
 )
 # A quiet program blocked on stdin after printing this is asking for a secret.
@@ -135,6 +134,8 @@ class Program:
     evidence_bytes: int = 16 * 1024 * 1024
     quiet_s: float = 0.25
     grace_s: float = 1.0
+    # False for a read a write makes before or after its act: starting it is no commit point.
+    commits: bool = True
 
 
 @dataclasses.dataclass
@@ -330,7 +331,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
             f"could not start {program.argv[0]}: {exc.strerror}",
             hint="the operator must install the program or fix the tool's argv",
         ) from None
-    if ctx.tool.timing.commit_point == "spawn":
+    if ctx.tool.timing.commit_point == "spawn" and program.commits:
         ctx.mark_committed()
     # Where the daemon may make cgroups (root, or systemd's Delegate=yes), the call gets its
     # own, so the kill reaches every process of it, however it detached (cgroup.kill).
@@ -392,12 +393,12 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         answered=watch.answered,
         evidence=[out_id, err_id],
     )
-    if completed.exit_status != 0 and TERMINAL_REQUIRED.search(completed.stderr_tail(2000)):
+    last_words = [line for line in completed.stderr.splitlines() if line.strip()][-3:]
+    if completed.exit_status != 0 and TERMINAL_REQUIRED.search("\n".join(last_words)):
         raise AuthRequired(
             f"{program.argv[0]} wanted a terminal to ask for a credential",
             hint=f"it said: {completed.stderr_tail(200)!r}; the operator must provide the credential "
             "to rungd for this tool",
-            outcome="not_started",
             fields={"question": completed.stderr_tail(200)},
         )
     return completed
@@ -528,7 +529,6 @@ class _Watch:
             f"the program asked for a credential through askpass: {question!r}",
             hint="rungd holds no credential declared for this question; the operator must add one to the "
             "tool's askpass answers and the credential store",
-            outcome="unknown" if self.ctx.committed else "not_started",
             fields={"question": question},
         )
         return None
@@ -589,7 +589,6 @@ class _Watch:
             f"the program is waiting for an answer nobody declared: {shown!r}",
             hint="nothing answered it and the program was stopped; the tool's author must declare "
             "this question or pass its answer as an argument",
-            outcome="unknown" if self.ctx.committed else "not_started",
             fields={"question": question},
         )
 
@@ -627,5 +626,5 @@ def check_exit(done: Completed, table: Mapping[int, ErrorRule], *, ok: tuple[int
                         outcome="done", retry=rule.retry, next_action=rule.next_action)
     status = f"signal {-done.exit_status}" if done.exit_status < 0 else f"status {done.exit_status}"
     raise Failed(f"the program exited with {status}, which the tool does not name",
-                 hint=detail or "it printed nothing on stderr", outcome="done")
+                 hint=detail or "it printed nothing on stderr")
 

@@ -70,11 +70,13 @@ async def test_an_import_taken_in_part_is_import_partial_with_both_counts(rungd_
     assert "added 2 of 4" in env.error.message
 
 
-async def test_an_import_that_adds_nothing_is_no_change(rungd_daemon, xfer, background) -> None:
+async def test_an_import_taken_but_adding_nothing_is_import_partial_not_no_change(rungd_daemon, xfer,
+                                                                                  background) -> None:
+    # The program took the file and added none of the records, which were not there
+    # before: that is a failure to report, not "nothing needed to change".
     await importer(background, xfer, "--take", "0")
     env = await rungd_daemon.call("xfer_items_import", {"name": "batch-4.csv", "rows": ROWS}, request_id="r4")
-    assert env.status == "ok", env.error
-    assert env.effect == "no_change"
+    assert (env.error.code, env.effect) == ("IMPORT_PARTIAL", "none")
     assert (env.fields["count_before"], env.fields["count_after"]) == (0, 0)
 
 

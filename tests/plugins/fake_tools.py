@@ -65,6 +65,10 @@ async def run_fake(ctx: Any, inputs: RunInputs) -> Result:
         except ValueError:
             raise SurfaceChanged("the output is not the JSON object it used to be",
                                  hint=f"expected one JSON object; saw {done.stdout[:120]!r}", outcome="done") from None
+    if ctx.tool.side_effect != "read":
+        # A test plugin: the fakes' own report of what they did is the read-back here.
+        return Result(fields=fields, effect="changed", verified_by="the fake program's own report (tests only)",
+                      truncated=done.truncated, narrow="full output in evidence" if done.truncated else None)
     return Result(fields=fields, truncated=done.truncated,
                   narrow="full output in evidence" if done.truncated else None)
 

@@ -78,6 +78,9 @@ class Taken:
     count_changed: bool = False
     poll_s: float = 0.5
     count_poll_s: float = 1.0
+    # After the file is taken the program may still be writing its records: poll the count
+    # this long for all of them before judging.
+    settle_s: float = 1.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,6 +214,8 @@ class Importer:
         """
         spec = self.spec
         checked_name(name, self.pattern, field="name")
+        if not rows:
+            raise BadInput("an import needs at least one record", hint="send the records to import")
         data = self.render(rows)
         folder = self.roots.folder(spec.folder, create=True)
         target = self.roots.child(folder, name)
@@ -239,6 +244,10 @@ class Importer:
                 await after_write()
             taken_by = await self._wait_taken(ctx, target, before, count, indexes)
             after = await count(ctx)
+            settled_by = trio.current_time() + spec.taken.settle_s
+            while after - before < len(rows) and trio.current_time() < settled_by:
+                await trio.sleep(min(spec.taken.count_poll_s, 0.5))
+                after = await count(ctx)
         finally:
             if temp is not None:
                 with trio.CancelScope(shield=True):
@@ -284,9 +293,10 @@ def judge(outcome: Outcome, verified_by: str) -> Result:
     fields = outcome.fields()
     if outcome.added == outcome.written:
         return Result(fields=fields, effect="changed", verified_by=verified_by)
-    if outcome.added == 0:
+    if outcome.added == 0 and outcome.count_before >= outcome.written:
+        # Nothing new, and the records were there already: a repeat of an import taken before.
         return Result(fields=fields, effect="no_change", verified_by=verified_by)
-    if 0 < outcome.added < outcome.written:
+    if 0 <= outcome.added < outcome.written:
         raise ImportPartial(
             f"the program took {outcome.file} but added {outcome.added} of {outcome.written} records "
             f"(count {outcome.count_before} -> {outcome.count_after})",
@@ -294,6 +304,7 @@ def judge(outcome: Outcome, verified_by: str) -> Result:
             "new request_id",
             outcome="done",
             fields=fields,
+            effect="changed" if outcome.added else "none",
         )
     raise UnexpectedState(
         f"the count moved from {outcome.count_before} to {outcome.count_after} after writing {outcome.written} "

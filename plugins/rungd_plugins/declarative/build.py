@@ -40,6 +40,10 @@ _TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "bool
 _FORMATTER = string.Formatter()
 
 
+# Programs that would read their arguments as code: never a tool file's program.
+SHELLS = r"(ba|da|z|k|c|tc|fi|mk|a)?sh|busybox|env|python[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|php[0-9.]*|lua[0-9.]*|tclsh[0-9.]*|wish[0-9.]*|awk|gawk|mawk|xargs"
+
+
 def placeholders(template: str) -> list[str]:
     """The input names a template refers to as ``{name}``."""
     return [name for _, name, _, _ in _FORMATTER.parse(template) if name]
@@ -134,7 +138,7 @@ def _counter(command: Path, file: ToolFile, specs: dict[str, ToolSpec], count: A
     program = _ProgramRunner(command, file.program.env, file.program.credentials, specs[count.tool])
 
     async def parsed(ctx: CallContext, values: dict[str, Any]) -> int:
-        fields, _ = await program.run(ctx, values)
+        fields, _ = await program.run(ctx, values, commits=False)
         return int(fields[count.field])
 
     return parsed
@@ -166,6 +170,9 @@ def _resolve_command(path: Path, command: str) -> Path:
         resolved = Path(found)
     if not (resolved.is_file() and os.access(resolved, os.X_OK)):
         raise ConfigError(f"{path}: key program.command: {resolved} is not an executable file")
+    if re.fullmatch(SHELLS, resolved.name) or re.fullmatch(SHELLS, Path(os.path.realpath(resolved)).name):
+        raise ConfigError(f"{path}: key program.command: {resolved.name} is a shell or script interpreter; "
+                          "rungd never runs one, since it would read inputs as code: wrap the program itself")
     return resolved
 
 
@@ -209,6 +216,15 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
             continue
         if ref not in specs or specs[ref].side_effect != "read":
             raise fail(where, f"{ref!r} must be a read tool of this same file")
+    if spec.verify and spec.side_effect != "read" and not spec.verify.expect:
+        raise fail("verify.expect", "a read-back proves a change only by what it expects to see, e.g. "
+                                    "expect = { count = \"{count}\" }")
+    for where, mapping in (("verify", spec.verify), ("settle", spec.settle)):
+        for field, value in (getattr(mapping, "expect", {}) | getattr(mapping, "inputs", {})).items() if mapping else ():
+            refs = placeholders(value) if isinstance(value, str) else []
+            if refs and value != "{" + refs[0] + "}":
+                raise fail(f"{where}.{field}", f"{value!r}: a read-back value is one whole input (\"{{name}}\") "
+                                               "or a literal, so a settle read after a crash can be rebuilt exactly")
     if spec.verify:
         target = specs[spec.verify.tool]
         for field in spec.verify.expect:
@@ -301,8 +317,9 @@ class _ProgramRunner:
             limits=runner.Limits(**spec.limits.model_dump()) if spec.limits else None,
         )
 
-    async def run(self, ctx: CallContext, values: dict[str, Any]) -> tuple[dict[str, Any], runner.Completed]:
-        done = await runner.run(ctx, self.program(values))
+    async def run(self, ctx: CallContext, values: dict[str, Any], *,
+                  commits: bool = True) -> tuple[dict[str, Any], runner.Completed]:
+        done = await runner.run(ctx, dataclasses.replace(self.program(values), commits=commits))
         runner.check_exit(done, self.exit_table, ok=tuple(self.spec.ok_exit))
         return parse_output(self.spec.parse, done.stdout), done
 
@@ -317,7 +334,7 @@ class _ReadBack:
 
     async def read(self, ctx: CallContext, values: dict[str, Any]) -> dict[str, Any]:
         inputs = {k: substitute(v, values) for k, v in self.spec.inputs.items()}
-        fields, _ = await self.runner.run(ctx, inputs)
+        fields, _ = await self.runner.run(ctx, inputs, commits=False)
         return fields
 
     def expected(self, values: dict[str, Any]) -> dict[str, Any]:
@@ -349,9 +366,9 @@ async def _act_and_verify(
     before = await readback.read(ctx, values)
     try:
         output, _ = await program.run(ctx, values)
-    except SurfaceChanged as exc:
-        # The program ran; whether it did its work is for the read-back to say, not its chatter.
-        exc.outcome = "unknown"
+    except SurfaceChanged:
+        # The program ran; whether it did its work is for the read-back to say, not its
+        # chatter. The outcome is left to the boundary: unknown after the commit point.
         raise
     give_up = trio.current_time() + readback.spec.wait_s
     after = await readback.read(ctx, values)

@@ -119,5 +119,4 @@ def _changed(expected: str, stdout: str) -> SurfaceChanged:
     return SurfaceChanged(
         "the program's output is no longer what the tool was written for",
         hint=f"expected {expected}; saw {seen!r}. The tool file needs updating for this release of the program.",
-        outcome="done",
     )

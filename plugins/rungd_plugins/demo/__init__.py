@@ -81,7 +81,7 @@ class Inventory:
 
     async def read(self, ctx: CallContext, item: str) -> dict[str, Any]:
         self.db.parent.mkdir(parents=True, exist_ok=True)  # the program keeps its file there
-        done = await runner.run(ctx, runner.Program(argv=_argv(self.db, "show", item)))
+        done = await runner.run(ctx, runner.Program(argv=_argv(self.db, "show", item), commits=False))
         runner.check_exit(done, {3: NOT_FOUND})
         return parse_show(done.stdout)
 

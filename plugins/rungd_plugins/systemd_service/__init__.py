@@ -70,12 +70,13 @@ class Systemctl:
         self.settings = settings
         self.command = command
 
-    async def run(self, ctx: CallContext, *args: str) -> runner.Completed:
-        program = runner.Program(argv=(self.command, *args), env=self.settings.env, stdin="eof")
+    async def run(self, ctx: CallContext, *args: str, commits: bool = True) -> runner.Completed:
+        program = runner.Program(argv=(self.command, *args), env=self.settings.env, stdin="eof", commits=commits)
         return await runner.run(ctx, program)
 
     async def show(self, ctx: CallContext, service: str) -> dict[str, Any]:
-        done = await self.run(ctx, "show", "--no-pager", "-p", ",".join(PROPERTIES), f"{service}.service")
+        done = await self.run(ctx, "show", "--no-pager", "-p", ",".join(PROPERTIES), f"{service}.service",
+                              commits=False)
         runner.check_exit(done, {})
         fields = parse_show(done.stdout)
         if fields["load_state"] == "not-found":
@@ -124,7 +125,7 @@ def _tools(settings: Settings, command: str) -> list[Tool]:
         if not _restarted(before, after):
             raise ToolError("UNHEALTHY_AFTER_RESTART",
                             f"{inputs.service} is {after['active_state']}/{after['sub_state']} after the restart",
-                            outcome="done", fields=fields)
+                            outcome="done", fields=fields, effect="changed")
         return Result(fields=fields, effect="changed", verified_by="systemctl show: active, with a newer start time")
 
     errors = (NOT_FOUND, ErrorRule.core("AUTH_REQUIRED"), ErrorRule.core("SURFACE_CHANGED"),
