@@ -229,3 +229,32 @@ async def test_a_tool_limited_to_one_call_answers_busy_and_starts_nothing(rungd_
     assert second.evidence == []  # nothing was started
     done = await rungd_daemon.run(lambda c: c.wait(first.call_id, 20))
     assert done.status == "ok"
+
+
+async def test_a_secret_cut_at_the_head_boundary_leaves_no_fragment_and_streams_stay_apart(
+        rungd_daemon, fake_program, monkeypatch) -> None:
+    import trio
+
+    from rungd import runner
+    from rungd.calls import new_call_id
+    from rungd.contract import CallContext, Caller
+
+    monkeypatch.setenv("RUNGD_CRED_SPLIT", "TOPSECRET-abcdefghijklmnop")
+    leaky = fake_program("leaky", """
+        import os, sys
+        sys.stdout.write("A" * 40 + os.environ["LEAK"] + "B" * 300)
+        sys.stderr.write("ERR-LINE\\n")
+    """)
+    tool = rungd_daemon.daemon.tools["fake_run"].tool
+    state = rungd_daemon.config.state_dir
+    store = rungd_daemon.daemon.credentials
+    ctx = CallContext(call_id=new_call_id(), tool=tool, caller=Caller(0, 0, 0), request_id=None,
+                      deadline=trio.current_time() + 10, work_dir=state / "work" / "leak",
+                      evidence_dir=state / "evidence", credentials=lambda name: store.get(name, tool.name))
+    done = await runner.run(ctx, runner.Program(argv=(str(leaky),), env_credentials={"LEAK": "split"},
+                                                keep_bytes=100))
+    assert "TOPSECRET" not in done.stdout and "abcdefgh" not in done.stdout
+    assert done.truncated
+    out, err = (state / "evidence" / e for e in done.evidence)
+    assert b"TOPSECRET" not in out.read_bytes() and b"ERR-LINE" not in out.read_bytes()
+    assert err.read_bytes().startswith(b"ERR-LINE")

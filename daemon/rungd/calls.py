@@ -359,7 +359,15 @@ class Dispatcher:
                     hint=f"the settle read found {read.fields}; decide with rungctl reconcile --found yes|no",
                     outcome="unknown", fields=read.fields,
                 )
-            found = all(str(read.fields.get(k)) == str(v) for k, v in settle.expect.items())
+            if read.truncated or any(v is None or k not in read.fields for k, v in settle.expect.items()):
+                # A cut result, or an expectation that could not be bound, cannot say "it did
+                # not happen": guessing no would free the request_id for a second run.
+                raise ReconcileRequired(
+                    f"the settle read {settle.tool} cannot decide: it lacks the expected fields",
+                    hint=f"an operator must decide with rungctl reconcile --found yes|no; it found {read.fields}",
+                    outcome="unknown", fields=read.fields,
+                )
+            found = all(str(read.fields[k]) == str(v) for k, v in settle.expect.items())
             evidence, verified = read.fields, f"settle read {settle.tool} (call {read.call_id})"
         else:
             if not is_operator(caller, self.config):

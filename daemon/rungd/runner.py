@@ -171,24 +171,27 @@ class _Stream:
         self._evidence = evidence
         self._evidence_cap = evidence_cap
         self._evidence_written = 0
-        self._redactor = redactor
+        self.clean_total = 0  # bytes after redaction: what head, tail and evidence hold
+        self.redactor = redactor  # this stream's own: it holds back bytes between chunks
 
     def take(self, chunk: bytes) -> None:
         self.total += len(chunk)
         self.last_output = time.monotonic()
-        half = self._keep // 2
-        if len(self.head) < half:
-            room = half - len(self.head)
-            self.head += chunk[:room]
-            chunk_rest = chunk[room:]
-        else:
-            chunk_rest = chunk
-        if chunk_rest:
-            self.tail += chunk_rest
-            del self.tail[: max(0, len(self.tail) - half)]
-        self.recent += chunk
+        self.recent += chunk  # raw, to quote a prompt at once; redacted when read
         del self.recent[: max(0, len(self.recent) - 512)]
-        self._write_evidence(self._redactor.feed(chunk))
+        # Everything kept is redacted first: a secret cut at the head/tail boundary must not
+        # leave its first half behind.
+        self._keep_clean(self.redactor.feed(chunk))
+
+    def _keep_clean(self, clean: bytes) -> None:
+        self.clean_total += len(clean)
+        half = self._keep // 2
+        room = max(0, half - len(self.head))
+        self.head += clean[:room]
+        if clean[room:]:
+            self.tail += clean[room:]
+            del self.tail[: max(0, len(self.tail) - half)]
+        self._write_evidence(clean)
 
     def _write_evidence(self, data: bytes) -> None:
         # Plain blocking writes: they land in the page cache and cost microseconds; the cap
@@ -204,26 +207,26 @@ class _Stream:
             self._evidence_written += min(room, len(data))
 
     def close(self) -> None:
-        self._write_evidence(self._redactor.flush())
+        self._keep_clean(self.redactor.flush())
         with contextlib.suppress(OSError):
-            if self.total > self._evidence_written:
+            if self.clean_total > self._evidence_written:
                 why = f": {self.evidence_error}" if self.evidence_error else ""
-                note = f"\n[rungd: {self.total - self._evidence_written} more bytes were not kept{why}]\n"
+                note = f"\n[rungd: {self.clean_total - self._evidence_written} more bytes were not kept{why}]\n"
                 self._evidence.write(note.encode())
         with contextlib.suppress(OSError):
             self._evidence.close()
 
     @property
     def truncated(self) -> bool:
-        return self.total > len(self.head) + len(self.tail)
+        return self.clean_total > len(self.head) + len(self.tail)
 
     def text(self) -> str:
         kept = bytes(self.head)
         if self.truncated:
-            cut = self.total - len(self.head) - len(self.tail)
+            cut = self.clean_total - len(self.head) - len(self.tail)
             kept += f"\n[... {cut} bytes cut; full output in evidence ...]\n".encode()
         kept += bytes(self.tail)
-        return self._redactor.text(kept.decode("utf-8", "replace"))
+        return self.redactor.text(kept.decode("utf-8", "replace"))
 
     @property
     def mid_line(self) -> bool:
@@ -231,7 +234,7 @@ class _Stream:
 
     def question(self) -> str:
         """The last line the program printed, as a person would have read it."""
-        text = self._redactor.text(bytes(self.recent).decode("utf-8", "replace"))
+        text = self.redactor.text(bytes(self.recent).decode("utf-8", "replace"))
         lines = [line for line in text.splitlines() if line.strip()]
         return lines[-1].strip()[-200:] if lines else ""
 
@@ -339,8 +342,9 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     if cgroup is not None:
         cgroup.add(proc.pid)
     tracker = proctree.Tracker(ctx.call_id, proc.pid, cgroup=cgroup)
-    stdout = _Stream("stdout", program.keep_bytes, out_file, program.evidence_bytes, redactor)
-    stderr = _Stream("stderr", program.keep_bytes, err_file, program.evidence_bytes, redactor)
+    secrets = [*credentials.values(), *secret_files.values()]
+    stdout = _Stream("stdout", program.keep_bytes, out_file, program.evidence_bytes, Redactor(secrets))
+    stderr = _Stream("stderr", program.keep_bytes, err_file, program.evidence_bytes, Redactor(secrets))
     watch = _Watch(ctx, program, proc, tracker, (stdout, stderr), redactor)
     question: RungdError | None = None
     try:
@@ -515,6 +519,12 @@ class _Watch:
         if self.program.stdin == "eof":
             await stdin.aclose()
 
+    def _protect(self, secret: str) -> None:
+        """Redact a credential given mid-call from everything kept from now on."""
+        self.redactor.add(secret)
+        for stream in self.streams:
+            stream.redactor.add(secret)
+
     def askpass_answer(self, question: str) -> str | None:
         """The credential to give an askpass question, or None (and the call will stop)."""
         question = self.redactor.text(question).strip()
@@ -522,7 +532,7 @@ class _Watch:
             if prompt.pattern.search(question):
                 secret = self.ctx.credentials(prompt.credential)
                 if secret is not None:
-                    self.redactor.add(secret)
+                    self._protect(secret)
                     self.answered.append(f"askpass {prompt.credential}")
                     return secret
         self.refused = AuthRequired(
@@ -562,7 +572,7 @@ class _Watch:
         for prompt in self.program.credential_prompts:
             if prompt.pattern.search(question):
                 secret = _credential(self.ctx, prompt.credential)
-                self.redactor.add(secret)
+                self._protect(secret)
                 await self._answer(secret, label=f"credential {prompt.credential}")
                 return
         for confirmation in self.program.confirmations:
