@@ -273,3 +273,25 @@ async def test_a_newer_export_being_written_is_waited_for_not_skipped(rungd_daem
     env = await rungd_daemon.call("xfer_stock_list", {"cap": 0})
     assert env.status == "ok", env.error
     assert (env.fields["export"], env.fields["scanned"]) == ("stock-new.csv", 2000)
+
+
+def test_a_file_opened_outside_the_roots_is_refused_even_after_a_swap(tmp_path) -> None:
+    import os
+
+    import pytest
+
+    from rungd.exchange.paths import OutsideRoots, Roots
+
+    inside = tmp_path / "exports"
+    inside.mkdir()
+    secret = tmp_path / "secret.toml"
+    secret.write_text('token = "hunter2"')
+    link = inside / "stock.csv"
+    link.symlink_to(secret)  # what the checked path became after the check
+    roots = Roots(inside)
+    fd = os.open(link, os.O_RDONLY)
+    try:
+        with pytest.raises(OutsideRoots):
+            roots.check_open(fd, link)
+    finally:
+        os.close(fd)

@@ -402,6 +402,11 @@ class Export:
         # Follow a symlink only when it is one the roots check let through.
         flags = os.O_RDONLY | os.O_CLOEXEC | (0 if path.is_symlink() else os.O_NOFOLLOW)
         fd = os.open(path, flags)
+        try:
+            self.roots.check_open(fd, path)
+        except BaseException:
+            os.close(fd)
+            raise
         if os.fstat(fd).st_ino != st.st_ino:
             os.close(fd)
             raise FileNotFoundError(path)  # replaced since it was found complete: take the newest again

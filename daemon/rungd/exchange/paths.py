@@ -92,6 +92,19 @@ class Roots:
             raise OutsideRoots(f"{path.name!r} leads outside the tool's folders")
         return path
 
+    def check_open(self, fd: int, path: Path) -> None:
+        """Check what an open file descriptor really is, after the fact.
+
+        A path checked and then opened can be swapped in between (a symlink raced into
+        place); the descriptor cannot. Its /proc link names the file actually opened.
+
+        Raises:
+            OutsideRoots: the open file lies outside every root.
+        """
+        real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if not any(real == root or real.is_relative_to(root) for root in self.paths):
+            raise OutsideRoots(f"{path.name!r} led outside the tool's folders when it was opened")
+
     def folder(self, path: Path, *, create: bool = False) -> Path:
         """Return the folder ``path`` after checking it lies inside a root.
 
