@@ -87,7 +87,7 @@ _NEXT_ACTION_WORDS = {
     "reconcile": "the effect may or may not have happened: run the settle read before anything "
     "else, and never repeat the change with a new request_id",
     "request_authority": "this needs access or a credential only a person can give: stop and tell the user",
-    "retry_later": "nothing started: the same call (same request_id) may be repeated after a pause",
+    "retry_later": "try the same call (same request_id) again after a pause",
     "stop": "do not repeat this call: report it to the user",
     "wait_approval": f"a person must approve it first: fetch the result with {WAIT_TOOL}",
     "continue": "go on",
@@ -287,10 +287,17 @@ class Bridge:
                 envelope = await request(client)
         except ConnectFailed as exc:
             return bridge_error("UNREACHABLE", str(exc), "the rungd daemon is not running or not reachable; "
-                                "tell the user; the call can be made again once it is back", outcome="not_started")
+                                "tell the user; repeat with the same request_id once it is back",
+                                outcome="not_started" if name != WAIT_TOOL else "unknown")
         except RequestRejected as exc:
-            return bridge_error(exc.code, str(exc), exc.hint or "check the call against the tool's schema",
-                                outcome="not_started")
+            # A rejected call ran nothing; a rejected wait says nothing about the call it names
+            # (its result may have expired, or the daemon restarted).
+            known = "not_started" if name != WAIT_TOOL else "unknown"
+            hint = exc.hint or "check the call against the tool's schema"
+            if name == WAIT_TOOL:
+                hint = ("the result is no longer held; repeat the original call with the same request_id: "
+                        "if it ran, rungd answers with its result and runs nothing")
+            return bridge_error(exc.code, str(exc), hint, outcome=known)
         except ClientError as exc:
             # The request may have reached the daemon: say so, and say how to find out.
             return bridge_error(

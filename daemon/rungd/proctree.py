@@ -289,7 +289,9 @@ def _signal_round(
     """Send ``signals`` to every living member not in ``sent`` (adding it), and to the group."""
     if group and pgid is not None and tracker.holds_group(pgid):
         for sig in signals:
-            with contextlib.suppress(ProcessLookupError):  # the group emptied meanwhile
+            # The group emptied meanwhile; or only a process we may not signal is left in
+            # it (a setuid helper): its members are still signalled one by one below.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, sig)
     for member in tracker.alive():
         if member not in sent and _send(member, signals):

@@ -352,8 +352,10 @@ async def run(ctx: CallContext, program: Program) -> Completed:
             nursery.start_soon(_drain, proc.stdout, stdout)
             nursery.start_soon(_drain, proc.stderr, stderr)
             nursery.start_soon(helper.serve, watch)
+            # Declared stdin is fed beside the watch: a program that asks before it reads
+            # all of it must still be noticed.
+            nursery.start_soon(watch.feed_stdin)
             try:
-                await watch.feed_stdin()
                 await watch.until_exit()
             except RungdError as exc:
                 # Raised outside the nursery below, so callers see the error itself and

@@ -31,7 +31,7 @@ from rungd.contract import (
     Tool,
     ToolInputs,
 )
-from rungd.errors import ConfigError, SurfaceChanged, UnexpectedState
+from rungd.errors import ConfigError, SurfaceChanged, ToolError, UnexpectedState
 from rungd_plugins.declarative import exports, imports
 from rungd_plugins.declarative.parse import parse_output
 from rungd_plugins.declarative.schema import InputSpec, ReadBackSpec, ToolFile, ToolSpec
@@ -279,6 +279,9 @@ def _errors(spec: ToolSpec) -> tuple[ErrorRule, ...]:
     for code in [*core, *spec.errors]:
         if code not in {r.code for r in rules}:
             rules.append(ErrorRule.core(code))
+    if spec.parse.kind not in ("none", "lines") or spec.verify:
+        rules.append(ErrorRule("OUTPUT_TOO_LARGE", "no", "repair", "narrow the request",
+                               "the output was too large to parse whole"))
     return tuple(rules)
 
 
@@ -321,6 +324,13 @@ class _ProgramRunner:
                   commits: bool = True) -> tuple[dict[str, Any], runner.Completed]:
         done = await runner.run(ctx, dataclasses.replace(self.program(values), commits=commits))
         runner.check_exit(done, self.exit_table, ok=tuple(self.spec.ok_exit))
+        if done.truncated and self.spec.parse.kind not in ("none", "lines"):
+            # Parsing the kept head and tail would call a healthy program "changed".
+            raise ToolError(
+                "OUTPUT_TOO_LARGE",
+                f"the program printed {done.stdout_bytes} bytes, more than the tool keeps to parse",
+                hint=f"narrow the request; the full output is in evidence {done.evidence[0]}",
+            )
         return parse_output(self.spec.parse, done.stdout), done
 
 

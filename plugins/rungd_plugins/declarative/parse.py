@@ -25,7 +25,7 @@ def parse_output(spec: ParseSpec, stdout: str) -> dict[str, Any]:
         return {}
     if spec.kind == "lines":
         lines = [line.rstrip() for line in stdout.splitlines() if line.strip()]
-        return {"lines": lines[: spec.max_lines], "line_count": len(lines)}
+        return {"lines": lines[: spec.max_lines], "lines_shown": min(len(lines), spec.max_lines)}
     if spec.kind == "columns":
         return _columns(spec, stdout)
     if spec.kind == "json":
