@@ -258,3 +258,11 @@ async def test_a_secret_cut_at_the_head_boundary_leaves_no_fragment_and_streams_
     out, err = (state / "evidence" / e for e in done.evidence)
     assert b"TOPSECRET" not in out.read_bytes() and b"ERR-LINE" not in out.read_bytes()
     assert err.read_bytes().startswith(b"ERR-LINE")
+
+
+async def test_a_calls_work_folder_and_private_files_are_gone_when_it_ends(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "password", "--expect", SECRET, credential=True)
+    assert env.status == "ok", env.error
+    work = rungd_daemon.config.state_dir / "work"
+    assert not (work / env.call_id).exists()
+    assert not any(work.iterdir())

@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import logging
 import secrets
+import shutil
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -573,6 +574,9 @@ class Dispatcher:
         settle = tool.timing.settle.bind(inputs.model_dump()) if tool.timing.settle else None
         try:
             envelope = await self._outcome(call, tool, inputs, ctx, settle)
+            # The work folder is scratch for this call only (the runner's private files
+            # included): gone once the call is.
+            shutil.rmtree(work_dir, ignore_errors=True)
             with trio.CancelScope(shield=True):  # the end of a call is recorded even at shutdown
                 await self._record_end(call, tool, envelope)
         finally:

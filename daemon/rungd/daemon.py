@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import trio
 
@@ -67,6 +68,9 @@ class Daemon:
         self.audit = Audit(self.config.state_dir / "ledger", retention_s=ledger.retention_days * 86400,
                            rotate_bytes=ledger.rotate_bytes)
         self.audit.recover({name: reg.tool for name, reg in self.tools.items()})
+        # Every call of an earlier run is over: sweep their work folders (and any credential
+        # file a crash left in one).
+        shutil.rmtree(self.config.state_dir / "work", ignore_errors=True)
         sock = bind_unix_socket(self.socket_path, int(server.socket_mode, 8), server.socket_group)
         listener = trio.SocketListener(sock)
         # Orphans of a call's tree (a double fork) are re-parented to us, not to init, so

@@ -318,7 +318,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
             retry="yes", next_action="retry_later",
         ) from None
     reaper = ctx.reaper
-    helper = _Askpass()
+    helper = _Askpass(ctx.work_dir)
     for var, secret in secret_files.items():
         helper.env[var] = str(helper.secret_file(var, secret))
     try:
@@ -445,9 +445,14 @@ class _Askpass:
     """The call's private folder: the askpass socket, the script GIT_ASKPASS, SSH_ASKPASS and
     SUDO_ASKPASS point at, and credential files. Removed when the call ends."""
 
-    def __init__(self) -> None:
-        # A short private folder: socket paths are limited to 107 bytes, state paths are not.
-        self.folder = Path(tempfile.mkdtemp(prefix="rungd-askpass-"))
+    def __init__(self, work_dir: Path) -> None:
+        # Inside the call's work folder, which the daemon removes (and recovery sweeps
+        # after a crash), so credential files never outlive it; in /tmp only when that
+        # path is too long for a Unix socket (107 bytes).
+        if len(os.fsencode(work_dir)) < 80:
+            self.folder = Path(tempfile.mkdtemp(prefix=".rungd-", dir=work_dir))  # 0700, unique per run
+        else:
+            self.folder = Path(tempfile.mkdtemp(prefix="rungd-askpass-"))
         self.socket_path = self.folder / "s"
         self.script = self.folder / "askpass"
         self.script.write_text(f"#!{sys.executable}\nimport sys\nfrom rungd.askpass import main\nsys.exit(main())\n")
