@@ -11,7 +11,7 @@ written twice.
     ├── outputs       2. field name -> what it holds; cap_bytes
     ├── errors        3. the tool's own error rules, beside the core codes
     ├── side_effect   4. read | reversible | visible | irreversible (+ a stricter gate)
-    ├── timing        5. deadline, attempts, commit point, settle read
+    ├── timing        5. deadline, commit point, settle read (one attempt: rungd never retries)
     └── handler       async (CallContext, inputs) -> Result
 """
 
@@ -106,7 +106,10 @@ class SettleSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Timing:
-    """Part 5 of the contract: deadline, attempts, commit point, settle read.
+    """Part 5 of the contract: deadline, commit point, settle read.
+
+    There is one attempt per call: rungd never retries a program by itself; the caller
+    decides from the envelope's ``retry`` and ``next_action``.
 
     ``commit_point`` is the moment after which the effect may have begun: ``spawn`` (the
     program started), ``confirmation`` (the daemon answered its confirmation prompt), or
@@ -115,7 +118,6 @@ class Timing:
     """
 
     deadline_s: float = 30.0
-    attempts: int = 1
     commit_point: CommitPoint = "spawn"
     settle: SettleSpec | None = None
 
@@ -203,7 +205,6 @@ class CallContext:
     deadline: float
     work_dir: Path
     evidence_dir: Path
-    gate_passed: bool = True
     committed: bool = False
     credentials: Callable[[str], str | None] = lambda name: None
     evidence: list[str] = dataclasses.field(default_factory=list)
