@@ -400,3 +400,21 @@ async def test_call_cgroup_kill_takes_an_untagged_orphan_the_tracker_never_saw(
             while cgroup.pids():
                 await trio.sleep(0.01)
         cgroup.remove()
+
+
+async def test_reaper_never_steals_the_status_of_children_in_the_daemons_own_session() -> None:
+    # A plugin's subprocess.run, or ssh-keygen checking a signature, is a child of the
+    # daemon in its own session: its exit status belongs to whoever started it.
+    set_child_subreaper()
+    reaper = Reaper(set(), interval_s=0.001)
+    statuses = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(reaper.run)
+
+        def run_false() -> None:
+            for _ in range(40):
+                statuses.append(subprocess.run(["false"]).returncode)
+
+        await trio.to_thread.run_sync(run_false)
+        nursery.cancel_scope.cancel()
+    assert statuses == [1] * 40

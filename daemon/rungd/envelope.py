@@ -21,7 +21,7 @@ Effect = Literal["changed", "existing", "no_change", "none"]
 DEFAULT_CAP_BYTES = 4096
 
 
-class ErrorInfo(msgspec.Struct, forbid_unknown_fields=True):
+class ErrorInfo(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """The error part of an envelope: a stable code and words a model can act on."""
 
     code: str
@@ -30,7 +30,7 @@ class ErrorInfo(msgspec.Struct, forbid_unknown_fields=True):
     hint: str = ""
 
 
-class Settle(msgspec.Struct, forbid_unknown_fields=True):
+class Settle(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """The read to run when the outcome is unknown: tool name, its inputs, and the fields
     it shows if the effect happened (empty when the tool cannot say)."""
 
@@ -39,8 +39,12 @@ class Settle(msgspec.Struct, forbid_unknown_fields=True):
     expect: dict[str, Any] = {}
 
 
-class Envelope(msgspec.Struct, forbid_unknown_fields=True):
-    """The result of one call. Every field is always present on the wire."""
+class Envelope(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The result of one call. Every field is always present on the wire.
+
+    Frozen: observers and clients get the very envelope the caller gets, and none of
+    them may change it (``msgspec.structs.replace`` makes a changed copy).
+    """
 
     call_id: str
     tool: str

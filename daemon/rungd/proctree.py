@@ -81,6 +81,7 @@ class _Stat(NamedTuple):
     ppid: int
     pgid: int
     start: int
+    session: int
 
 
 def _read_stat(pid: int) -> _Stat | None:
@@ -92,7 +93,7 @@ def _read_stat(pid: int) -> _Stat | None:
         return None
     # The command name is in parentheses and may itself contain ") ", so split after the last.
     fields = data[data.rindex(b")") + 2 :].split()
-    return _Stat(fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]))
+    return _Stat(fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]), int(fields[3]))
 
 
 def _scan() -> dict[int, _Stat]:
@@ -481,7 +482,9 @@ class Reaper:
     the reaper never calls ``waitpid(-1)``: it finds zombie children in /proc and waits for
     each by pid, skipping every pid in ``owned``.
 
-    Every child the daemon spawns, by whatever means, must be registered like this::
+    Children in the daemon's own session (spawned without a new session, as plugins and
+    ``subprocess.run`` do by default) are never reaped here. Every child the runner spawns in
+    a session of its own must be registered like this::
 
         with reaper.spawning():
             process = await trio.lowlevel.open_process(...)
@@ -527,9 +530,13 @@ class Reaper:
         if self._spawns:
             return []
         reaped = []
+        # Calls run in sessions of their own; a child in the daemon's own session was started
+        # by other code of the daemon (a plugin's subprocess.run, ssh-keygen for a signature)
+        # and whoever started it waits for it: reaping it would steal its exit status.
+        own_session = os.getsid(0)
         for pid in own_children():
             stat = _read_stat(pid)
-            if stat is not None and stat.state == "Z" and pid not in self.owned:
+            if stat is not None and stat.state == "Z" and pid not in self.owned and stat.session != own_session:
                 with contextlib.suppress(ChildProcessError):  # reaped by someone else meanwhile
                     if os.waitpid(pid, os.WNOHANG)[0] == pid:
                         reaped.append(pid)

@@ -308,17 +308,23 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     redactor = Redactor([*credentials.values(), *secret_files.values()])
     out_id, out_path = ctx.evidence_path("stdout")
     err_id, err_path = ctx.evidence_path("stderr")
+    opened: list[Any] = []
     try:
         ctx.work_dir.mkdir(parents=True, exist_ok=True)
-        out_file, err_file = open(out_path, "wb"), open(err_path, "wb")
+        helper = _Askpass(ctx.work_dir)
+        opened.append(helper)
+        out_file = open(out_path, "wb")
+        opened.append(out_file)
+        err_file = open(err_path, "wb")
     except OSError as exc:
+        for thing in opened:
+            thing.close()
         raise Failed(
             f"rungd cannot prepare the call's folders: {exc.strerror}; nothing was run",
             hint="retry later; the operator must free space in rungd's state folder",
             retry="yes", next_action="retry_later",
         ) from None
     reaper = ctx.reaper
-    helper = _Askpass(ctx.work_dir)
     for var, secret in secret_files.items():
         helper.env[var] = str(helper.secret_file(var, secret))
     try:
