@@ -48,3 +48,12 @@ def test_many_evidence_ids_shrink_to_a_pointer_before_fields_are_cut() -> None:
     cut = fit_to_cap(env, 1024)
     assert cut.fields == {"keep": "x" * 300}
     assert cut.evidence[0] == "c1.0.stdout" and "c1.* (57 more)" in cut.evidence
+
+
+def test_the_cap_holds_even_when_the_words_themselves_are_long() -> None:
+    env = Envelope(call_id="c1", tool="t", status="error", outcome="not_started", effect="none",
+                   verified_by="v" * 3000,
+                   error=ErrorInfo(code="FAILED", message="m" * 5000, retry="no", hint="h" * 5000))
+    cut = fit_to_cap(env, 1024)
+    assert encoded_size(cut) <= 1024
+    assert cut.error.code == "FAILED" and cut.truncated

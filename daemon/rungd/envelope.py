@@ -108,8 +108,16 @@ def fit_to_cap(envelope: Envelope, cap_bytes: int = DEFAULT_CAP_BYTES) -> Envelo
         candidate = _rebuild(envelope, fields, hint, narrow)
         if encoded_size(candidate) <= cap_bytes:
             return candidate
-    # Nothing left to halve: keep only the fact that fields were dropped.
-    return _rebuild(envelope, {"_omitted": "fields did not fit the byte cap"}, hint[:64], narrow)
+    # Nothing left to halve: keep only the fact that fields were dropped, and shorten the
+    # daemon's own words too, so the cap holds whatever a tool put in its messages.
+    last = _rebuild(envelope, {"_omitted": "fields did not fit the byte cap"}, hint[:64], narrow[:200])
+    if encoded_size(last) <= cap_bytes:
+        return last
+    error = msgspec.structs.replace(last.error, message=_cut_string(last.error.message, 160)) if last.error else None
+    return msgspec.structs.replace(
+        last, error=error, settle=None if last.settle and len(_json.encode(last.settle)) > 512 else last.settle,
+        verified_by=last.verified_by[:120] if last.verified_by else None, evidence=last.evidence[:2],
+    )
 
 
 def _default_narrow(envelope: Envelope) -> str:
