@@ -27,7 +27,7 @@ from rungd_ledgers import input_digest
 from rungd.config import Config
 from rungd.audit import Audit
 from rungd.credentials import CredentialStore
-from rungd.contract import CallContext, Caller, Result, Tool
+from rungd.contract import CallContext, Caller, Result, Tool, shows
 from rungd.envelope import Envelope, ErrorInfo, Settle, fit_to_cap
 from rungd.gates import approval_message, gate_for, is_operator, verify_signature
 from rungd.errors import (
@@ -64,7 +64,6 @@ class Held:
     """What a call held at a gate keeps until a person decides."""
 
     inputs: Any
-    safe: dict[str, Any]
     since: float
     expires: float
     decided: trio.Event = dataclasses.field(default_factory=trio.Event)
@@ -92,30 +91,16 @@ class Call:
     def pending(self) -> Envelope:
         """The envelope of a call that is held at its gate or still running."""
         if self.held is not None:
-            return Envelope(
-                call_id=self.call_id,
-                tool=self.tool,
-                request_id=self.request_id,
-                status="pending",
-                outcome="not_started",
-                effect="none",
-                next_action="wait_approval",
-                narrow=f"held at the {self.gate} gate: an operator must approve it (rungctl approve "
-                f"{self.call_id}) within {max(0, int(self.held.expires - time.time()))} s; send wait with "
-                "this call_id for the result",
-                elapsed_ms=_ms_since(self.started),
-            )
-        return Envelope(
-            call_id=self.call_id,
-            tool=self.tool,
-            request_id=self.request_id,
-            status="pending",
-            outcome="unknown",
-            effect="none",
-            next_action="retry_later",
-            narrow=f"still running; send wait with call_id {self.call_id} to get the result",
-            elapsed_ms=_ms_since(self.started),
-        )
+            outcome, next_action = "not_started", "wait_approval"
+            narrow = (f"held at the {self.gate} gate: an operator must approve it (rungctl approve {self.call_id}) "
+                      f"within {max(0, int(self.held.expires - time.time()))} s; send wait with this call_id for "
+                      "the result")
+        else:
+            outcome, next_action = "unknown", "retry_later"
+            narrow = f"still running; send wait with call_id {self.call_id} to get the result"
+        return Envelope(call_id=self.call_id, tool=self.tool, request_id=self.request_id, status="pending",
+                        outcome=outcome, effect="none", next_action=next_action, narrow=narrow,
+                        elapsed_ms=_ms_since(self.started))
 
 
 class Dispatcher:
@@ -259,7 +244,7 @@ class Dispatcher:
             self._finish(call, self._error_envelope(call, failure, tool=tool))
             return call
         if held:
-            call.held = Held(inputs=valid, safe=safe, since=time.time(),
+            call.held = Held(inputs=valid, since=time.time(),
                              expires=time.time() + self.config.gates.approval_ttl_s)
             self._nursery.start_soon(self._hold, call, tool)
         else:
@@ -360,7 +345,8 @@ class Dispatcher:
                     hint=f"the settle read found {read.fields}; decide with rungctl reconcile --found yes|no",
                     outcome="unknown", fields=read.fields,
                 )
-            if read.truncated or any(v is None or k not in read.fields for k, v in settle.expect.items()):
+            found = None if read.truncated else shows(read.fields, settle.expect)
+            if found is None:
                 # A cut result, or an expectation that could not be bound, cannot say "it did
                 # not happen": guessing no would free the request_id for a second run.
                 raise ReconcileRequired(
@@ -368,7 +354,6 @@ class Dispatcher:
                     hint=f"an operator must decide with rungctl reconcile --found yes|no; it found {read.fields}",
                     outcome="unknown", fields=read.fields,
                 )
-            found = all(str(read.fields[k]) == str(v) for k, v in settle.expect.items())
             evidence, verified = read.fields, f"settle read {settle.tool} (call {read.call_id})"
         else:
             if not is_operator(caller, self.config):
@@ -673,8 +658,15 @@ class Dispatcher:
         )
 
     def _forget_old(self) -> None:
+        # Runs on every call: _calls is in start order, so look only at the old front of it.
         horizon = time.monotonic() - self.config.server.keep_results_s
-        for call_id in [c.call_id for c in self._calls.values() if c.envelope and c.started < horizon]:
+        old = []
+        for call in self._calls.values():
+            if call.started >= horizon:
+                break
+            if call.envelope is not None:
+                old.append(call.call_id)
+        for call_id in old:
             del self._calls[call_id]
 
     # --- building envelopes ----------------------------------------------------------------

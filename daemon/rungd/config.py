@@ -8,11 +8,12 @@ file's folder; the embedded default resolves them against the working folder, so
 
 from __future__ import annotations
 
+import functools
 import grp
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -123,8 +124,34 @@ class Config(_Section):
         return bool(groups & {_gid(name) for name in rule.groups})
 
 
+@functools.lru_cache(maxsize=256)
 def _gid(group: str) -> int:
+    # Looked up once per name: a call's access check must not wait on NSS (LDAP, sssd).
     return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+
+
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
+
+
+def plugin_settings(config: Config, plugin: str, model: type[SettingsT], example: str) -> SettingsT | None:
+    """A plugin's own section, ``[plugins.settings.<plugin>]``, validated by its model.
+
+    Returns:
+        None when the section is absent: the plugin is not configured and offers no tools.
+
+    Raises:
+        ConfigError: naming the config file, the key and ``example``.
+    """
+    raw = config.plugins.settings.get(plugin)
+    if raw is None:
+        return None
+    try:
+        return model.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{config.source}: key plugins.settings.{plugin}.{key}: {err['msg']}; "
+                          f"example: {example}") from None
 
 
 def load_config(path: Path | None = None) -> Config:

@@ -104,6 +104,16 @@ class SettleSpec:
         return {"tool": self.tool, "inputs": fill(self.inputs), "expect": fill(self.expect)}
 
 
+def shows(fields: Mapping[str, Any], expect: Mapping[str, Any]) -> bool | None:
+    """Whether a read's fields show every expected value (compared as text, since a
+    parsed "7" and an input 7 mean the same); None when the read cannot say: an expected
+    field is missing, or an expectation is unbound. The one rule read-backs and reconcile
+    both judge by."""
+    if any(v is None or k not in fields for k, v in expect.items()):
+        return None
+    return all(str(fields[k]) == str(v) for k, v in expect.items())
+
+
 @dataclasses.dataclass(frozen=True)
 class Timing:
     """Part 5 of the contract: deadline, commit point, settle read.

@@ -46,6 +46,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from rungd.contract import Description
 from rungd.definitions import (
     PROVIDER_NAME,
     ExportError,
@@ -87,14 +88,7 @@ class Finding:
 
 # --- vocabulary ----------------------------------------------------------------------------
 
-SLOTS: tuple[tuple[str, str], ...] = (
-    ("does", "Does"),
-    ("use_when", "Use when"),
-    ("do_not_use_when", "Do not use when"),
-    ("returns", "Returns"),
-    ("on_error", "On error"),
-    ("if_unknown", "If unknown"),
-)
+SLOTS: tuple[tuple[str, str], ...] = Description.SLOTS  # the template the contract joins
 # For descriptions written as prose (not rungd's labelled lines): the phrase that fills a slot.
 _PROSE_SLOTS = {
     "use_when": re.compile(r"\buse (?:it |this )?when\b", re.IGNORECASE),

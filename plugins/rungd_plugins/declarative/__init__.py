@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pydantic
-
 from rungd.config import Config
 from rungd.errors import ConfigError
 from rungd.hookspecs import hookimpl
+
 from rungd_plugins.declarative.build import Loaded, load_tool_file
 from rungd_plugins.declarative.schema import ToolFile
 

@@ -12,14 +12,12 @@ import dataclasses
 import os
 import re
 import shutil
-import string
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
 import trio
 from pydantic import Field
-
 from rungd import runner
 from rungd.contract import (
     CallContext,
@@ -30,33 +28,18 @@ from rungd.contract import (
     Timing,
     Tool,
     ToolInputs,
+    shows,
 )
 from rungd.errors import ConfigError, SurfaceChanged, ToolError, UnexpectedState
+
 from rungd_plugins.declarative import exports, imports
+from rungd_plugins.declarative.columns import TYPES
 from rungd_plugins.declarative.parse import parse_output
 from rungd_plugins.declarative.schema import InputSpec, ReadBackSpec, ToolFile, ToolSpec
-
-_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool}
-_FORMATTER = string.Formatter()
-
+from rungd_plugins.declarative.templates import placeholders, substitute, whole
 
 # Programs that would read their arguments as code: never a tool file's program.
 SHELLS = r"(ba|da|z|k|c|tc|fi|mk|a)?sh|busybox|env|python[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|php[0-9.]*|lua[0-9.]*|tclsh[0-9.]*|wish[0-9.]*|awk|gawk|mawk|xargs"
-
-
-def placeholders(template: str) -> list[str]:
-    """The input names a template refers to as ``{name}``."""
-    return [name for _, name, _, _ in _FORMATTER.parse(template) if name]
-
-
-def substitute(template: Any, values: dict[str, Any]) -> Any:
-    """Fill ``{name}`` placeholders; a template that is one whole placeholder keeps its type."""
-    if not isinstance(template, str):
-        return template
-    names = placeholders(template)
-    if len(names) == 1 and template == "{" + names[0] + "}":
-        return values.get(names[0])
-    return template.format_map({k: "" if v is None else v for k, v in values.items()})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +76,7 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
         if spec.export is not None:
             handler = export_tools[name].handle
         elif spec.import_ is not None:
-            record = imports.row_model(name, spec.import_)
+            record = imports.record_model(name, spec.import_)
             extra[spec.import_.rows_input] = imports.rows_field(spec.import_, record)
             count = _counter(command, file, specs, spec.import_.count, export_tools)
             handler = imports.ImportTool(path, name, spec, record, count).handle
@@ -154,9 +137,8 @@ def _default_outputs(spec: ToolSpec) -> dict[str, str]:
 
 def _as_reference(value: Any) -> Any:
     """``"{item}"`` in a tool file is ``"$item"`` in a SettleSpec: the call's own input."""
-    if isinstance(value, str) and len(placeholders(value)) == 1 and value == "{" + placeholders(value)[0] + "}":
-        return "$" + placeholders(value)[0]
-    return value
+    name = whole(value)
+    return value if name is None else "$" + name
 
 
 def _resolve_command(path: Path, command: str) -> Path:
@@ -221,8 +203,7 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
                                     "expect = { count = \"{count}\" }")
     for where, mapping in (("verify", spec.verify), ("settle", spec.settle)):
         for field, value in (getattr(mapping, "expect", {}) | getattr(mapping, "inputs", {})).items() if mapping else ():
-            refs = placeholders(value) if isinstance(value, str) else []
-            if refs and value != "{" + refs[0] + "}":
+            if isinstance(value, str) and placeholders(value) and whole(value) is None:
                 raise fail(f"{where}.{field}", f"{value!r}: a read-back value is one whole input (\"{{name}}\") "
                                                "or a literal, so a settle read after a crash can be rebuilt exactly")
     if spec.verify:
@@ -235,7 +216,7 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
 def _inputs_model(name: str, inputs: dict[str, InputSpec], more: dict[str, Any] | None = None) -> type[ToolInputs]:
     fields: dict[str, Any] = dict(more or {})
     for field_name, spec in inputs.items():
-        kind: Any = Literal[tuple(spec.enum)] if spec.enum else _TYPES[spec.type]
+        kind: Any = Literal[tuple(spec.enum)] if spec.enum else TYPES[spec.type]
         extra = {"allow_dash": True} if spec.allow_dash else None
         info = Field(
             description=spec.description,
@@ -352,7 +333,7 @@ class _ReadBack:
 
 
 def _matches(fields: dict[str, Any], expected: dict[str, Any]) -> bool:
-    return all(str(fields.get(k)) == str(v) for k, v in expected.items())
+    return shows(fields, expected) is True
 
 
 def _handler(program: _ProgramRunner, readback: _ReadBack | None, spec: ToolSpec) -> Any:

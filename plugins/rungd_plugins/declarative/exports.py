@@ -3,32 +3,18 @@ writes (rung 3), through ``rungd.exchange``. No program runs; the file is the in
 
 from __future__ import annotations
 
-import datetime
-import decimal
-import re
 from pathlib import Path
-from typing import Annotated, Any
-
-import pydantic
-from pydantic import BaseModel, Field
+from typing import Any
 
 from rungd import exchange
 from rungd.contract import CallContext, ErrorRule, Result, ToolInputs
 from rungd.errors import ConfigError
-from rungd_plugins.declarative.schema import ExportSpec, ToolSpec
 
-_TYPES: dict[str, type] = {
-    "string": str, "integer": int, "number": float, "decimal": decimal.Decimal, "boolean": bool,
-    "date": datetime.date, "datetime": datetime.datetime,
-}
+from rungd_plugins.declarative.columns import field_name, row_model
+from rungd_plugins.declarative.schema import ToolSpec
+
 ERRORS = (ErrorRule.core("STALE_EXPORT"), ErrorRule.core("SURFACE_CHANGED"), ErrorRule.core("TIMEOUT"),
           exchange.OUTSIDE_ROOTS)
-
-
-def field_name(column: str) -> str:
-    """A Python name for a column header ("Item No." -> "item_no"); the header stays its alias."""
-    name = re.sub(r"\W+", "_", column.strip().lower()).strip("_")
-    return name if name and not name[0].isdigit() else f"c_{name}"
 
 
 def check(path: Path, key: str, spec: ToolSpec) -> None:
@@ -53,17 +39,6 @@ def check(path: Path, key: str, spec: ToolSpec) -> None:
         raise fail("export.as_of_pattern", "as_of from the name or preamble needs a pattern whose group is the time")
 
 
-def row_model(tool: str, export: ExportSpec) -> type[BaseModel]:
-    fields: dict[str, Any] = {}
-    for column, kind in export.columns.items():
-        annotation: Any = _TYPES[kind]
-        if column in export.optional_columns:
-            fields[field_name(column)] = (Annotated[annotation | None, Field(alias=column)], None)
-        else:
-            fields[field_name(column)] = (Annotated[annotation, Field(alias=column)], ...)
-    return pydantic.create_model(f"{tool.title().replace('_', '')}Row", **fields)
-
-
 def fmt_of(kind: str, delimiter: str, encoding: str, **options: Any) -> Any:
     """The rungd.exchange format a tool file names."""
     if kind == "jsonl":
@@ -85,7 +60,8 @@ class ExportTool:
         self.export = exchange.Export(exchange.ExportSpec(
             folder=folder,
             pattern=exchange.glob(export_spec.pattern),
-            row_model=row_model(name, export_spec),
+            row_model=row_model(f"{name.title().replace('_', '')}Row", export_spec.columns,
+                                export_spec.optional_columns),
             format=fmt_of(export_spec.format, export_spec.delimiter, export_spec.encoding,
                           preamble_lines=export_spec.preamble_lines),
             complete=exchange.Complete(stable_s=export_spec.stable_s, lock_names=tuple(export_spec.lock_names),

@@ -4,25 +4,20 @@ atomic rename as the commit point, and a count read back before and after."""
 
 from __future__ import annotations
 
-import datetime
-import decimal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field
-
+from pydantic import BaseModel, Field
 from rungd import exchange
 from rungd.contract import CallContext, ErrorRule, Result, ToolInputs
 from rungd.errors import ConfigError
-from rungd_plugins.declarative.exports import field_name, fmt_of
-from rungd_plugins.declarative.schema import ImportFileSpec, ToolSpec
 
-_TYPES: dict[str, type] = {
-    "string": str, "integer": int, "number": float, "decimal": decimal.Decimal, "boolean": bool,
-    "date": datetime.date, "datetime": datetime.datetime,
-}
+from rungd_plugins.declarative.columns import row_model
+from rungd_plugins.declarative.exports import fmt_of
+from rungd_plugins.declarative.schema import ImportFileSpec, ToolSpec
+from rungd_plugins.declarative.templates import substitute
+
 ERRORS = tuple(ErrorRule.core(code) for code in ("LOCKED", "IMPORT_PARTIAL", "UNEXPECTED_STATE", "TIMEOUT",
                                                    "SURFACE_CHANGED", "STALE_EXPORT")) + (exchange.OUTSIDE_ROOTS,)
 Count = Callable[[CallContext, dict[str, Any]], Awaitable[int]]
@@ -54,19 +49,9 @@ def check(path: Path, key: str, spec: ToolSpec, specs: dict[str, ToolSpec]) -> N
             raise fail("import.optional_columns", f"{name!r} is not one of its columns")
 
 
-def row_model(tool: str, spec: ImportFileSpec) -> type[BaseModel]:
+def record_model(tool: str, spec: ImportFileSpec) -> type[BaseModel]:
     """One record of the file, keyed by column header: what the model sends and what is written."""
-    fields: dict[str, Any] = {}
-    for column, kind in spec.columns.items():
-        annotation: Any = _TYPES[kind]
-        info = Field(alias=column, description=f"the {column} column")
-        if column in spec.optional_columns:
-            fields[field_name(column)] = (Annotated[annotation | None, info], None)
-        else:
-            fields[field_name(column)] = (Annotated[annotation, info], ...)
-    # Lax, unlike tool inputs: a row's date and decimal arrive as JSON text.
-    config = ConfigDict(extra="forbid", frozen=True)
-    return pydantic.create_model(f"{tool.title().replace('_', '')}Record", __config__=config, **fields)
+    return row_model(f"{tool.title().replace('_', '')}Record", spec.columns, spec.optional_columns, described=True)
 
 
 def rows_field(spec: ImportFileSpec, model: type[BaseModel]) -> tuple[Any, Any]:
@@ -107,8 +92,6 @@ class ImportTool:
         self.verified_by = f"{spec_import.count.tool} counted before and after the import (rung 3)"
 
     async def handle(self, ctx: CallContext, inputs: ToolInputs) -> Result:
-        from rungd_plugins.declarative.build import substitute
-
         rows = getattr(inputs, self.spec.rows_input)
         values = {k: v for k, v in inputs.model_dump().items() if k != self.spec.rows_input}
         name = str(substitute(self.spec.file_name, values))

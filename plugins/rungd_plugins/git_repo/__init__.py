@@ -19,12 +19,19 @@ import shutil
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import pydantic
 from pydantic import BaseModel, ConfigDict, Field
-
 from rungd import runner
-from rungd.config import Config
-from rungd.contract import CallContext, Description, ErrorRule, Result, SettleSpec, Timing, Tool, ToolInputs
+from rungd.config import Config, plugin_settings
+from rungd.contract import (
+    CallContext,
+    Description,
+    ErrorRule,
+    Result,
+    SettleSpec,
+    Timing,
+    Tool,
+    ToolInputs,
+)
 from rungd.errors import ConfigError, SurfaceChanged, UnexpectedState
 from rungd.hookspecs import hookimpl
 
@@ -206,16 +213,9 @@ def _tools(settings: Settings, command: str) -> list[Tool]:
 
 @hookimpl
 def rungd_register_tools(register: Any, config: Config) -> None:
-    raw = config.plugins.settings.get("git_repo")
-    if raw is None:
+    settings = plugin_settings(config, "git_repo", Settings, 'repos = { app = "/srv/app" }')
+    if settings is None:
         return  # not configured: no repositories, no tools
-    try:
-        settings = Settings.model_validate(raw)
-    except pydantic.ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"{config.source}: key plugins.settings.git_repo.{key}: {err['msg']}; "
-                          'example: repos = { app = "/srv/app" }') from None
     command = shutil.which(settings.git)
     if command is None:
         raise ConfigError(f"plugins.settings.git_repo: {settings.git!r} is not installed; hint: apt-get install git")

@@ -16,13 +16,20 @@ from __future__ import annotations
 import shutil
 from typing import Annotated, Any, Literal
 
-import pydantic
 import trio
 from pydantic import BaseModel, ConfigDict, Field
-
 from rungd import runner
-from rungd.config import Config
-from rungd.contract import CallContext, Description, ErrorRule, Result, SettleSpec, Timing, Tool, ToolInputs
+from rungd.config import Config, plugin_settings
+from rungd.contract import (
+    CallContext,
+    Description,
+    ErrorRule,
+    Result,
+    SettleSpec,
+    Timing,
+    Tool,
+    ToolInputs,
+)
 from rungd.errors import AuthRequired, ConfigError, SurfaceChanged, ToolError
 from rungd.hookspecs import hookimpl
 
@@ -177,16 +184,9 @@ def _restarted(before: dict[str, Any], after: dict[str, Any]) -> bool:
 
 @hookimpl
 def rungd_register_tools(register: Any, config: Config) -> None:
-    raw = config.plugins.settings.get("systemd_service")
-    if raw is None:
+    settings = plugin_settings(config, "systemd_service", Settings, 'services = ["nginx"]')
+    if settings is None:
         return  # not configured: no services, no tools
-    try:
-        settings = Settings.model_validate(raw)
-    except pydantic.ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"{config.source}: key plugins.settings.systemd_service.{key}: {err['msg']}; "
-                          'example: services = ["nginx"]') from None
     command = shutil.which(settings.systemctl)
     if command is None:
         raise ConfigError(f"plugins.settings.systemd_service: {settings.systemctl!r} not found")
