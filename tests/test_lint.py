@@ -288,12 +288,13 @@ def test_duplicate_names_and_reserved_request_id_are_fix_first() -> None:
 
 
 def test_a_waiver_drops_only_the_code_it_names() -> None:
-    class Waivable(ToolDefinition, tag="tool_waivable"):
-        lint_waivers: dict[str, str] = {}
+    import dataclasses
 
-    base = describe(tool(errors=ERRORS[:3]), "t")
-    fields = {f: getattr(base, f) for f in base.__struct_fields__}
-    waived = Waivable(**fields, lint_waivers={"errors.auth_required_missing": "inventory never asks for one"})
+    declared = tool(errors=ERRORS[:3])
+    base = describe(declared, "t")
+    waived = describe(dataclasses.replace(
+        declared, lint_waivers={"errors.auth_required_missing": "inventory never asks for one"}), "t")
+    assert waived.lint_waivers == {"errors.auth_required_missing": "inventory never asks for one"}
     assert "errors.auth_required_missing" in {f.code for f in lint([base], ["test_item_show"])}
     assert lint([waived], ["test_item_show"]) == []
 

@@ -252,6 +252,8 @@ class Tool:
     concurrency: int | None = None
     gate: Gate | None = None
     log_fields: tuple[str, ...] = ()
+    # rungctl lint codes this tool answers for, each with the reason a reviewer reads.
+    lint_waivers: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not issubclass(self.inputs, ToolInputs):

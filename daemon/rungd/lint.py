@@ -186,7 +186,7 @@ def lint(definitions: Iterable[ToolDefinition], known_tools: Iterable[str] | Non
             *_check_output(d),
             *_check_size(d),
         ]
-        waived = getattr(d, "lint_waivers", None) or {}
+        waived = d.lint_waivers
         findings += [f for f in found if f.code not in waived]
     findings += _check_set(defs)
     return sorted(findings, key=lambda f: (RANKS.index(f.rank), f.tool, f.code, f.message))

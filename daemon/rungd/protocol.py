@@ -123,6 +123,7 @@ class ToolDefinition(Message, tag="tool"):
     requires_request_id: bool = False
     cap_bytes: int = 4096
     plugin: str = ""
+    lint_waivers: dict[str, str] = {}
 
 
 class Result(Message, tag="result"):

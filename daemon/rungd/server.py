@@ -340,6 +340,7 @@ def describe(tool: Tool, plugin: str) -> ToolDefinition:
         requires_request_id=tool.requires_request_id,
         cap_bytes=tool.cap_bytes,
         plugin=plugin,
+        lint_waivers=dict(tool.lint_waivers),
     )
 
 

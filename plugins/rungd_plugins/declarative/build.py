@@ -108,6 +108,7 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
                 concurrency=spec.concurrency,
                 gate=spec.gate,
                 log_fields=tuple(spec.log_fields),
+                lint_waivers=spec.lint_waivers,
             )
         )
     return Loaded(path, built)

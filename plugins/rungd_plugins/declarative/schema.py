@@ -202,6 +202,7 @@ class ToolSpec(_Strict):
     concurrency: int | None = Field(None, ge=1)
     gate: Literal["none", "log", "review", "signature"] | None = None
     log_fields: list[str] = []
+    lint_waivers: dict[str, str] = {}
     limits: LimitsSpec | None = None
     errors: list[Literal["AUTH_REQUIRED", "PROMPT_UNEXPECTED", "SURFACE_CHANGED", "TIMEOUT", "UNEXPECTED_STATE",
                          "BUSY", "LOCKED"]] = []
