@@ -1,0 +1,59 @@
+"""Rung 2: run one legacy command-line program so it cannot hang, lie, or leave debris.
+
+    program = Program(argv=("inventory", "show", item), confirmations=(...,))
+    done = await run(ctx, program)          # Completed: exit status, capped text, evidence
+    check_exit(done, exit_table)            # map the exit status to the tool's codes
+
+What ``run`` guarantees:
+
+* No shell and no terminal: argv is passed as is; the child leads a new session, so
+  opening ``/dev/tty`` fails with ENXIO instead of waiting for a person.
+* stdin is a pipe the runner owns and never closes on its own (end-of-file is an answer
+  for many programs): it stays open and silent, carries declared data, or is closed right
+  away only when the tool declares ``stdin="eof"``.
+* A question is recognised by evidence: when output goes quiet, the runner asks the kernel
+  whether a process of the call is blocked reading its stdin (``rungd.procwatch``). A
+  declared confirmation is answered only when the call passed its gate; a credential
+  question is answered only with a credential the tool declared; anything else kills the
+  tree and raises PromptUnexpected or AuthRequired, quoting what the program last printed.
+* Output is drained as it comes; head and tail within the cap are kept, and the full
+  redacted streams go to evidence files (themselves capped, and saying so).
+* On the deadline or any cancellation the whole tree dies, descendants that left the
+  process group included (``rungd.proctree``). Every wait after the kill is bounded.
+
+Where each concern lives:
+
+    program.py         Program, Confirmation, CredentialPrompt, Completed: what a plugin
+                       hands in and gets back
+    environment.py     the child's environment, and credentials looked up for a call
+    limits.py          Limits: setrlimit and no_new_privs, applied before exec
+    streams.py         output capture: drain, redact, cap, evidence files
+    askpass_server.py  the call's private folder and the askpass endpoint in it
+    questions.py       the words of credential questions and terminal failures
+    watch.py           prompt watching: feed stdin, notice a question, answer or stop
+    execute.py         run(): spawn, supervise, kill and reap
+    exits.py           check_exit(): exit statuses through the tool's table
+"""
+
+from rungd.runner.environment import DEFAULT_PATH, PASS_THROUGH, QUIET_ENV, child_env
+from rungd.runner.execute import run
+from rungd.runner.exits import check_exit
+from rungd.runner.limits import Limits
+from rungd.runner.program import Completed, Confirmation, CredentialPrompt, Program
+from rungd.runner.questions import CREDENTIAL_QUESTION, TERMINAL_REQUIRED
+
+__all__ = [
+    "CREDENTIAL_QUESTION",
+    "DEFAULT_PATH",
+    "PASS_THROUGH",
+    "QUIET_ENV",
+    "TERMINAL_REQUIRED",
+    "Completed",
+    "Confirmation",
+    "CredentialPrompt",
+    "Limits",
+    "Program",
+    "check_exit",
+    "child_env",
+    "run",
+]

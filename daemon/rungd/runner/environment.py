@@ -1,0 +1,65 @@
+"""The environment policy: what a child sees, which is almost nothing of the daemon's."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from rungd import proctree
+from rungd.contract import CallContext
+from rungd.errors import AuthRequired
+from rungd.runner.program import Program
+
+# Environment every child gets. Nothing is inherited from the daemon except the names in
+# PASS_THROUGH: a daemon's environment is not a program's business.
+QUIET_ENV: Mapping[str, str] = {
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "MANPAGER": "cat",
+    "SYSTEMD_PAGER": "cat",
+    "SYSTEMD_COLORS": "0",
+    "LESS": "-FRX",
+    # An editor that fails at once: a program that wants a person to edit text gets an
+    # error instead of a hang.
+    "EDITOR": "false",
+    "VISUAL": "false",
+    "GIT_EDITOR": "false",
+    "TERM": "dumb",
+    "NO_COLOR": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "DEBIAN_FRONTEND": "noninteractive",
+    "LC_ALL": "C.UTF-8",
+    "LANG": "C.UTF-8",
+}
+PASS_THROUGH = ("PATH", "HOME", "USER", "LOGNAME", "TZ", "TMPDIR")
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
+
+def child_env(
+    ctx: CallContext, program: Program, credentials: Mapping[str, str], askpass: Mapping[str, str] = {}
+) -> dict[str, str]:
+    """The child's whole environment: the quiet defaults, a few names passed through, the
+    askpass helper, the tool's own values, its credentials, and the call tag."""
+    env = {name: os.environ[name] for name in PASS_THROUGH if name in os.environ}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.update(QUIET_ENV)
+    env.update(askpass)
+    env.update(program.env)
+    env.update(credentials)
+    env[proctree.TAG_ENV] = ctx.call_id
+    return env
+
+
+def credential(ctx: CallContext, name: str) -> str:
+    """The credential ``name`` from the daemon's store for this call's tool.
+
+    Raises:
+        AuthRequired: rungd does not hold it.
+    """
+    value = ctx.credentials(name)
+    if value is None:
+        raise AuthRequired(
+            f"{ctx.tool.name} needs the credential {name!r}, which rungd does not hold",
+            hint=f"the operator must add {name!r} to rungd's credential store; nothing was run",
+        )
+    return value

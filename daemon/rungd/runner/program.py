@@ -1,0 +1,70 @@
+"""What a plugin hands the runner and what it gets back: the program, its declared questions,
+and the finished result."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from rungd.runner.limits import Limits
+
+
+@dataclasses.dataclass(frozen=True)
+class Confirmation:
+    """A question the tool knows, and the answer the runner gives once the gate passed."""
+
+    pattern: re.Pattern[str]
+    answer: str
+    times: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class CredentialPrompt:
+    """A credential question the tool declares, answered with the named credential."""
+
+    pattern: re.Pattern[str]
+    credential: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """How to run the program for one call. ``argv`` is complete: no shell will see it."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    env_credentials: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # ENV_VAR -> credential name: the value goes into a 0600 file only this call's folder
+    # holds, and ENV_VAR names that file (PGPASSFILE, a --password-file argument...).
+    file_credentials: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    stdin: Literal["none", "eof"] | bytes = "none"
+    confirmations: tuple[Confirmation, ...] = ()
+    credential_prompts: tuple[CredentialPrompt, ...] = ()
+    askpass: tuple[CredentialPrompt, ...] = ()
+    limits: Limits | None = None
+    cwd: Path | None = None
+    keep_bytes: int = 64 * 1024
+    evidence_bytes: int = 16 * 1024 * 1024
+    quiet_s: float = 0.25
+    grace_s: float = 1.0
+    # False for a read a write makes before or after its act: starting it is no commit point.
+    commits: bool = True
+
+
+@dataclasses.dataclass
+class Completed:
+    """What a finished program left behind, already redacted."""
+
+    exit_status: int
+    stdout: str
+    stderr: str
+    truncated: bool
+    stdout_bytes: int
+    stderr_bytes: int
+    answered: list[str]
+    evidence: list[str]
+
+    def stderr_tail(self, chars: int = 400) -> str:
+        return self.stderr[-chars:].strip()

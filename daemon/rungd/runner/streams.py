@@ -1,0 +1,109 @@
+"""Capturing a program's output: drained as it comes, redacted, kept within a cap, and
+written in full (up to its own cap) to an evidence file for operators."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import BinaryIO
+
+import trio
+
+from rungd.redact import Redactor
+
+
+class Stream:
+    """One output stream: kept head and tail, evidence file, and when it last spoke."""
+
+    def __init__(self, name: str, keep: int, evidence: BinaryIO, evidence_cap: int, redactor: Redactor) -> None:
+        self.name = name
+        self._keep = keep
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.last_output = time.monotonic()
+        self.recent = bytearray()  # the last bytes printed, to quote a question
+        self.drained = trio.Event()  # set at end-of-file
+        self.evidence_error: str | None = None
+        self._evidence = evidence
+        self._evidence_cap = evidence_cap
+        self._evidence_written = 0
+        self.clean_total = 0  # bytes after redaction: what head, tail and evidence hold
+        self.redactor = redactor  # this stream's own: it holds back bytes between chunks
+
+    def take(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.last_output = time.monotonic()
+        self.recent += chunk  # raw, to quote a prompt at once; redacted when read
+        del self.recent[: max(0, len(self.recent) - 512)]
+        # Everything kept is redacted first: a secret cut at the head/tail boundary must not
+        # leave its first half behind.
+        self._keep_clean(self.redactor.feed(chunk))
+
+    def _keep_clean(self, clean: bytes) -> None:
+        self.clean_total += len(clean)
+        half = self._keep // 2
+        room = max(0, half - len(self.head))
+        self.head += clean[:room]
+        if clean[room:]:
+            self.tail += clean[room:]
+            del self.tail[: max(0, len(self.tail) - half)]
+        self._write_evidence(clean)
+
+    def _write_evidence(self, data: bytes) -> None:
+        # Plain blocking writes: they land in the page cache and cost microseconds; the cap
+        # bounds the total, so a flood cannot fill the disk. Evidence is for operators: a
+        # full disk loses the rest of it (and says so), never the call.
+        room = self._evidence_cap - self._evidence_written
+        if room > 0 and data and self.evidence_error is None:
+            try:
+                self._evidence.write(data[:room])
+            except OSError as exc:
+                self.evidence_error = exc.strerror or str(exc)
+                return
+            self._evidence_written += min(room, len(data))
+
+    def close(self) -> None:
+        self._keep_clean(self.redactor.flush())
+        with contextlib.suppress(OSError):
+            if self.clean_total > self._evidence_written:
+                why = f": {self.evidence_error}" if self.evidence_error else ""
+                note = f"\n[rungd: {self.clean_total - self._evidence_written} more bytes were not kept{why}]\n"
+                self._evidence.write(note.encode())
+        with contextlib.suppress(OSError):
+            self._evidence.close()
+
+    @property
+    def truncated(self) -> bool:
+        return self.clean_total > len(self.head) + len(self.tail)
+
+    def text(self) -> str:
+        kept = bytes(self.head)
+        if self.truncated:
+            cut = self.clean_total - len(self.head) - len(self.tail)
+            kept += f"\n[... {cut} bytes cut; full output in evidence ...]\n".encode()
+        kept += bytes(self.tail)
+        return self.redactor.text(kept.decode("utf-8", "replace"))
+
+    @property
+    def mid_line(self) -> bool:
+        return bool(self.recent) and not self.recent.endswith(b"\n")
+
+    def question(self) -> str:
+        """The last line the program printed, as a person would have read it."""
+        text = self.redactor.text(bytes(self.recent).decode("utf-8", "replace"))
+        lines = [line for line in text.splitlines() if line.strip()]
+        return lines[-1].strip()[-200:] if lines else ""
+
+
+async def drain(stream: trio.abc.ReceiveStream | None, sink: Stream) -> None:
+    """Read ``stream`` to its end into ``sink``; ``sink.drained`` is set however it ends.
+
+    Cancellation: stops reading at once; what was read is kept.
+    """
+    try:
+        if stream is not None:
+            while chunk := await stream.receive_some(1 << 16):
+                sink.take(chunk)
+    finally:
+        sink.drained.set()
