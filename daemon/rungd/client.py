@@ -8,14 +8,27 @@
 
 ``rungctl`` uses this client. It holds one connection and sends one request at a time;
 use one client per thread.
+
+Errors (a result envelope, failed or not, is never an exception):
+
+    ClientError            the exchange failed; the connection is closed
+    ├── ConnectFailed      nothing could be reached at the socket path; ``reason`` says why
+    └── RequestRejected    the daemon answered with a protocol error; ``code`` and ``hint``
+
+What each request is answered with comes from ``protocol.REPLY_TO``; this module and
+``rungd.aclient`` share the checks (``check_reply``, ``connect_failed``), so a request type
+added to the protocol is one line in each client.
 """
 
 from __future__ import annotations
 
+import errno
+import grp
 import os
 import socket
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -28,8 +41,9 @@ from rungd.protocol import (
     Decision,
     Deny,
     Describe,
+    FrameBuffer,
+    FrameError,
     HeldCall,
-    HeldCalls,
     Hello,
     ListTools,
     Message,
@@ -37,16 +51,19 @@ from rungd.protocol import (
     ProtocolError,
     Reconcile,
     Response,
-    Result,
     Status,
     ToolDefinition,
-    Tools,
     ToolSummary,
     Wait,
     Welcome,
 )
 
 DEFAULT_SOCKET = Path("var/rungd.sock")
+# Replies are capped envelopes or tool definitions; a bigger frame means the other end is
+# not rungd (or is broken), and reading it whole would only cost memory.
+MAX_REPLY_FRAME = 16 << 20
+
+ConnectReason = Literal["missing", "permission", "refused", "not_socket", "other"]
 
 
 class ClientError(Exception):
@@ -54,7 +71,20 @@ class ClientError(Exception):
 
 
 class ConnectFailed(ClientError):
-    """The daemon's socket could not be reached."""
+    """The daemon's socket could not be reached.
+
+    Attributes:
+        path: the socket path tried.
+        reason: ``missing`` (no such file: rungd not running, or a wrong path),
+            ``permission`` (the caller may not open it), ``refused`` (a socket nobody
+            listens on: a stale socket or a dead ssh tunnel), ``not_socket`` (the path is
+            some other kind of file) or ``other``.
+    """
+
+    def __init__(self, message: str, path: Path | None = None, reason: ConnectReason = "other") -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason: ConnectReason = reason
 
 
 class RequestRejected(ClientError):
@@ -71,6 +101,70 @@ def default_socket() -> Path:
     return Path(os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET)
 
 
+def connect_failed(path: Path, exc: OSError) -> ConnectFailed:
+    """Explain a failed connect: what happened, why it usually happens, what to do.
+
+    The hint depends on the cause: telling someone whose ssh tunnel died to start rungd
+    sends them to the wrong host.
+    """
+    where = f"cannot connect to rungd at {path}"
+    kind = _file_kind(path)
+    if isinstance(exc, FileNotFoundError):
+        return ConnectFailed(
+            f"{where}: no such file; hint: rungd is not running there or this is the wrong path: start it with "
+            "`rungd serve` (or `systemctl start rungd`), or point --socket / RUNGD_SOCKET at its socket",
+            path, "missing")
+    if isinstance(exc, PermissionError):
+        group = _group_of(path)
+        join = f"join its group {group!r} (usermod -aG {group} $USER, then log in again)" if group else \
+            "join the group that owns it (usermod -aG GROUP $USER, then log in again)"
+        return ConnectFailed(f"{where}: {exc.strerror or 'Permission denied'}; hint: {join}, "
+                             "or ask the operator to add your uid to access.uids", path, "permission")
+    if kind not in (None, "socket") and exc.errno in (errno.ECONNREFUSED, errno.ENOTSOCK):
+        return ConnectFailed(f"{where}: it is a {kind}, not a socket; hint: point --socket / RUNGD_SOCKET "
+                             "at rungd's socket (server.socket in its config)", path, "not_socket")
+    if exc.errno == errno.ECONNREFUSED:
+        return ConnectFailed(
+            f"{where}: connection refused: nothing listens on that socket (a stale socket left by a stopped "
+            "daemon, or a dead tunnel); hint: start rungd, which replaces a stale socket; if this is an ssh -L "
+            "tunnel, restart it with `ssh -N -o StreamLocalBindUnlink=yes -L LOCAL.sock:/run/rungd/rungd.sock HOST`",
+            path, "refused")
+    return ConnectFailed(f"{where}: {exc.strerror or exc}; hint: check the path, or point --socket / "
+                         "RUNGD_SOCKET at rungd's socket", path, "other")
+
+
+def _file_kind(path: Path) -> str | None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "directory" if stat.S_ISDIR(mode) else "regular file" if stat.S_ISREG(mode) else "special file"
+
+
+def _group_of(path: Path) -> str | None:
+    try:
+        return grp.getgrgid(os.stat(path).st_gid).gr_name
+    except (OSError, KeyError):
+        return None
+
+
+def check_reply(request: Message, response: Response) -> Any:
+    """Return ``response`` if it is what ``protocol.REPLY_TO`` says answers ``request``.
+
+    Raises:
+        RequestRejected: the daemon answered with a protocol error.
+        ClientError: any other reply type (a daemon speaking another protocol version).
+    """
+    if isinstance(response, ProtocolError):
+        raise RequestRejected(response)
+    expected = protocol.REPLY_TO[type(request)]
+    if not isinstance(response, expected):
+        raise ClientError(f"expected a {expected.__name__} reply, got {type(response).__name__}")
+    return response
+
+
 class Client:
     """One connection to the daemon.
 
@@ -85,15 +179,13 @@ class Client:
     def __init__(self, path: Path | str | None = None, timeout: float = 30.0) -> None:
         self.path = Path(path) if path is not None else default_socket()
         self.timeout = timeout
+        self._frames = FrameBuffer(MAX_REPLY_FRAME)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._sock.connect(str(self.path))
         except OSError as exc:
             self._sock.close()
-            raise ConnectFailed(
-                f"cannot connect to rungd at {self.path}: {exc.strerror or exc}; "
-                "hint: start it with `rungd serve`, or point RUNGD_SOCKET at its socket"
-            ) from None
+            raise connect_failed(self.path, exc) from None
 
     def __enter__(self) -> Client:
         return self
@@ -104,71 +196,70 @@ class Client:
     def close(self) -> None:
         self._sock.close()
 
-    # --- requests --------------------------------------------------------------------------
+    # --- requests: one line each; protocol.REPLY_TO says what answers them -----------------
 
     def hello(self) -> Welcome:
-        return self._expect(Hello(client="rungd.client"), Welcome)
+        return self._ask(Hello(client="rungd.client"))
 
     def list_tools(self) -> list[ToolSummary]:
-        return self._expect(ListTools(), Tools).tools
+        return self._ask(ListTools()).tools
 
     def describe(self, tool: str) -> ToolDefinition:
-        return self._expect(Describe(tool=tool), ToolDefinition)
+        return self._ask(Describe(tool=tool))
 
     def call(
         self, tool: str, inputs: dict[str, Any] | None = None, *, request_id: str | None = None, wait_s: float = 30.0
     ) -> Envelope:
         """Call a tool; returns its envelope, or a pending one if it ran past ``wait_s``."""
-        request = Call(tool=tool, inputs=inputs or {}, request_id=request_id, wait_s=wait_s)
-        return self._expect(request, Result, extra_s=wait_s).envelope
+        return self._ask(Call(tool=tool, inputs=inputs or {}, request_id=request_id, wait_s=wait_s)).envelope
 
     def status(self, call_id: str) -> Envelope:
-        return self._expect(Status(call_id=call_id), Result).envelope
+        return self._ask(Status(call_id=call_id)).envelope
 
     def wait(self, call_id: str, wait_s: float = 30.0) -> Envelope:
-        return self._expect(Wait(call_id=call_id, wait_s=wait_s), Result, extra_s=wait_s).envelope
+        return self._ask(Wait(call_id=call_id, wait_s=wait_s)).envelope
 
     def pending(self) -> list[HeldCall]:
         """Calls held at a gate: all of them for an operator, else the caller's own."""
-        return self._expect(Pending(), HeldCalls).calls
+        return self._ask(Pending()).calls
 
     def approve(self, call_id: str, signature: str | None = None) -> Decision:
-        return self._expect(Approve(call_id=call_id, signature=signature), Decision)
+        return self._ask(Approve(call_id=call_id, signature=signature))
 
     def deny(self, call_id: str, reason: str = "") -> Decision:
-        return self._expect(Deny(call_id=call_id, reason=reason), Decision)
+        return self._ask(Deny(call_id=call_id, reason=reason))
 
     def reconcile(self, tool: str, request_id: str, found: bool | None = None) -> Envelope:
         """Settle a request whose outcome is unknown (see ``Dispatcher.reconcile``)."""
-        return self._expect(Reconcile(tool=tool, request_id=request_id, found=found), Result, extra_s=300).envelope
+        return self._ask(Reconcile(tool=tool, request_id=request_id, found=found)).envelope
 
     # --- framing ---------------------------------------------------------------------------
 
-    def request(self, message: Message, *, extra_s: float = 0.0) -> Response:
-        """Send one request and read its one response."""
-        self._sock.settimeout(self.timeout + extra_s)
+    def request(self, message: Message, *, extra_s: float | None = None) -> Response:
+        """Send one request and read its one response.
+
+        Args:
+            message: any request.
+            extra_s: seconds beyond ``timeout`` the reply may take; by default what the
+                protocol allows the daemon for this request (``protocol.daemon_time_s``).
+
+        Raises:
+            ClientError: the connection failed, no reply came in time, or the reply was not
+                a frame this client reads. The connection is closed: a late reply would
+                otherwise answer the next request.
+        """
+        extra = protocol.daemon_time_s(message) if extra_s is None else extra_s
+        self._sock.settimeout(self.timeout + extra)
         try:
             self._sock.sendall(protocol.frame(message))
-            (length,) = protocol.HEADER.unpack(self._read(protocol.HEADER.size))
-            return protocol.decode_response(self._read(length))
-        except (OSError, msgspec.DecodeError) as exc:
-            # A late reply would answer the next request: this connection is done.
+            while (body := self._frames.next_frame()) is None:
+                if self._frames.ended:
+                    raise ConnectionError("the daemon closed the connection")
+                self._frames.feed(self._sock.recv(1 << 16))
+            return protocol.decode_response(body)
+        except (OSError, FrameError, msgspec.DecodeError) as exc:
             self.close()
             raise ClientError(f"connection to rungd at {self.path} failed: {exc}") from None
 
-    def _expect(self, message: Message, kind: type, *, extra_s: float = 0.0) -> Any:
-        response = self.request(message, extra_s=extra_s)
-        if isinstance(response, ProtocolError):
-            raise RequestRejected(response)
-        if not isinstance(response, kind):
-            raise ClientError(f"expected a {kind.__name__} reply, got {type(response).__name__}")
-        return response
-
-    def _read(self, size: int) -> bytes:
-        chunks = bytearray()
-        while len(chunks) < size:
-            chunk = self._sock.recv(size - len(chunks))
-            if not chunk:
-                raise ConnectionError("the daemon closed the connection")
-            chunks += chunk
-        return bytes(chunks)
+    def _ask(self, message: Message) -> Any:
+        return check_reply(message, self.request(message))

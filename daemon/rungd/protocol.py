@@ -8,12 +8,23 @@ answered with a ``protocol_error`` frame on the same connection, which stays usa
 A connection carries one request at a time: the client sends a request and reads exactly
 one response. Open more connections for concurrency; any connection may ``wait`` for a call
 another one started.
+
+This module is the one place both ends take the protocol from, as msgspec's asyncio
+key-value example keeps its messages and codecs together:
+
+    Message, the requests and responses   the tagged structs, and the ``Request`` / ``Response`` unions
+    REPLY_TO, daemon_time_s               per request: the reply it gets, and how long the daemon may take
+    frame, decode_request/response        the codecs, built once
+    FrameBuffer                           sans-IO framing: bytes in, whole frame bodies out
+
+Adding a request type means: its struct here, one ``REPLY_TO`` entry, one handler in the
+server, and one one-line method per client.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import msgspec
 
@@ -161,6 +172,41 @@ class ProtocolError(Message, tag="protocol_error"):
 
 Response = Welcome | Tools | ToolDefinition | Result | HeldCalls | Decision | ProtocolError
 
+#: For each request type, the response type that answers it. Any request may instead get a
+#: ``ProtocolError``. Both clients check replies against this table, so a client method is
+#: one line; a test fails when a request type is missing from it.
+REPLY_TO: Final[dict[type[Message], type[Message]]] = {
+    Hello: Welcome,
+    ListTools: Tools,
+    Describe: ToolDefinition,
+    Call: Result,
+    Status: Result,
+    Wait: Result,
+    Pending: HeldCalls,
+    Approve: Decision,
+    Deny: Decision,
+    Reconcile: Result,
+}
+
+#: How long a ``reconcile`` may take in the daemon: its settle read runs under the settle
+#: tool's own deadline, which no request field states.
+RECONCILE_TIME_S: Final = 300.0
+
+
+def daemon_time_s(request: Message) -> float:
+    """Seconds the daemon may spend on ``request`` by design, before its reply is late.
+
+    A client adds this to its own timeout for the round trip: a ``call`` or ``wait`` may
+    legitimately answer only after its ``wait_s``.
+    """
+    match request:
+        case Call(wait_s=wait_s) | Wait(wait_s=wait_s):
+            return wait_s
+        case Reconcile():
+            return RECONCILE_TIME_S
+    return 0.0
+
+
 _encoder = msgspec.msgpack.Encoder()
 _request_decoder = msgspec.msgpack.Decoder(Request)
 _response_decoder = msgspec.msgpack.Decoder(Response)
@@ -173,9 +219,127 @@ def frame(message: Message) -> bytes:
 
 
 def decode_request(body: bytes) -> Request:
-    """Decode a request body. Raises ``msgspec.DecodeError`` (or ValidationError) when bad."""
+    """Decode a request body.
+
+    Raises:
+        msgspec.ValidationError: a MessagePack map that is not a known request.
+        msgspec.DecodeError: not MessagePack at all (ValidationError is a subclass).
+    """
     return _request_decoder.decode(body)
 
 
 def decode_response(body: bytes) -> Response:
+    """Decode a response body; raises like ``decode_request``."""
     return _response_decoder.decode(body)
+
+
+# --- framing, without I/O -------------------------------------------------------------------
+
+
+class FrameError(Exception):
+    """Base of the framing errors ``FrameBuffer.next_frame`` raises."""
+
+
+class FrameTooLarge(FrameError):
+    """A frame announced a body above the maximum.
+
+    The buffer skips that body as it arrives and goes on with the frame after it, so a
+    server can answer with a protocol error and keep the connection.
+
+    Attributes:
+        length: the announced body length.
+        limit: the maximum the buffer was built with.
+    """
+
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"frame of {length} bytes exceeds the maximum of {limit}")
+        self.length = length
+        self.limit = limit
+
+
+class TruncatedFrame(FrameError):
+    """The stream ended in the middle of a frame."""
+
+    def __init__(self, missing: int) -> None:
+        super().__init__(f"the stream ended {missing} bytes short of the end of a frame")
+        self.missing = missing
+
+
+class FrameBuffer:
+    """Length-prefixed frames from a byte stream, with no I/O of its own (sans-IO).
+
+    The owner of the socket feeds it what it receives and takes whole frame bodies out, so
+    the sync client, the async client and the server share one framing, and a test can
+    drive it with plain bytes:
+
+        frames = FrameBuffer(max_frame)
+        while (body := frames.next_frame()) is None:
+            if frames.ended:
+                break                         # a clean end of stream, between frames
+            frames.feed(sock.recv(65536))     # b"" marks the end of the stream
+
+    Args:
+        max_frame: the largest body accepted; a bigger one raises ``FrameTooLarge``.
+    """
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._buf = bytearray()
+        self._skip = 0  # bytes of an oversize body still to drop
+        self._ended = False
+
+    @property
+    def ended(self) -> bool:
+        """True once ``feed(b"")`` has marked the end of the stream."""
+        return self._ended
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held that are not yet part of a returned frame."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> None:
+        """Add bytes received from the stream; ``b""`` means the stream ended.
+
+        Raises:
+            RuntimeError: bytes fed after the end of the stream.
+        """
+        if not data:
+            self._ended = True
+            return
+        if self._ended:
+            raise RuntimeError("data fed after the end of the stream")
+        if self._skip:
+            # Drop an oversize body as it arrives instead of holding it: that is the point
+            # of having a maximum.
+            dropped = min(self._skip, len(data))
+            self._skip -= dropped
+            data = data[dropped:]
+        self._buf += data
+
+    def next_frame(self) -> bytes | None:
+        """The next whole frame body, or None when more bytes are needed (or at a clean end).
+
+        Raises:
+            FrameTooLarge: the next frame announces more than ``max_frame`` bytes; its body
+                is skipped, and the next call goes on with the frame after it.
+            TruncatedFrame: the stream ended with part of a frame buffered.
+        """
+        size = HEADER.size
+        if len(self._buf) >= size:
+            (length,) = HEADER.unpack_from(self._buf)
+            if length > self.max_frame:
+                dropped = min(length, len(self._buf) - size)
+                del self._buf[: size + dropped]
+                self._skip = length - dropped
+                raise FrameTooLarge(length, self.max_frame)
+            if len(self._buf) >= size + length:
+                body = bytes(self._buf[size : size + length])
+                del self._buf[: size + length]
+                return body
+            missing = size + length - len(self._buf)
+        else:
+            missing = size - len(self._buf) if self._buf else 0
+        if self._ended and (missing or self._skip):
+            raise TruncatedFrame(missing or self._skip)
+        return None
