@@ -1,6 +1,7 @@
-"""The asyncio client for the rungd socket: ``rungd.client.Client``, awaitable.
+"""The async client for the rungd socket: ``rungd.client.Client``, awaitable, on asyncio or Trio.
 
-Agent frameworks built on asyncio await it without a worker thread:
+Agent frameworks await it without a worker thread, whichever event loop they run on (it
+uses anyio, which runs on both):
 
     async with AsyncClient() as rungd:            # socket from $RUNGD_SOCKET or ./var
         for tool in await rungd.list_tools(): ...
@@ -13,18 +14,42 @@ Same methods, arguments, return types and exceptions as the sync client (``Conne
 exception. One connection carries one request at a time (the protocol says so): concurrent
 awaits on one client queue behind a lock, so open one client per concurrent call when calls
 must overlap (a ``wait`` can pick up a call started on any connection).
+
+Cancellation: a request you stop waiting for (a cancel scope, ``asyncio.timeout``, a task
+cancelled, or this client's own ``timeout``) is not withdrawn. Once its frame has left, the
+daemon has it, and a ``call`` keeps running there to its end, writes included: cancelling the
+await cancels your waiting, never the effect. The connection is closed at once, since a late
+reply would otherwise answer your next request; the next request on this client raises
+``ClientError`` ("not connected ...", naming the abandoned request) until you ``connect()``
+again. What you learn about the abandoned call, and how to learn the rest:
+
+* nothing from this client: it may not have started, be running, or be done;
+* repeat the same ``call`` with the same ``request_id`` (on any connection): the daemon
+  answers from its ledger with the first call's result (``effect="existing"``), or
+  ``pending`` with its call_id while it still runs, and never runs it twice. This is why
+  every write takes a ``request_id``;
+* if you had its call_id (a ``pending`` envelope), ``wait`` or ``status`` by call_id.
 """
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any, Self
 
+import anyio
+import anyio.abc
 import msgspec
 
 from rungd import protocol
-from rungd.client import ClientError, ConnectFailed, RequestRejected, default_socket
+from rungd.client import (
+    MAX_REPLY_FRAME,
+    ClientError,
+    ConnectFailed,
+    RequestRejected,
+    check_reply,
+    connect_failed,
+    default_socket,
+)
 from rungd.envelope import Envelope
 from rungd.protocol import (
     Approve,
@@ -32,19 +57,17 @@ from rungd.protocol import (
     Decision,
     Deny,
     Describe,
+    FrameBuffer,
+    FrameError,
     HeldCall,
-    HeldCalls,
     Hello,
     ListTools,
     Message,
     Pending,
-    ProtocolError,
     Reconcile,
     Response,
-    Result,
     Status,
     ToolDefinition,
-    Tools,
     ToolSummary,
     Wait,
     Welcome,
@@ -54,39 +77,50 @@ __all__ = ["AsyncClient", "ClientError", "ConnectFailed", "RequestRejected"]
 
 
 class AsyncClient:
-    """One connection to the daemon, for asyncio.
+    """One connection to the daemon, for asyncio or Trio.
+
+    The connection opens on ``async with`` (or ``await client.connect()``) and closes on
+    exit (or ``await client.aclose()``). After a request failed or was cancelled,
+    ``connect()`` opens a fresh connection on the same client.
 
     Args:
         path: the socket; defaults to ``default_socket()``.
         timeout: seconds to wait for any one reply beyond the call's own ``wait_s``.
 
-    The connection opens on ``async with`` (or ``await client.connect()``) and closes on
-    exit (or ``await client.aclose()``).
-
     Raises:
-        ConnectFailed: on connecting, when nothing listens at ``path``.
+        ConnectFailed: on connecting, when nothing listens at ``path``; its message says
+            why (no such file, permission, a stale socket or dead tunnel) and what to do.
 
-    Cancellation: cancelling a request mid-exchange (or its timeout) leaves the connection
-    out of step with the daemon, so the client closes it; later requests raise
-    ``ClientError``. A ``call`` the daemon had already received keeps running there; its
-    envelope is still available by ``wait``/``status`` on a new connection, by call_id.
+    Cancellation: see the module docstring. In short, a cancelled request closes the
+    connection and keeps running in the daemon; repeat it with the same ``request_id`` to
+    learn its result.
     """
 
     def __init__(self, path: Path | str | None = None, timeout: float = 30.0) -> None:
         self.path = Path(path) if path is not None else default_socket()
         self.timeout = timeout
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._lock = asyncio.Lock()
+        self._stream: anyio.abc.SocketStream | None = None
+        self._frames = FrameBuffer(MAX_REPLY_FRAME)
+        # Why the last connection was closed under the caller, said on the next request.
+        self._closed_because = ""
+        self._lock = anyio.Lock()
 
     async def connect(self) -> Self:
+        """Open the connection (again, after a failed or cancelled request); a no-op when open.
+
+        Raises:
+            ConnectFailed: nothing could be reached at ``path``.
+
+        Cancellation: safe; nothing was sent, and the client stays unconnected.
+        """
+        if self._stream is not None:
+            return self
         try:
-            self._reader, self._writer = await asyncio.open_unix_connection(str(self.path))
+            self._stream = await anyio.connect_unix(self.path)
         except OSError as exc:
-            raise ConnectFailed(
-                f"cannot connect to rungd at {self.path}: {exc.strerror or exc}; "
-                "hint: start it with `rungd serve`, or point RUNGD_SOCKET at its socket"
-            ) from None
+            raise connect_failed(self.path, exc) from None
+        self._frames = FrameBuffer(MAX_REPLY_FRAME)
+        self._closed_because = ""
         return self
 
     async def __aenter__(self) -> Self:
@@ -96,103 +130,137 @@ class AsyncClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        writer = self._drop()
-        if writer is None:
-            return
-        try:
-            await writer.wait_closed()
-        except OSError:
-            pass  # the daemon went first; the socket is closed either way
+        """Close the connection; calls it carried keep running in the daemon.
 
-    def _drop(self) -> asyncio.StreamWriter | None:
-        writer, self._reader, self._writer = self._writer, None, None
-        if writer is not None:
-            writer.close()
-        return writer
+        Cancellation: the socket is closed even when the caller is being cancelled.
+        """
+        stream, self._stream = self._stream, None
+        self._closed_because = ""
+        if stream is not None:
+            # Forcefully: closing a Unix socket needs no round trip, and a caller being
+            # cancelled must still leave nothing open.
+            await anyio.aclose_forcefully(stream)
 
-    # --- requests (the same as rungd.client.Client) ----------------------------------------
+    # --- requests: one line each, the same as rungd.client.Client -------------------------
 
     async def hello(self) -> Welcome:
-        return await self._expect(Hello(client="rungd.aclient"), Welcome)
+        return await self._ask(Hello(client="rungd.aclient"))
 
     async def list_tools(self) -> list[ToolSummary]:
-        return (await self._expect(ListTools(), Tools)).tools
+        return (await self._ask(ListTools())).tools
 
     async def describe(self, tool: str) -> ToolDefinition:
-        return await self._expect(Describe(tool=tool), ToolDefinition)
+        return await self._ask(Describe(tool=tool))
 
     async def call(
         self, tool: str, inputs: dict[str, Any] | None = None, *, request_id: str | None = None, wait_s: float = 30.0
     ) -> Envelope:
-        """Call a tool; returns its envelope, or a pending one if it ran past ``wait_s``."""
-        request = Call(tool=tool, inputs=inputs or {}, request_id=request_id, wait_s=wait_s)
-        return (await self._expect(request, Result, extra_s=wait_s)).envelope
+        """Call a tool; returns its envelope, or a pending one if it ran past ``wait_s``.
+
+        Cancellation: the call keeps running in the daemon; see the module docstring.
+        """
+        return (await self._ask(Call(tool=tool, inputs=inputs or {}, request_id=request_id, wait_s=wait_s))).envelope
 
     async def status(self, call_id: str) -> Envelope:
-        return (await self._expect(Status(call_id=call_id), Result)).envelope
+        return (await self._ask(Status(call_id=call_id))).envelope
 
     async def wait(self, call_id: str, wait_s: float = 30.0) -> Envelope:
-        return (await self._expect(Wait(call_id=call_id, wait_s=wait_s), Result, extra_s=wait_s)).envelope
+        return (await self._ask(Wait(call_id=call_id, wait_s=wait_s))).envelope
 
     async def pending(self) -> list[HeldCall]:
         """Calls held at a gate: all of them for an operator, else the caller's own."""
-        return (await self._expect(Pending(), HeldCalls)).calls
+        return (await self._ask(Pending())).calls
 
     async def approve(self, call_id: str, signature: str | None = None) -> Decision:
-        return await self._expect(Approve(call_id=call_id, signature=signature), Decision)
+        return await self._ask(Approve(call_id=call_id, signature=signature))
 
     async def deny(self, call_id: str, reason: str = "") -> Decision:
-        return await self._expect(Deny(call_id=call_id, reason=reason), Decision)
+        return await self._ask(Deny(call_id=call_id, reason=reason))
 
     async def reconcile(self, tool: str, request_id: str, found: bool | None = None) -> Envelope:
         """Settle a request whose outcome is unknown (see ``Dispatcher.reconcile``)."""
-        request = Reconcile(tool=tool, request_id=request_id, found=found)
-        return (await self._expect(request, Result, extra_s=300)).envelope
+        return (await self._ask(Reconcile(tool=tool, request_id=request_id, found=found))).envelope
 
     # --- framing ---------------------------------------------------------------------------
 
-    async def request(self, message: Message, *, extra_s: float = 0.0) -> Response:
+    async def request(self, message: Message, *, extra_s: float | None = None) -> Response:
         """Send one request and read its one response.
+
+        Args:
+            message: any request.
+            extra_s: seconds beyond ``timeout`` the reply may take; by default what the
+                protocol allows the daemon for this request (``protocol.daemon_time_s``).
 
         Raises:
             ClientError: not connected, the connection failed, no reply in time, or the
                 reply was not a frame this client understands. The connection is closed,
                 since it can no longer tell which reply belongs to which request.
+
+        Cancellation: the connection is closed and the request keeps running in the
+        daemon; the next request says so. See the module docstring.
         """
+        extra = protocol.daemon_time_s(message) if extra_s is None else extra_s
         async with self._lock:
-            if self._writer is None or self._reader is None:
-                raise ClientError(f"not connected to rungd at {self.path}; use `async with AsyncClient(...)`")
-            reader, writer = self._reader, self._writer
+            stream = self._stream
+            if stream is None:
+                raise ClientError(self._not_connected())
             finished = False
             try:
-                async with asyncio.timeout(self.timeout + extra_s):
-                    writer.write(protocol.frame(message))
-                    await writer.drain()
-                    (length,) = protocol.HEADER.unpack(await reader.readexactly(protocol.HEADER.size))
-                    body = await reader.readexactly(length)
+                with anyio.fail_after(self.timeout + extra):
+                    await stream.send(protocol.frame(message))
+                    body = await self._next_frame(stream)
                 response = protocol.decode_response(body)
                 finished = True
                 return response
             except TimeoutError:
                 raise ClientError(f"connection to rungd at {self.path} failed: no reply in time") from None
-            except asyncio.IncompleteReadError:
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 raise ClientError(
                     f"connection to rungd at {self.path} failed: the daemon closed the connection"
                 ) from None
-            except (ConnectionError, OSError) as exc:
+            except OSError as exc:
                 raise ClientError(f"connection to rungd at {self.path} failed: {exc}") from None
-            except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+            except (FrameError, msgspec.DecodeError) as exc:  # ValidationError is a DecodeError
                 raise ClientError(f"rungd at {self.path} sent a reply this client cannot read: {exc}") from None
             finally:
                 if not finished:
-                    # No await here: a cancelled caller must still leave no half-read
-                    # stream behind, and closing the transport needs no round trip.
-                    self._drop()
+                    await self._abandon(stream, message)
 
-    async def _expect(self, message: Message, kind: type, *, extra_s: float = 0.0) -> Any:
-        response = await self.request(message, extra_s=extra_s)
-        if isinstance(response, ProtocolError):
-            raise RequestRejected(response)
-        if not isinstance(response, kind):
-            raise ClientError(f"expected a {kind.__name__} reply, got {type(response).__name__}")
-        return response
+    async def _next_frame(self, stream: anyio.abc.SocketStream) -> bytes:
+        while (body := self._frames.next_frame()) is None:
+            if self._frames.ended:
+                raise anyio.EndOfStream
+            try:
+                self._frames.feed(await stream.receive())
+            except anyio.EndOfStream:
+                self._frames.feed(b"")
+        return body
+
+    async def _abandon(self, stream: anyio.abc.SocketStream, message: Message) -> None:
+        """Close a connection whose reply will not be read, and remember why for the next request."""
+        if self._stream is stream:
+            self._stream = None
+        self._closed_because = (
+            f"the connection was closed when {_describe(message)} ended without its reply (cancelled, timed "
+            "out or failed); the daemon may still be running it"
+        )
+        await anyio.aclose_forcefully(stream)
+
+    def _not_connected(self) -> str:
+        if self._closed_because:
+            return (f"not connected to rungd at {self.path}: {self._closed_because}; reconnect with "
+                    "`await client.connect()`, then repeat a call with the same request_id to get its result")
+        return f"not connected to rungd at {self.path}; use `async with AsyncClient(...)` or `await client.connect()`"
+
+    async def _ask(self, message: Message) -> Any:
+        return check_reply(message, await self.request(message))
+
+
+def _describe(message: Message) -> str:
+    """A request as a person would name it: ``call inventory_count_set (request_id a1)``."""
+    tag = type(message).__struct_config__.tag
+    if isinstance(message, Call):
+        return f"call {message.tool}" + (f" (request_id {message.request_id})" if message.request_id else "")
+    if isinstance(message, Wait | Status):
+        return f"{tag} {message.call_id}"
+    return f"the {tag} request"
