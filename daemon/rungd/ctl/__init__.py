@@ -1,0 +1,33 @@
+"""``rungctl``: the operator's and developer's command line, a thin layer over the client.
+
+    rungctl tools                               the tools you may call
+    rungctl describe TOOL                       the definition a model reads, and the contract
+    rungctl call TOOL [key=value ...] [--inputs JSON] [--request-id ID] [--wait S]
+    rungctl status CALL_ID | wait CALL_ID
+    rungctl reconcile TOOL REQUEST_ID [--found yes|no]
+    rungctl pending | approve CALL_ID [--key KEY] | deny CALL_ID [--reason TEXT]
+    rungctl export-tools --format openai|anthropic|mcp|jsonschema [--tools a,b]
+    rungctl lint [--json] [--tools a,b] [--offline]
+    rungctl mcp [--wait S]                      an MCP server on stdio, forwarding to rungd
+    rungctl new-plugin NAME [--python] [--dir DIR]
+    rungctl ledger verify [PATH]
+    rungctl tail [-n N] [--since WHEN] [-f] [--tool T] [--outcome O] [--call ID] [--request-id ID] [--event E]
+
+Every command takes ``--json`` for machines. Exit status: 0 ok, 1 the call ended in an
+error result, 2 bad usage (an unknown or denied tool included), 3 rungd could not be
+reached, 4 the call is still pending (``registry.EXIT_CODES`` has the full text).
+
+Modules:
+
+    registry   the command table (``@command``), Context, exit codes, UsageError / CommandFailed
+    commands   the commands that talk to the daemon, and lint / export-tools / mcp / new-plugin
+    ledger     tail and ledger verify: they read the ledger files
+    show       human output: envelopes, definitions, ledger lines
+    cli        what rungd and rungctl share: --version, the last-resort error line
+    app        the parser built from the table, and main: the one error boundary
+"""
+
+from rungd.ctl.app import build_parser, main
+from rungd.ctl.show import print_envelope
+
+__all__ = ["build_parser", "main", "print_envelope"]

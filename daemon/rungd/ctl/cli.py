@@ -1,0 +1,43 @@
+"""What both command lines (``rungd`` and ``rungctl``) do the same way: ``--version`` and
+the last-resort handler that turns an unexpected exception into one line.
+
+A traceback is for the person fixing rungd, not the one running it: it is printed only
+with ``RUNGD_DEBUG=1`` in the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from importlib import metadata
+
+DEBUG_ENV = "RUNGD_DEBUG"
+
+
+def version() -> str:
+    """The installed distribution's version; ``rungd.__version__`` when run from a bare checkout."""
+    try:
+        return metadata.version("rungd")
+    except metadata.PackageNotFoundError:
+        import rungd
+
+        return getattr(rungd, "__version__", "unknown")
+
+
+def debugging() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def fail(prog: str, message: str) -> None:
+    """Print one line to stderr: ``prog: what: why; hint: what to do``."""
+    print(f"{prog}: {message}", file=sys.stderr)
+
+
+def unexpected(prog: str, exc: BaseException) -> None:
+    """Report an exception no handler expected: one line, or the traceback when debugging."""
+    if debugging():
+        traceback.print_exception(exc, file=sys.stderr)
+    detail = str(exc).splitlines()[0] if str(exc) else ""
+    fail(prog, f"unexpected failure: {type(exc).__name__}{': ' + detail if detail else ''}; hint: run again with "
+         f"{DEBUG_ENV}=1 for the traceback, and report it with what you ran")

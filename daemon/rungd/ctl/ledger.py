@@ -1,0 +1,183 @@
+"""``rungctl tail`` and ``rungctl ledger verify``: they read the ledger files, not the socket.
+
+``tail`` behaves as ``journalctl`` users expect: everything by default, ``-n N`` for the
+last N, ``--since`` for a time, ``-f`` to follow from the end (after the last 10 lines),
+and filters that combine.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import re
+import time
+from collections import deque
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import msgspec
+from rungd_ledgers import EVENTS, LedgerCorrupt, Record, follow, iter_records, verify
+from rungd_ledgers.verify import Problem
+
+from rungd.ctl.registry import EXIT_ERROR_RESULT, EXIT_OK, CommandFailed, Context, UsageError, arg, command
+from rungd.ctl.show import as_json, ledger_line
+
+FOLLOW_LINES = 10  # what `-f` shows of the past, as journalctl and tail do
+_AGO = re.compile(r"-?\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)\s*(?:ago)?")
+_UNIT_S = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+class LedgerUnreadable(Exception):
+    """The ledger folder or a file in it cannot be read by this user."""
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """Unix time from what ``--since`` takes.
+
+    Accepts a span back from now (``30m``, ``1h``, ``2d``, ``1w``, ``-1h``, ``2h ago``),
+    ``today`` / ``yesterday`` (local midnight), and an ISO 8601 time (``2026-11-30 10:00``,
+    ``2026-11-30T10:00:00+01:00``, ``...Z``); a time without a zone is local time.
+
+    Raises:
+        UsageError: none of those.
+    """
+    now = time.time() if now is None else now
+    spoken = text.strip().lower()
+    if match := _AGO.fullmatch(spoken):
+        return now - float(match.group(1)) * _UNIT_S[match.group(2)]
+    if spoken in ("today", "yesterday"):
+        midnight = datetime.fromtimestamp(now).astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
+        return (midnight - timedelta(days=spoken == "yesterday")).timestamp()
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(f"--since {text!r}: not a time; examples: 30m, 1h, 2d, today, '2026-11-30 10:00', "
+                         "2026-11-30T10:00:00+01:00") from None
+    return (when if when.tzinfo else when.astimezone()).timestamp()
+
+
+def ledger_folder(ctx: Context, given: Path | None) -> Path:
+    """``given`` (a ledger folder, or a state folder holding ``ledger/``), else the config's.
+
+    Raises:
+        ConfigError: no folder given and the config cannot be loaded.
+        UsageError: the folder does not exist.
+    """
+    if given is None:
+        folder = ctx.config.state_dir / "ledger"
+        if not folder.is_dir():
+            raise UsageError(f"no ledger at {folder}; hint: pass the daemon's --config (or set RUNGD_CONFIG), "
+                             "or give the ledger folder")
+        return folder
+    if (given / "ledger").is_dir() and not any(given.glob("ledger-*.jsonl")):
+        return given / "ledger"
+    if not given.is_dir():
+        raise UsageError(f"{given}: no such folder; hint: give the folder that holds the ledger-NNNNNN.jsonl files")
+    return given
+
+
+def unreadable(folder: Path, exc: OSError) -> LedgerUnreadable:
+    try:
+        group = grp.getgrgid(os.stat(folder).st_gid).gr_name
+    except (OSError, KeyError):
+        group = "rungd"
+    return LedgerUnreadable(
+        f"cannot read the ledger at {exc.filename or folder}: {exc.strerror or exc}; hint: the ledger is readable "
+        f"by root and group {group}: run as a member (usermod -aG {group} $USER, then log in again) or with sudo, "
+        "or work on a copy"
+    )
+
+
+def describe_problem(problem: Problem) -> str:
+    """One line: where (file, line, seq) and what is wrong, for a person."""
+    seq = f"seq {problem.seq}" if problem.seq is not None else "an unreadable record"
+    return f"{problem.file} line {problem.line} ({seq}): {problem.kind.replace('_', ' ')}: {problem.explanation}"
+
+
+@command("ledger verify", "check the ledger's hash chain (reads the files, not the socket)",
+         arg("path", nargs="?", type=Path, metavar="PATH",
+             help="a ledger folder, e.g. a shipped copy (default: the config's state folder)"))
+def ledger_verify(ctx: Context) -> int:
+    """Check every record of the ledger: parse, hash, seq, and link to the record before.
+
+    Exit 0 when sound, 1 at the first problem, named in one line: file, line, seq and
+    what is wrong.
+    """
+    folder = ledger_folder(ctx, ctx.args.path)
+    try:
+        report = verify(folder)
+    except OSError as exc:
+        raise unreadable(folder, exc) from None
+    if ctx.json:
+        print(as_json({"ok": report.ok, "folder": str(folder), **msgspec.to_builtins(report)}))
+    elif report.problem is None:
+        print(f"ledger ok: {report.records} records in {folder}")
+    else:
+        print(f"ledger BROKEN: {describe_problem(report.problem)}; {report.records} records before it are sound "
+              f"({folder})")
+    return EXIT_OK if report.ok else EXIT_ERROR_RESULT
+
+
+@command(
+    "tail", "print ledger events, like journalctl (reads the files, not the socket)",
+    arg("-n", "--lines", type=int, metavar="N", help=f"only the last N matching events (default: all; "
+        f"{FOLLOW_LINES} with -f)"),
+    arg("--since", metavar="WHEN", help="only events at or after WHEN: 30m, 1h, 2d, today, '2026-11-30 10:00', or "
+        "an ISO 8601 time with zone"),
+    arg("-f", "--follow", action="store_true", help="keep printing new events as they are written"),
+    arg("--tool", metavar="NAME", help="only this tool's events"),
+    arg("--outcome", choices=["done", "not_started", "unknown"], help="only events with this outcome"),
+    arg("--call", metavar="CALL_ID", help="only this call's events"),
+    arg("--request-id", metavar="ID", help="only events of calls with this request_id"),
+    arg("--event", action="append", choices=sorted(EVENTS), metavar="EVENT",
+        help=f"only this kind of event; repeat for more ({', '.join(sorted(EVENTS))})"),
+    arg("--ledger", type=Path, metavar="DIR", help="read this ledger folder (default: the config's)"),
+)
+def tail(ctx: Context) -> int:
+    """Print ledger events, oldest first, one line each: time with zone, seq, event,
+    call_id, tool, then request_id, outcome, effect, code, caller, approver (by=) and note
+    (a deny reason). With --json, the records as JSON Lines.
+    """
+    args = ctx.args
+    if args.lines is not None and args.lines < 0:
+        raise UsageError(f"-n {args.lines}: give a count of 0 or more")
+    since = parse_since(args.since) if args.since else None
+    folder = ledger_folder(ctx, args.ledger)
+    limit = args.lines if args.lines is not None else FOLLOW_LINES if args.follow else None
+
+    def wanted(record: Record) -> bool:
+        return ((since is None or record.time >= since)
+                and (args.tool is None or record.tool == args.tool)
+                and (args.outcome is None or record.outcome == args.outcome)
+                and (args.call is None or record.call_id == args.call)
+                and (args.request_id is None or record.request_id == args.request_id)
+                and (args.event is None or record.event in args.event))
+
+    def emit(record: Record) -> None:
+        print(msgspec.json.encode(record).decode() if ctx.json else ledger_line(record), flush=args.follow)
+
+    try:
+        last_seq = 0
+        shown: deque[Record] | list[Record] = deque(maxlen=limit) if limit is not None else []
+        for record in iter_records(folder):
+            last_seq = record.seq
+            if wanted(record):
+                if limit is None:
+                    emit(record)  # all of it: print as it is read, not after the whole file
+                else:
+                    shown.append(record)
+        for record in shown:
+            emit(record)
+        if args.follow:
+            for record in follow(folder, since_seq=last_seq):
+                if wanted(record):
+                    emit(record)
+    except OSError as exc:
+        raise unreadable(folder, exc) from None
+    except LedgerCorrupt as exc:
+        raise CommandFailed(f"the ledger at {folder} holds a line that is not a record ({exc}); "
+                            f"hint: `rungctl ledger verify {folder}` names it") from None
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a follow ends
+    return EXIT_OK
+

@@ -1,0 +1,105 @@
+"""Human output: envelopes, tool definitions and ledger lines, short and aligned."""
+
+from __future__ import annotations
+
+import json
+import pwd
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from rungd_ledgers import Record
+
+from rungd.envelope import Envelope
+from rungd.protocol import ToolDefinition
+
+
+def as_json(value: Any) -> str:
+    return json.dumps(msgspec.to_builtins(value), indent=2, ensure_ascii=False)
+
+
+def local_time(unix: float) -> str:
+    """ISO 8601 in the local zone, with its offset: ``2026-11-30T10:00:00+01:00``."""
+    return datetime.fromtimestamp(unix).astimezone().isoformat(timespec="seconds")
+
+
+def user(uid: int) -> str:
+    """``1001(bob)``: the number the ledger holds, and the name a person knows."""
+    try:
+        return f"{uid}({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return str(uid)
+
+
+def print_envelope(env: Envelope) -> None:
+    head = f"{env.status:7} {env.tool}  outcome={env.outcome} effect={env.effect}  ({env.elapsed_ms} ms)"
+    print(head)
+    print(f"  call_id      {env.call_id}" + (f"   request_id {env.request_id}" if env.request_id else ""))
+    if env.error:
+        print(f"  error        {env.error.code}  retry={env.error.retry}  next={env.next_action}")
+        print(f"  message      {env.error.message}")
+        if env.error.hint:
+            print(f"  hint         {env.error.hint}")
+    width = max((len(k) for k in env.fields), default=0)
+    for key, value in env.fields.items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        print(f"    {key:<{width}}  {shown}")
+    if env.verified_by:
+        print(f"  verified_by  {env.verified_by}")
+    if env.settle:
+        print(f"  settle       {env.settle.tool} {json.dumps(env.settle.inputs)}")
+    if env.truncated:
+        print(f"  truncated    {env.narrow}")
+    if env.status == "pending":
+        print(f"  pending      rungctl wait {env.call_id}")
+    if env.evidence:
+        print(f"  evidence     {', '.join(env.evidence)}")
+
+
+def print_definition(d: ToolDefinition) -> None:
+    print(f"{d.name}  ({d.side_effect}, plugin {d.plugin})")
+    print()
+    for line in d.description.splitlines():
+        print(f"  {line}")
+    print()
+    print(f"  deadline {d.deadline_s:g} s, commit point {d.commit_point}"
+          + (f", settle by {d.settle['tool']}" if d.settle else "")
+          + (", request_id required" if d.requires_request_id else "")
+          + f", result cap {d.cap_bytes} bytes")
+    print("  outputs:")
+    for name, text in d.outputs.items():
+        print(f"    {name:16} {text}")
+    if d.errors:
+        print("  errors:")
+        for err in d.errors:
+            print(f"    {err['code']:22} retry={err['retry']:11} next={err['next_action']}")
+    print("  input schema:")
+    for line in json.dumps(d.input_schema, indent=2, ensure_ascii=False).splitlines():
+        print(f"    {line}")
+
+
+def record_details(record: Record | dict[str, Any]) -> str:
+    """The decision and its who and why, as ``key=value`` words: what an auditor greps for."""
+    get = record.get if isinstance(record, dict) else lambda key: getattr(record, key)
+    words = []
+    for key in ("request_id", "outcome", "effect", "code"):
+        if get(key) is not None:
+            words.append(f"{key}={get(key)}")
+    if get("caller_uid") is not None:
+        words.append(f"caller={user(get('caller_uid'))}")
+    if get("approver_uid") is not None:
+        words.append(f"by={user(get('approver_uid'))}")
+    if get("note"):
+        # Quoted: a deny reason is free text, and a reader must see where it ends.
+        words.append(f"note={json.dumps(get('note'), ensure_ascii=False)}")
+    return " ".join(words)
+
+
+def ledger_line(record: Record) -> str:
+    """One ledger event on one line.
+
+    The fixed-width columns come first (time, seq, event, call_id); the tool name and the
+    details follow, so a tool name of any length moves only the free text after it.
+    """
+    return f"{local_time(record.time)} {record.seq:>7} {record.event:10} {record.call_id} {record.tool} " \
+           f"{record_details(record)}".rstrip()
