@@ -184,7 +184,7 @@ async def test_child_has_no_terminal_and_a_quiet_environment(rungd_daemon, fake_
         print(json.dumps({"tty": tty, "env": dict(os.environ), "sid": os.getsid(0) == os.getpid()}))
     """)
     from rungd import runner
-    from rungd.calls import new_call_id
+    from rungd.engine import new_call_id
     import errno
     import trio
     from rungd.contract import CallContext, Caller
@@ -236,7 +236,7 @@ async def test_a_secret_cut_at_the_head_boundary_leaves_no_fragment_and_streams_
     import trio
 
     from rungd import runner
-    from rungd.calls import new_call_id
+    from rungd.engine import new_call_id
     from rungd.contract import CallContext, Caller
 
     monkeypatch.setenv("RUNGD_CRED_SPLIT", "TOPSECRET-abcdefghijklmnop")

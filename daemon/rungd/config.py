@@ -45,6 +45,14 @@ class ServerConfig(_Section):
     max_frame_bytes: int = Field(1 << 20, ge=4096, le=64 << 20, examples=[1048576])
     shutdown_grace_s: float = Field(10.0, ge=0, le=600, examples=[10])
     keep_results_s: float = Field(3600.0, ge=1, examples=[3600])
+    # A connection that sends nothing for this long is closed; a frame begun must arrive
+    # whole within frame_timeout_s. Neither counts the time a request waits for its answer.
+    idle_timeout_s: float = Field(600.0, gt=0, le=86400, examples=[600])
+    frame_timeout_s: float = Field(10.0, gt=0, le=600, examples=[10])
+    # One caller cannot take every descriptor: beyond these, new connections are refused.
+    # Root is held only to the total: it could stop the daemon anyway.
+    max_connections: int = Field(2048, ge=1, le=65536, examples=[2048])
+    max_connections_per_uid: int = Field(128, ge=1, le=65536, examples=[128])
 
 
 class StateConfig(_Section):

@@ -218,6 +218,9 @@ class CallContext:
     committed: bool = False
     credentials: Callable[[str], str | None] = lambda name: None
     evidence: list[str] = dataclasses.field(default_factory=list)
+    # What the runner answered on the call's behalf (a confirmation, a credential by name):
+    # the daemon writes one ``answered`` ledger record for each.
+    answered: list[str] = dataclasses.field(default_factory=list)
     # The daemon's reaper of adopted orphans; the runner registers the children it spawns
     # with it so their exit statuses are left for Trio. None outside a daemon.
     reaper: Any = None

@@ -9,18 +9,25 @@
 from __future__ import annotations
 
 import logging
+import os
+import resource
 import shutil
 import signal
+from pathlib import Path
+
 import trio
 
 from rungd import proctree, sdnotify
 from rungd.audit import Audit
-from rungd.calls import Dispatcher
 from rungd.config import Config
+from rungd.contract import Caller
 from rungd.credentials import CredentialStore
+from rungd.engine import Dispatcher
+from rungd.engine.recovery import recover
+from rungd.envelope import Envelope
 from rungd.gates import check_gates
 from rungd.plugins import collect_tools, make_plugin_manager
-from rungd.server import Connection, Replies, bind_unix_socket
+from rungd.server import Connection, ConnectionLimits, Replies, bind_unix_socket
 
 log = logging.getLogger("rungd")
 
@@ -48,6 +55,7 @@ class Daemon:
         self.dispatcher: Dispatcher | None = None
         self._stop = trio.Event()
         self._replies = Replies()
+        self._limits = ConnectionLimits(config.server.max_connections, config.server.max_connections_per_uid)
 
     def stop(self) -> None:
         """Ask the daemon to shut down. Safe to call more than once, from the loop's thread."""
@@ -63,14 +71,17 @@ class Daemon:
         once (their process trees are still killed) and the socket is removed.
         """
         server = self.config.server
-        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        state = self.config.state_dir
+        _private_folders(state)
+        _raise_descriptor_limit()
         ledger = self.config.ledger
-        self.audit = Audit(self.config.state_dir / "ledger", retention_s=ledger.retention_days * 86400,
+        self.audit = Audit(state / "ledger", retention_s=ledger.retention_days * 86400,
                            rotate_bytes=ledger.rotate_bytes)
-        self.audit.recover({name: reg.tool for name, reg in self.tools.items()})
+        recover(self.audit, {name: reg.tool for name, reg in self.tools.items()})
         # Every call of an earlier run is over: sweep their work folders (and any credential
-        # file a crash left in one).
-        shutil.rmtree(self.config.state_dir / "work", ignore_errors=True)
+        # file a crash left in one), then make the folder anew, private.
+        shutil.rmtree(state / "work", ignore_errors=True)
+        _private_folders(state)
         sock = bind_unix_socket(self.socket_path, int(server.socket_mode, 8), server.socket_group)
         listener = trio.SocketListener(sock)
         # Orphans of a call's tree (a double fork) are re-parented to us, not to init, so
@@ -83,7 +94,7 @@ class Daemon:
                 await housekeeping.start(reaper.run)
                 await housekeeping.start(sdnotify.run_watchdog)
                 self.dispatcher = Dispatcher(
-                    self.tools, self.config, self.pm, self.credentials, self.audit, calls_nursery,
+                    self.tools, self.config, self._observe, self.credentials, self.audit, calls_nursery,
                     reaper=reaper,
                 )
                 async with trio.open_nursery() as connections:
@@ -114,11 +125,62 @@ class Daemon:
             await trio.serve_listeners(self._handle, [listener], handler_nursery=connections)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
+        """Serve one connection behind a wall: whatever happens in it ends there.
+
+        Cancellation: at shutdown, after calls ended; the stream is closed either way.
+        """
         assert self.dispatcher is not None
-        await Connection(stream, self.dispatcher, self.config.server.max_frame_bytes, self._replies).serve()
+        try:
+            connection = Connection(stream, self.dispatcher, self.config.server, self._replies)
+        except OSError:  # gone before we could ask the kernel who it was
+            await trio.aclose_forcefully(stream)
+            return
+        uid = connection.caller.uid
+        refused = self._limits.admit(uid)
+        if refused is not None:
+            await connection.refuse(refused)
+            return
+        try:
+            await connection.serve()
+        except Exception:  # a bug may cost this connection, never the daemon or another caller
+            log.exception("connection of uid %d failed", uid)
+            await trio.aclose_forcefully(stream)
+        finally:
+            self._limits.leave(uid)
+
+    def _observe(self, tool: str, envelope: Envelope, caller: Caller) -> None:
+        """Hand a final result to every plugin's observer; one that fails is logged and skipped."""
+        for impl in self.pm.hook.rungd_observe_result.get_hookimpls():
+            try:
+                impl.function(**{k: v for k, v in {"tool": tool, "envelope": envelope, "caller": caller}.items()
+                                 if k in impl.argnames})
+            except Exception:  # an observer must never change or lose the result
+                log.exception("result observer %s failed", impl.plugin_name)
 
     def _unlink_socket(self) -> None:
         self.socket_path.unlink(missing_ok=True)
+
+
+def _private_folders(state: Path) -> None:
+    """State, evidence and work folders are private by their own modes, whatever the umask.
+
+    The state folder is 0750: the ledger inside is for the daemon's group (auditors tail it);
+    evidence and work (scratch, credential files) are the daemon's alone.
+    """
+    for folder, mode in ((state, 0o750), (state / "ledger", 0o750), (state / "evidence", 0o700),
+                         (state / "work", 0o700)):
+        folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(folder, mode)
+
+
+def _raise_descriptor_limit(wanted: int = 16384) -> None:
+    """Allow more open files than the usual 1,024: every connection costs one and every call
+    a few (``server.max_connections`` must fit with room for calls). Not more: programs the calls run inherit it, and some still close every possible
+    descriptor one by one at start."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 async def run_until_signalled(daemon: Daemon, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -24,10 +24,12 @@ happened and the hint says what a correct call looks like or what to try next.
     ├── Interrupted                 INTERRUPTED
     ├── LedgerUnavailable           LEDGER_UNAVAILABLE
     ├── Failed                      FAILED
-    └── ToolError                   any code a tool declares in its own error table
+    ├── ToolError                   any code a tool declares in its own error table
+    └── UnknownCall                 UNKNOWN_CALL (a protocol error: no call to put it in)
 
-Exactly one boundary (``rungd.calls``) turns these into result envelopes. Code that raises
-them never builds an envelope itself.
+Exactly one boundary (``rungd.engine.outcomes``) turns these into result envelopes and
+protocol errors. Code that raises them never builds an envelope itself, and nothing changes
+an exception after it is raised.
 """
 
 from __future__ import annotations
@@ -196,13 +198,25 @@ class Failed(RungdError):
 class ToolError(RungdError):
     """An error code from a tool's own error table (NOT_FOUND, UNHEALTHY_AFTER_RESTART, ...).
 
-    The tool's declaration supplies retry and next_action for its codes; ``rungd.calls``
-    fills them in from the table when the raiser did not.
+    The tool's declaration supplies retry and next_action for its codes;
+    ``rungd.engine.outcomes`` fills them in from the table when the raiser did not.
     """
 
     def __init__(self, code: str, message: str, **kwargs: Any) -> None:
         self.code = code  # type: ignore[misc]  # per-instance code is the point of this class
         super().__init__(message, **kwargs)
+
+
+class UnknownCall(RungdError, KeyError):
+    """No call (or request) with that id is known to this caller.
+
+    Also a ``KeyError``: it is a failed lookup, and code that looks calls up by id reads so.
+    """
+
+    code = "UNKNOWN_CALL"
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.message
 
 
 class ConfigError(Exception):

@@ -45,7 +45,7 @@ import re
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -136,9 +136,44 @@ def own_children() -> set[int]:
 
 
 def tagged_pids(call_id: str) -> list[int]:
-    """Pids of living processes started with ``RUNGD_CALL=call_id``: what crash recovery
-    kills for a call a previous daemon left unfinished."""
-    return [pid for pid, stat in _scan().items() if stat.state not in _DEAD_STATES and _tagged(pid, call_id)]
+    """Pids of living processes started with ``RUNGD_CALL=call_id``."""
+    return [m.pid for m in _tagged_members(call_id)]
+
+
+def _tagged_members(call_id: str) -> list[Member]:
+    return [Member(pid, stat.start) for pid, stat in _scan().items()
+            if stat.state not in _DEAD_STATES and _tagged(pid, call_id)]
+
+
+def kill_tagged(call_ids: Collection[str]) -> dict[str, int]:
+    """SIGKILL every living process tagged with one of ``call_ids``: what crash recovery does
+    for calls a previous daemon left unfinished.
+
+    One scan of /proc for all of them. Each process is known by pid and start time and
+    signalled through a pidfd (:func:`_send`), so a pid reused since the scan is never hit.
+
+    Returns:
+        call_id -> how many processes were killed.
+    """
+    wanted = {f"{TAG_ENV}={call_id}".encode(): call_id for call_id in call_ids}
+    killed = dict.fromkeys(call_ids, 0)
+    if not wanted:
+        return killed
+    for pid, stat in _scan().items():
+        if stat.state in _DEAD_STATES:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as file:
+                environ = file.read().split(b"\0")
+        except OSError:
+            continue
+        for entry in environ:
+            call_id = wanted.get(entry)
+            if call_id is not None:
+                if _send(Member(pid, stat.start), (signal.SIGKILL,)):
+                    killed[call_id] += 1
+                break
+    return killed
 
 
 def _send(member: Member, signals: tuple[signal.Signals, ...]) -> bool:

@@ -1,12 +1,19 @@
 """The Unix socket: binding it, knowing who is on the other end, and speaking frames.
 
-Every connection is handled on its own; a bad frame costs its sender a ``protocol_error``
-reply and nobody else anything. The caller's identity is read from the kernel
-(SO_PEERCRED) once per connection and never taken from a request.
+Every connection is handled on its own, behind a wall: a bad frame costs its sender a
+``protocol_error`` reply, and nothing a connection sends (a frame nested a thousand levels
+deep, a length prefix of 4 GiB, a frame trickled in byte by byte, a thousand idle
+connections) can end the daemon or stall another caller. The caller's identity is read
+from the kernel (SO_PEERCRED) once per connection and never taken from a request.
+
+Errors become replies in one place: ``rungd.engine.outcomes``. This module only catches
+what the engine raises and hands it there.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import errno
 import grp
 import logging
@@ -21,9 +28,11 @@ import msgspec
 import trio
 
 from rungd import protocol
-from rungd.calls import Call as CallState
-from rungd.calls import Dispatcher
-from rungd.contract import Caller, Tool
+from rungd.catalog import describe, summary
+from rungd.config import ServerConfig
+from rungd.contract import Caller
+from rungd.engine import Call as CallState
+from rungd.engine import Dispatcher, outcomes
 from rungd.errors import RungdError
 from rungd.gates import approval_message
 from rungd.protocol import (
@@ -45,7 +54,6 @@ from rungd.protocol import (
     Status,
     ToolDefinition,
     Tools,
-    ToolSummary,
     Wait,
     Welcome,
 )
@@ -125,12 +133,23 @@ class TruncatedFrame(Exception):
     pass
 
 
-class FrameReader:
-    """Reads length-prefixed frames from a stream without ever buffering more than one."""
+class SlowFrame(Exception):
+    """A frame was begun and not finished within the frame timeout."""
 
-    def __init__(self, stream: trio.abc.ReceiveStream, max_frame: int) -> None:
+
+class FrameReader:
+    """Reads length-prefixed frames from a stream without ever buffering more than one.
+
+    Args:
+        stream: the connection.
+        max_frame: the largest body accepted.
+        frame_timeout_s: how long a frame may take once its first byte arrived.
+    """
+
+    def __init__(self, stream: trio.abc.ReceiveStream, max_frame: int, frame_timeout_s: float = 10.0) -> None:
         self._stream = stream
         self._max = max_frame
+        self._frame_timeout_s = frame_timeout_s
         self._buf = bytearray()
 
     async def next(self) -> bytes | None:
@@ -139,11 +158,19 @@ class FrameReader:
         Raises:
             FrameTooLarge: the announced length exceeds the maximum; call ``discard``.
             TruncatedFrame: the stream ended in the middle of a frame.
+            SlowFrame: the frame did not complete within the frame timeout.
         """
-        if not await self._fill(protocol.HEADER.size):
-            if self._buf:
-                raise TruncatedFrame()
+        if not await self._fill(1):
             return None
+        try:
+            with trio.fail_after(self._frame_timeout_s):
+                return await self._rest()
+        except trio.TooSlowError:
+            raise SlowFrame() from None
+
+    async def _rest(self) -> bytes:
+        if not await self._fill(protocol.HEADER.size):
+            raise TruncatedFrame()
         (length,) = protocol.HEADER.unpack_from(self._buf)
         if length > self._max:
             del self._buf[: protocol.HEADER.size]
@@ -155,17 +182,23 @@ class FrameReader:
         return body
 
     async def discard(self, length: int) -> bool:
-        """Read and drop ``length`` bytes (an oversize body). False if the stream ended."""
-        while length > 0:
-            if not self._buf:
-                chunk = await self._stream.receive_some(min(length, 1 << 16))
-                if not chunk:
-                    return False
-                self._buf += chunk
-            dropped = min(length, len(self._buf))
-            del self._buf[:dropped]
-            length -= dropped
-        return True
+        """Read and drop ``length`` bytes (an oversize body) within the frame timeout.
+
+        Returns:
+            False if the stream ended or the body did not arrive in time.
+        """
+        with trio.move_on_after(self._frame_timeout_s):
+            while length > 0:
+                if not self._buf:
+                    chunk = await self._stream.receive_some(min(length, 1 << 16))
+                    if not chunk:
+                        return False
+                    self._buf += chunk
+                dropped = min(length, len(self._buf))
+                del self._buf[:dropped]
+                length -= dropped
+            return True
+        return False
 
     async def _fill(self, size: int) -> bool:
         while len(self._buf) < size:
@@ -201,37 +234,80 @@ class Replies:
         await self._quiet.wait()
 
 
-class Connection:
-    """One client connection: read a request, answer it, repeat."""
+class ConnectionLimits:
+    """How many connections are open, per uid and in all, against the configured caps.
 
-    def __init__(self, stream: trio.SocketStream, dispatcher: Dispatcher, max_frame: int, replies: Replies) -> None:
+    One caller can then never take every descriptor the daemon has: beyond its own cap its
+    new connections are told so and closed, and the total cap keeps room for everyone else.
+    Root is held to the total only: it can stop the daemon anyway, and operators' tools
+    should not be the ones locked out.
+    """
+
+    def __init__(self, total: int, per_uid: int) -> None:
+        self.total = total
+        self.per_uid = per_uid
+        self._open: collections.Counter[int] = collections.Counter()
+
+    def admit(self, uid: int) -> str | None:
+        """Count a new connection of ``uid`` in, or say why it may not stay."""
+        if sum(self._open.values()) >= self.total:
+            return f"rungd already serves {self.total} connections, its limit"
+        if uid != 0 and self._open[uid] >= self.per_uid:
+            return f"uid {uid} already holds {self.per_uid} connections, the limit per caller"
+        self._open[uid] += 1
+        return None
+
+    def leave(self, uid: int) -> None:
+        self._open[uid] -= 1
+        if self._open[uid] <= 0:
+            del self._open[uid]
+
+
+class Connection:
+    """One client connection: read a request, answer it, repeat.
+
+    Args:
+        stream: the accepted connection.
+        dispatcher: the daemon's call engine.
+        server: the server settings (frame size, timeouts).
+        replies: the daemon's count of answers in flight.
+    """
+
+    def __init__(self, stream: trio.SocketStream, dispatcher: Dispatcher, server: ServerConfig,
+                 replies: Replies) -> None:
         self.stream = stream
         self.dispatcher = dispatcher
-        self.max_frame = max_frame
+        self.server = server
+        self.max_frame = server.max_frame_bytes
         self.replies = replies
         self.caller = peer_of(stream.socket)
+        self._handlers = {
+            Hello: self._hello, ListTools: self._list_tools, Describe: self._describe, Call: self._call,
+            Status: self._status, Wait: self._wait, Pending: self._pending, Approve: self._approve,
+            Deny: self._deny, Reconcile: self._reconcile,
+        }
+
+    async def refuse(self, why: str) -> None:
+        """Tell a connection over its caller's cap why, and close it."""
+        with trio.move_on_after(1):
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await self._send(_error("TOO_MANY_CONNECTIONS", why,
+                                        "close idle connections, or reuse one: a connection carries any number "
+                                        "of requests one after another"))
+        await trio.aclose_forcefully(self.stream)
 
     async def serve(self) -> None:
-        """Serve requests until the client hangs up.
+        """Serve requests until the client hangs up, goes idle too long, or trickles a frame.
 
         Cancellation: the daemon cancels connections at shutdown after calls have ended;
         the stream is closed on the way out either way.
         """
-        reader = FrameReader(self.stream, self.max_frame)
+        reader = FrameReader(self.stream, self.max_frame, self.server.frame_timeout_s)
         try:
             while True:
-                try:
-                    body = await reader.next()
-                except FrameTooLarge as exc:
-                    await self._send(_error("FRAME_TOO_LARGE",
-                                            f"frame of {exc.length} bytes exceeds the maximum of {self.max_frame}",
-                                            "send smaller requests; the limit is in the welcome reply"))
-                    if not await reader.discard(exc.length):
-                        return
-                    continue
-                except TruncatedFrame:
-                    await self._send(_error("TRUNCATED", "the stream ended in the middle of a frame"))
-                    return
+                body = None
+                with trio.move_on_after(self.server.idle_timeout_s):
+                    body = await self._next(reader)
                 if body is None:
                     return
                 with self.replies:
@@ -240,15 +316,31 @@ class Connection:
             return  # the client went away; its calls keep running
         finally:
             with trio.CancelScope(shield=True):
-                await self.stream.aclose()
+                await trio.aclose_forcefully(self.stream)
 
-    async def _decide(self, call_id: str, *, approve: bool, signature: str | None = None,
-                      reason: str = "") -> Response:
-        try:
-            await self.dispatcher.decide(call_id, self.caller, approve=approve, signature=signature, reason=reason)
-        except RungdError as exc:
-            return _error(exc.code, exc.message, exc.hint)
-        return Decision(call_id=call_id, verdict="approved" if approve else "denied", by_uid=self.caller.uid)
+    async def _next(self, reader: FrameReader) -> bytes | None:
+        """The next request body; None to close the connection (after saying why)."""
+        while True:
+            try:
+                return await reader.next()
+            except FrameTooLarge as exc:
+                # A body up to a few maximums is read and dropped, so the connection stays
+                # usable; beyond that, reading it would only feed a sender that means harm.
+                keep = exc.length <= 4 * self.max_frame
+                await self._send(_error("FRAME_TOO_LARGE",
+                                        f"frame of {exc.length} bytes exceeds the maximum of {self.max_frame}",
+                                        "send smaller requests; the limit is in the welcome reply"
+                                        + ("" if keep else "; this connection is closed")))
+                if not keep or not await reader.discard(exc.length):
+                    return None
+            except TruncatedFrame:
+                await self._send(_error("TRUNCATED", "the stream ended in the middle of a frame"))
+                return None
+            except SlowFrame:
+                await self._send(_error("SLOW_FRAME",
+                                        f"a frame took longer than {self.server.frame_timeout_s:g} s to arrive",
+                                        "send each frame whole, at once; this connection is closed"))
+                return None
 
     async def _send(self, response: Response) -> None:
         await self.stream.send_all(protocol.frame(response))
@@ -257,58 +349,87 @@ class Connection:
         try:
             request = protocol.decode_request(body)
         except msgspec.ValidationError as exc:
-            return _error("INVALID_MESSAGE", str(exc),
+            return _error("INVALID_MESSAGE", str(exc)[:500],
                           "each frame is a map with a known 'type' and only that type's fields")
         except msgspec.DecodeError as exc:
-            return _error("NOT_MSGPACK", f"the frame is not MessagePack: {exc}",
+            return _error("NOT_MSGPACK", f"the frame is not MessagePack: {str(exc)[:200]}",
                           "encode each request as a MessagePack map behind a 4-byte big-endian length")
+        except RecursionError:
+            return _error("INVALID_MESSAGE", "the frame is nested too deeply to decode",
+                          f"inputs may nest at most {MAX_NESTING} levels")
         try:
-            return await self._respond(request)
-        except KeyError:
-            return _error("UNKNOWN_CALL", "no call with that call_id (or request_id) is known to you",
-                          "call_ids are kept for a while after the call ends; start a new call")
+            return await self._handlers[type(request)](request)
+        except RungdError as exc:  # refused before any call existed: the boundary says how
+            return outcomes.protocol_error(exc)
         except Exception:  # a bug must cost this request its answer, never the daemon its life
             log.exception("request %s failed", type(request).__name__)
             return _error("INTERNAL", "rungd failed to answer this request; the operator's log has the details",
                           "try again; if it persists, report it with the time of the failure")
 
-    async def _respond(self, request: Request) -> Response:
-        dispatcher = self.dispatcher
+    # --- one handler per request type ---------------------------------------------------------
+
+    async def _hello(self, request: Hello) -> Response:
         caller = self.caller
-        match request:
-            case Hello():
-                return Welcome(server="rungd", version=protocol.PROTOCOL_VERSION, uid=caller.uid,
-                               gid=caller.gid, pid=caller.pid, max_frame=self.max_frame)
-            case ListTools():
-                return Tools(tools=[
-                    ToolSummary(name=r.tool.name, side_effect=r.tool.side_effect,
-                                summary=r.tool.description.does, plugin=r.plugin)
-                    for r in dispatcher.visible_tools(caller)
-                ])
-            case Describe(tool=name):
-                try:
-                    reg = dispatcher.lookup(name, caller)
-                except RungdError as exc:
-                    return _error(exc.code, exc.message, exc.hint)
-                return describe(reg.tool, reg.plugin)
-            case Call(tool=name, inputs=inputs, request_id=request_id, wait_s=wait_s):
-                return Result(envelope=await dispatcher.call(name, inputs, request_id, caller, wait_s))
-            case Status(call_id=call_id):
-                return Result(envelope=dispatcher.status(call_id, caller))
-            case Wait(call_id=call_id, wait_s=wait_s):
-                return Result(envelope=await dispatcher.wait(call_id, wait_s, caller))
-            case Pending():
-                return HeldCalls(calls=[_held(call) for call in dispatcher.held_calls(caller)])
-            case Approve(call_id=call_id, signature=signature):
-                return await self._decide(call_id, approve=True, signature=signature)
-            case Deny(call_id=call_id, reason=reason):
-                return await self._decide(call_id, approve=False, reason=reason)
-            case Reconcile(tool=name, request_id=request_id, found=found):
-                try:
-                    return Result(envelope=await dispatcher.reconcile(name, request_id, caller, found))
-                except RungdError as exc:
-                    return _error(exc.code, exc.message, exc.hint)
-        raise AssertionError(f"unhandled request {request!r}")  # the union is closed
+        return Welcome(server="rungd", version=protocol.PROTOCOL_VERSION, uid=caller.uid, gid=caller.gid,
+                       pid=caller.pid, max_frame=self.max_frame)
+
+    async def _list_tools(self, request: ListTools) -> Response:
+        return Tools(tools=[summary(r.tool, r.plugin) for r in self.dispatcher.admission.visible_tools(self.caller)])
+
+    async def _describe(self, request: Describe) -> Response:
+        reg = self.dispatcher.admission.lookup(request.tool, self.caller)
+        return describe(reg.tool, reg.plugin)
+
+    async def _call(self, request: Call) -> Response:
+        if _depth(request.inputs) > MAX_NESTING:
+            return _error("INVALID_MESSAGE", f"inputs nest deeper than {MAX_NESTING} levels",
+                          "flatten the inputs: tool inputs are a few plain values")
+        envelope = await self.dispatcher.call(request.tool, request.inputs, request.request_id, self.caller,
+                                              request.wait_s)
+        return Result(envelope=envelope)
+
+    async def _status(self, request: Status) -> Response:
+        return Result(envelope=self.dispatcher.status(request.call_id, self.caller))
+
+    async def _wait(self, request: Wait) -> Response:
+        return Result(envelope=await self.dispatcher.wait(request.call_id, request.wait_s, self.caller))
+
+    async def _pending(self, request: Pending) -> Response:
+        return HeldCalls(calls=[_held(call) for call in self.dispatcher.held_calls(self.caller)])
+
+    async def _approve(self, request: Approve) -> Response:
+        verdict = await self.dispatcher.decide(request.call_id, self.caller, approve=True,
+                                               signature=request.signature)
+        return Decision(call_id=request.call_id, verdict=verdict, by_uid=self.caller.uid)
+
+    async def _deny(self, request: Deny) -> Response:
+        verdict = await self.dispatcher.decide(request.call_id, self.caller, approve=False, reason=request.reason)
+        return Decision(call_id=request.call_id, verdict=verdict, by_uid=self.caller.uid)
+
+    async def _reconcile(self, request: Reconcile) -> Response:
+        envelope = await self.dispatcher.reconcile(request.tool, request.request_id, self.caller, request.found)
+        return Result(envelope=envelope)
+
+
+# Tool inputs are a few plain values; a request nested deeper than this is refused before
+# validation, whose recursion it could otherwise exhaust.
+MAX_NESTING = 32
+
+
+def _depth(value: object, limit: int = MAX_NESTING + 1) -> int:
+    """How deeply ``value`` nests lists and maps, counted without recursion, up to ``limit``."""
+    deepest, todo = 0, [(value, 0)]
+    while todo:
+        item, depth = todo.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest >= limit:
+                return deepest
+        if isinstance(item, dict):
+            todo.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            todo.extend((v, depth + 1) for v in item)
+    return deepest
 
 
 def _held(call: CallState) -> HeldCall:
@@ -319,28 +440,6 @@ def _held(call: CallState) -> HeldCall:
         input_digest=call.digest, caller_uid=call.caller.uid, caller_pid=call.caller.pid,
         age_s=round(now - call.held.since, 1), expires_in_s=round(max(0.0, call.held.expires - now), 1),
         approval_message=approval_message(call.call_id, call.tool, call.digest).decode(),
-    )
-
-
-def describe(tool: Tool, plugin: str) -> ToolDefinition:
-    """The full definition of a tool: what a model reads plus what an operator checks."""
-    definition = tool.definition()
-    return ToolDefinition(
-        name=tool.name,
-        description=definition["description"],
-        input_schema=definition["input_schema"],
-        side_effect=tool.side_effect,
-        outputs=dict(tool.outputs),
-        errors=[{"code": r.code, "retry": r.retry, "next_action": r.next_action, "hint": r.hint}
-                for r in tool.errors],
-        deadline_s=tool.timing.deadline_s,
-        commit_point=tool.timing.commit_point,
-        settle={"tool": tool.timing.settle.tool, "inputs": dict(tool.timing.settle.inputs)}
-        if tool.timing.settle else None,
-        requires_request_id=tool.requires_request_id,
-        cap_bytes=tool.cap_bytes,
-        plugin=plugin,
-        lint_waivers=dict(tool.lint_waivers),
     )
 
 

@@ -1,0 +1,37 @@
+"""The tools as a caller sees them: a one-line summary and the full definition.
+
+Both the server (``list_tools``, ``describe``) and ``rungctl lint --offline`` build these
+from the same ``Tool`` declarations, so what lint checks is what a caller is handed.
+"""
+
+from __future__ import annotations
+
+from rungd.contract import Tool
+from rungd.protocol import ToolDefinition, ToolSummary
+
+
+def summary(tool: Tool, plugin: str) -> ToolSummary:
+    """Name, side effect, the ``does`` slot, and the plugin that registered it."""
+    return ToolSummary(name=tool.name, side_effect=tool.side_effect, summary=tool.description.does, plugin=plugin)
+
+
+def describe(tool: Tool, plugin: str) -> ToolDefinition:
+    """The full definition of a tool: what a model reads plus what an operator checks."""
+    definition = tool.definition()
+    return ToolDefinition(
+        name=tool.name,
+        description=definition["description"],
+        input_schema=definition["input_schema"],
+        side_effect=tool.side_effect,
+        outputs=dict(tool.outputs),
+        errors=[{"code": r.code, "retry": r.retry, "next_action": r.next_action, "hint": r.hint}
+                for r in tool.errors],
+        deadline_s=tool.timing.deadline_s,
+        commit_point=tool.timing.commit_point,
+        settle={"tool": tool.timing.settle.tool, "inputs": dict(tool.timing.settle.inputs)}
+        if tool.timing.settle else None,
+        requires_request_id=tool.requires_request_id,
+        cap_bytes=tool.cap_bytes,
+        plugin=plugin,
+        lint_waivers=dict(tool.lint_waivers),
+    )

@@ -1,0 +1,17 @@
+"""The call engine: one call from request to envelope, as a pipeline of small stages.
+
+    dispatcher.py    strings the stages together (start here)
+    admission.py     lookup, access, input validation
+    idempotency.py   repeats of a request_id
+    slots.py         per-tool concurrency
+    approvals.py     calls held at a gate until a person decides
+    reconcile.py     settling an unknown outcome from a read
+    outcomes.py      the one boundary where exceptions become envelopes and protocol errors
+    calls.py         the call record and the table of calls
+    recovery.py      what a crashed run left open, settled at start-up
+"""
+
+from rungd.engine.calls import Call, new_call_id
+from rungd.engine.dispatcher import MAX_WAIT_S, Dispatcher
+
+__all__ = ["MAX_WAIT_S", "Call", "Dispatcher", "new_call_id"]

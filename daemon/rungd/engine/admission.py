@@ -1,0 +1,100 @@
+"""Admission: which tool a request names, whether this caller may use it, and its inputs.
+
+The first stage of every call, decided before anything is recorded or run:
+
+    lookup       UNKNOWN_TOOL (with the closest names the caller may use) or DENIED
+    validate     BAD_INPUT, naming the field and a valid example
+    digest       the input digest the ledger, the idempotency index and approvals share
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from rungd_ledgers import input_digest
+
+from rungd.config import Config
+from rungd.contract import Caller, Tool, ToolInputs
+from rungd.errors import Denied, UnknownTool
+from rungd.plugins import RegisteredTool
+
+
+@dataclasses.dataclass(frozen=True)
+class Admitted:
+    """A request that named a tool this caller may use, with inputs that validate.
+
+    Attributes:
+        tool: the tool.
+        inputs: the validated inputs.
+        digest: ``input_digest`` of the validated inputs, as JSON.
+        logged: the inputs the tool marks safe to write to the ledger.
+    """
+
+    tool: Tool
+    inputs: ToolInputs
+    digest: str
+    logged: dict[str, Any]
+
+
+class Admission:
+    """Looks tools up for callers and admits calls.
+
+    Args:
+        tools: the registered tools by name.
+        config: the daemon's configuration (its access rules).
+    """
+
+    def __init__(self, tools: Mapping[str, RegisteredTool], config: Config) -> None:
+        self.tools = tools
+        self._config = config
+
+    def visible_tools(self, caller: Caller) -> list[RegisteredTool]:
+        """The tools this caller may call, in name order."""
+        return [reg for name, reg in sorted(self.tools.items()) if self._allowed(name, caller)]
+
+    def lookup(self, name: str, caller: Caller) -> RegisteredTool:
+        """The tool called ``name``, if this caller may use it.
+
+        Raises:
+            UnknownTool: no such tool; the hint lists the closest names the caller may
+                use. Nothing near is ever run.
+            Denied: the tool exists and the caller is not on its allow-list.
+        """
+        reg = self.tools.get(name)
+        if reg is None:
+            names = [r.tool.name for r in self.visible_tools(caller)]
+            close = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
+            hint = f"did you mean: {', '.join(close)}?" if close else "list the tools to see what exists"
+            raise UnknownTool(f"no tool named {name!r}", hint=hint + " Nothing was run.")
+        if not self._allowed(name, caller):
+            raise Denied(
+                f"uid {caller.uid} may not call {name}",
+                hint="ask the operator to add your uid or group to the tool's access list",
+            )
+        return reg
+
+    def admit(self, name: str, raw: Mapping[str, Any], caller: Caller) -> Admitted:
+        """Look the tool up and validate the inputs.
+
+        Raises:
+            UnknownTool, Denied: as ``lookup``.
+            BadInput: the inputs do not validate.
+        """
+        tool = self.lookup(name, caller).tool
+        inputs = tool.validate(raw)
+        # Digest and logged fields come from the validated inputs, so whatever a frame
+        # carried (bytes, extension types) was refused before it reached the ledger.
+        plain = inputs.model_dump(mode="json")
+        logged = {k: plain[k] for k in tool.log_fields if k in plain}
+        return Admitted(tool, inputs, input_digest(name, plain), logged)
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called ``name`` whoever asks, or None (for envelopes, not for access)."""
+        reg = self.tools.get(name)
+        return reg.tool if reg is not None else None
+
+    def _allowed(self, name: str, caller: Caller) -> bool:
+        return self._config.allowed(name, caller.uid, caller.groups)

@@ -1,0 +1,174 @@
+"""Approvals: calls held at a ``review`` or ``signature`` gate until a person decides.
+
+A held call has its inputs in memory and its ``held`` record in the ledger; nothing of it
+runs. An operator other than the caller approves or denies it (``decide``); a signature
+gate also needs an SSH signature over the call's approval message by an allowed key. Every
+held call ends: approved, denied, or expired at its TTL, also when a decision fails while
+the TTL runs out. A decision that arrives while the daemon stops is refused, so an approval
+never starts a call the daemon would interrupt at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pwd
+import time
+from typing import Literal
+
+import trio
+
+from rungd.config import Config
+from rungd.contract import Caller, ToolInputs
+from rungd.errors import ApprovalExpired, Denied, GateDenied, RungdError
+from rungd.gates import approval_message, is_operator, verify_signature
+from rungd.proctree import Reaper
+
+from rungd.engine.calls import Call, CallTable, Held
+
+Verdict = Literal["approved", "denied"]
+
+
+class Approvals:
+    """Held calls and the decisions on them.
+
+    Args:
+        config: the daemon's configuration (gates: TTL, operators, allowed signers).
+        calls: the daemon's calls.
+        record: ``await record(event, call, **fields)``, durable before it returns.
+        reaper: keeps off ssh-keygen's exit status while a signature is checked.
+    """
+
+    def __init__(self, config: Config, calls: CallTable, record, reaper: Reaper | None) -> None:  # noqa: ANN001
+        self._config = config
+        self._calls = calls
+        self._record = record
+        self._reaper = reaper
+        self.closed = False
+
+    def hold(self, call: Call, inputs: ToolInputs) -> None:
+        now = time.time()
+        call.held = Held(inputs=inputs, since=now, expires=now + self._config.gates.approval_ttl_s)
+
+    def held_calls(self, caller: Caller) -> list[Call]:
+        """Held calls this caller may see: all of them for an operator, else its own."""
+        operator = is_operator(caller, self._config)
+        return [c for c in self._calls
+                if c.held is not None and c.held.verdict is None and (operator or c.caller.uid == caller.uid)]
+
+    async def verdict(self, call: Call) -> RungdError | None:
+        """Wait for the decision on a held call; None when approved, else why it may not run.
+
+        Returns:
+            None when approved; GateDenied when denied (or approved while the daemon
+            stops); ApprovalExpired when nobody decided within the TTL (recorded here).
+
+        Cancellation: the daemon's call nursery cancels it at exit; the ledger then holds
+        the call as ``held`` and the next start expires it.
+        """
+        held = call.held
+        assert held is not None
+        while True:
+            with trio.move_on_at(trio.current_time() + held.expires - time.time()):
+                await held.decided.wait()
+            if held.verdict == "deciding":
+                # An operator is mid-decision at the expiry: let it land (it is bounded by
+                # the signature check's own timeout), then look again.
+                await held.decided.wait()
+            if held.verdict in ("approved", "denied") or time.time() >= held.expires:
+                break
+            held.decided = trio.Event()  # a decision failed before the expiry: keep waiting
+        verdict, call.held = held.verdict, None
+        if verdict == "approved":
+            if self.closed:
+                return GateDenied("the daemon stopped before the approved call could start; it did not run",
+                                  hint="call again with the same request_id once rungd is back")
+            return None
+        if verdict == "denied":
+            return GateDenied(f"an operator denied the call: {held.reason or 'no reason given'}",
+                              hint="do not retry this change; ask the operator what to do instead")
+        await self._record("expired", call, request_id=call.request_id)
+        return ApprovalExpired(
+            f"nobody approved the call within {self._config.gates.approval_ttl_s:g} s; it did not run",
+            hint="ask an operator to approve it promptly, then call again with a new request",
+        )
+
+    async def decide(self, call_id: str, caller: Caller, *, approve: bool, signature: str | None = None,
+                     reason: str = "") -> Verdict:
+        """Record an operator's approval or denial of a held call and let it go on.
+
+        Raises:
+            UnknownCall: no such call, or one this caller may not see (a non-operator
+                learns nothing about other callers' calls).
+            Denied: the caller is not an operator, or is the one who made the call, or
+                signed it with their own key.
+            GateDenied: the call is not held, the daemon is stopping, or the signature
+                gate refused the signature.
+            LedgerUnavailable: the decision could not be recorded; nothing changed.
+        """
+        operator = is_operator(caller, self._config)
+        call = self._calls.visible(call_id, caller if not operator else None)
+        if not operator:
+            raise Denied(f"uid {caller.uid} is not an operator", hint="operators are set in gates.operator_*")
+        held = call.held
+        if held is None or held.verdict is not None or held.expires <= time.time():
+            raise GateDenied(f"call {call_id} is not waiting for approval", hint="rungctl pending lists held calls")
+        if self.closed:
+            raise GateDenied("rungd is stopping and starts nothing new",
+                             hint="the call expires; the caller may repeat it once rungd is back")
+        if caller.uid == call.caller.uid:
+            raise Denied("nobody may approve or deny their own call", hint="ask another operator")
+        if approve and call.gate == "signature" and not signature:
+            raise GateDenied("this call needs a signed approval", hint="rungctl approve CALL_ID --key KEYFILE")
+        # Claim the decision before the first await: a second operator, or the expiry,
+        # must find it taken rather than record a second verdict.
+        held.verdict = "deciding"
+        verdict: Verdict = "approved" if approve else "denied"
+        try:
+            principal = await self._signer(call, signature) if approve and call.gate == "signature" else None
+            note = f"signed by {principal}" if principal else (reason or None)
+            await self._record(verdict, call, request_id=call.request_id, approver_uid=caller.uid, note=note)
+        except BaseException:
+            held.verdict = None  # nothing was decided: the call still waits, until its TTL
+            raise
+        else:
+            held.verdict = verdict
+            held.reason = reason
+        finally:
+            held.decided.set()  # wake the holder either way: it decides what a failure means
+        return verdict
+
+    async def _signer(self, call: Call, signature: str | None) -> str:
+        """The principal whose allowed key signed this call's approval message.
+
+        Raises:
+            GateDenied: the signature is not by an allowed key, or not over this call.
+        """
+        message = approval_message(call.call_id, call.tool, call.digest)
+        signers = self._config.gates.allowed_signers
+        assert signers is not None and signature is not None  # check_gates refused to start without it
+        # ssh-keygen is our child: keep the reaper off it, or its exit status is lost and a
+        # failed verification would read as a success.
+        with self._reaper.spawning() if self._reaper else contextlib.nullcontext():
+            principal = await trio.to_thread.run_sync(verify_signature, signers, message, signature)
+        # The two-person rule holds for signatures too: whoever submits it, a signature by
+        # the caller's own key is the caller approving its own call.
+        if _principal_user(principal) in _user_names(call.caller.uid):
+            raise Denied(f"the approval is signed by {principal}, who made the call; nobody may approve "
+                         "their own call", hint="ask another operator to sign with their own key")
+        return principal
+
+
+def _principal_user(principal: str) -> str:
+    """The user a principal of an allowed_signers file names: ``alice`` or ``alice@host``."""
+    return principal.partition("@")[0]
+
+
+def _user_names(uid: int) -> set[str]:
+    """The login name of ``uid`` and its number, as a principal may spell either."""
+    try:
+        return {pwd.getpwuid(uid).pw_name, str(uid)}
+    except KeyError:
+        return {str(uid)}
+
+
+__all__ = ["Approvals", "Held"]

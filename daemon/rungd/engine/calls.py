@@ -1,0 +1,122 @@
+"""The calls a daemon knows about: one record per call, and the table that keeps them.
+
+A ``Call`` is created the moment a request arrives and lives until its result has been
+kept for ``server.keep_results_s``; its ``done`` event is set exactly once, when its
+envelope is final. ``CallTable`` answers who may see a call: its own caller, or an
+operator; for anyone else it does not exist.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import trio
+
+from rungd.contract import Caller
+from rungd.envelope import Envelope
+from rungd.errors import UnknownCall
+
+
+def new_call_id() -> str:
+    """A short id that sorts by time: milliseconds since the epoch (hex), then randomness."""
+    return f"c{int(time.time() * 1000):x}{secrets.token_hex(4)}"
+
+
+def ms_since(start: float) -> int:
+    """Milliseconds since ``start``, a ``time.monotonic()`` value."""
+    return int((time.monotonic() - start) * 1000)
+
+
+@dataclasses.dataclass
+class Held:
+    """What a call held at a gate keeps until a person decides."""
+
+    inputs: Any
+    since: float
+    expires: float
+    decided: trio.Event = dataclasses.field(default_factory=trio.Event)
+    verdict: str | None = None  # deciding | approved | denied
+    reason: str = ""
+
+    def seconds_left(self) -> int:
+        return max(0, int(self.expires - time.time()))
+
+
+@dataclasses.dataclass
+class Call:
+    """One call the daemon knows about, running or finished."""
+
+    call_id: str
+    tool: str
+    request_id: str | None
+    caller: Caller
+    started: float
+    digest: str = ""
+    done: trio.Event = dataclasses.field(default_factory=trio.Event)
+    envelope: Envelope | None = None
+    scope: trio.CancelScope | None = None
+    interrupted: bool = False
+    gate: str = "none"
+    held: Held | None = None
+
+    @classmethod
+    def new(cls, tool: str, request_id: str | None, caller: Caller) -> Call:
+        return cls(new_call_id(), tool, request_id, caller, time.monotonic())
+
+
+class CallTable:
+    """Every call of this daemon, in start order, until its result is forgotten.
+
+    Args:
+        keep_s: how long a finished call's result stays for ``status`` and ``wait``.
+        is_operator: whether a caller may see every call.
+    """
+
+    def __init__(self, keep_s: float, is_operator: Callable[[Caller], bool]) -> None:
+        self._keep_s = keep_s
+        self._is_operator = is_operator
+        self._calls: dict[str, Call] = {}
+
+    def add(self, call: Call) -> None:
+        self._forget_old()
+        self._calls[call.call_id] = call
+
+    def drop(self, call: Call) -> None:
+        self._calls.pop(call.call_id, None)
+
+    def get(self, call_id: str) -> Call | None:
+        return self._calls.get(call_id)
+
+    def visible(self, call_id: str, caller: Caller | None) -> Call:
+        """The call, if this caller may see it: its own, or any for an operator.
+
+        Raises:
+            UnknownCall: no such call, or not this caller's business (the same answer, so
+                call_ids of others cannot be probed).
+        """
+        call = self._calls.get(call_id)
+        if call is not None and (caller is None or caller.uid == call.caller.uid or self._is_operator(caller)):
+            return call
+        raise UnknownCall(
+            "no call with that call_id is known to you",
+            hint="call_ids are kept for a while after the call ends; start a new call",
+        )
+
+    def __iter__(self) -> Iterator[Call]:
+        return iter(list(self._calls.values()))
+
+    def _forget_old(self) -> None:
+        # Runs on every call: calls are in start order, so look only at the old front.
+        horizon = time.monotonic() - self._keep_s
+        old = []
+        for call in self._calls.values():
+            if call.started >= horizon:
+                break
+            if call.envelope is not None:
+                old.append(call.call_id)
+        for call_id in old:
+            del self._calls[call_id]

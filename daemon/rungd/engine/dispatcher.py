@@ -1,0 +1,360 @@
+"""The dispatcher: strings the stages of a call together, and nothing more.
+
+    admission     which tool, may this caller use it, are the inputs valid     (admission.py)
+    repeats       is this request_id new, running, finished or unknown         (idempotency.py)
+    slots         may another call of this tool run now                        (slots.py)
+    ledger        received + dispatched (or held), durable before anything runs (rungd.audit)
+    approvals     held calls wait for a person                                  (approvals.py)
+    run           the handler under its deadline, in the daemon's call nursery
+    outcomes      whatever happened becomes one envelope, here only             (outcomes.py)
+    ledger        finished, durable before the caller hears it
+
+Every decision that reads shared state (the idempotency index, the running requests, the
+slots) is taken in ``start`` before its first ``await``, so two identical requests arriving
+together cannot both be judged new. A call that never runs ends through one path,
+``_never_ran``. Results stay in the call table for ``status`` and ``wait`` from any
+connection of the same caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+import trio
+
+from rungd.audit import Audit
+from rungd.config import Config
+from rungd.contract import CallContext, Caller, Tool, ToolInputs
+from rungd.credentials import CredentialStore
+from rungd.envelope import Envelope
+from rungd.errors import RungdError
+from rungd.gates import gate_for, is_operator
+from rungd.plugins import RegisteredTool
+from rungd.proctree import Reaper
+
+from rungd.engine import outcomes
+from rungd.engine.admission import Admission, Admitted
+from rungd.engine.approvals import Approvals, Verdict
+from rungd.engine.calls import Call, CallTable
+from rungd.engine.idempotency import Requests
+from rungd.engine.reconcile import Reconciler
+from rungd.engine.slots import Slots
+
+log = logging.getLogger("rungd.calls")
+
+# A caller may ask to wait this long at most in one request; longer waits take several.
+MAX_WAIT_S = 300.0
+
+# observe(tool, envelope, caller): every result observer of the plugins, after the result is final.
+Observer = Callable[[str, Envelope, Caller], None]
+
+_Event = tuple[str, str, str, dict[str, Any]]
+
+
+class Dispatcher:
+    """Starts calls, remembers them, and answers ``status``, ``wait`` and decisions.
+
+    Args:
+        tools: the registered tools by name.
+        config: the daemon's configuration.
+        observe: called with every final result (the plugins' observers).
+        credentials: the store handlers get named credentials from.
+        audit: the ledger and idempotency index; every event is recorded there first.
+        nursery: where handlers run; it belongs to the daemon and outlives connections, so
+            a call keeps running when the client that started it goes away.
+        reaper: the daemon's reaper of adopted orphans, handed to the runner.
+    """
+
+    def __init__(
+        self,
+        tools: Mapping[str, RegisteredTool],
+        config: Config,
+        observe: Observer,
+        credentials: CredentialStore,
+        audit: Audit,
+        nursery: trio.Nursery,
+        *,
+        reaper: Reaper | None = None,
+    ) -> None:
+        self.config = config
+        self.audit = audit
+        self._observe = observe
+        self._credentials = credentials
+        self._reaper = reaper
+        self._nursery = nursery
+        self.admission = Admission(tools, config)
+        self.calls = CallTable(config.server.keep_results_s, lambda caller: is_operator(caller, config))
+        self.requests = Requests(audit.index, self.calls)
+        self.slots = Slots()
+        self.approvals = Approvals(config, self.calls, self._record_call, reaper)
+        self.reconciler = Reconciler(config, audit.index, audit.record, self._settle_read)
+        self.evidence_dir = config.state_dir / "evidence"
+        self.work_root = config.state_dir / "work"
+        self.evidence_dir.mkdir(parents=True, exist_ok=True)
+        self.work_root.mkdir(parents=True, exist_ok=True)
+
+    # --- what the server asks ---------------------------------------------------------------
+
+    async def call(
+        self, name: str, inputs: Mapping[str, Any], request_id: str | None, caller: Caller, wait_s: float
+    ) -> Envelope:
+        """Start a call and wait up to ``wait_s`` for its envelope (else a pending one)."""
+        call = await self.start(name, inputs, request_id, caller)
+        return await self.wait(call.call_id, wait_s, caller)
+
+    async def wait(self, call_id: str, wait_s: float, caller: Caller | None = None) -> Envelope:
+        """The envelope of ``call_id``, waiting up to ``wait_s`` for it to finish.
+
+        Raises:
+            UnknownCall: never existed, finished long ago, or not the caller's to see.
+        """
+        call = self.calls.visible(call_id, caller)
+        with trio.move_on_after(max(0.0, min(wait_s, MAX_WAIT_S))):
+            await call.done.wait()
+        return call.envelope if call.envelope is not None else outcomes.pending_envelope(call)
+
+    def status(self, call_id: str, caller: Caller | None = None) -> Envelope:
+        """The envelope of ``call_id`` now. Raises UnknownCall as ``wait``."""
+        call = self.calls.visible(call_id, caller)
+        return call.envelope if call.envelope is not None else outcomes.pending_envelope(call)
+
+    def held_calls(self, caller: Caller) -> list[Call]:
+        return self.approvals.held_calls(caller)
+
+    async def decide(self, call_id: str, caller: Caller, *, approve: bool, signature: str | None = None,
+                     reason: str = "") -> Verdict:
+        return await self.approvals.decide(call_id, caller, approve=approve, signature=signature, reason=reason)
+
+    async def reconcile(self, tool_name: str, request_id: str, caller: Caller, found: bool | None = None) -> Envelope:
+        """Settle a request whose outcome is unknown (see ``Reconciler.reconcile``)."""
+        tool = self.admission.lookup(tool_name, caller).tool
+        return await self.reconciler.reconcile(tool, request_id, caller, found)
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Let running calls finish for ``grace_s``, then interrupt the rest.
+
+        Cancellation: interrupted calls end with INTERRUPTED (outcome unknown when their
+        commit point had passed); their handlers clean up (kill trees) before returning.
+        """
+        self.approvals.closed = True  # an approval from now on would start a call we interrupt
+        with trio.move_on_after(grace_s):
+            await self.slots.wait_idle()
+        for call in self.calls:
+            if call.scope is not None and call.envelope is None:
+                call.interrupted = True
+                call.scope.cancel()
+        await self.slots.wait_idle()
+
+    # --- starting a call ---------------------------------------------------------------------
+
+    async def start(self, name: str, inputs: Mapping[str, Any], request_id: str | None, caller: Caller) -> Call:
+        """Check, record and start one call. A call that fails its checks ends at once.
+
+        Returns:
+            The call; for a repeat of a request still running, the first call.
+        """
+        call = Call.new(name, request_id, caller)
+        self.calls.add(call)
+        admitted: Admitted | None = None
+        try:
+            admitted = self.admission.admit(name, inputs, caller)
+            call.digest = admitted.digest
+            first = self.requests.repeat_of(admitted.tool, request_id, admitted.digest)
+            call.gate = gate_for(admitted.tool, self.config)
+            if first is None:
+                if not self._needs_approval(call):
+                    self.slots.take(admitted.tool)
+                self.requests.claim(call)
+        except RungdError as rejection:
+            received = self._received(call, admitted)
+            await self._never_ran(call, rejection, self.admission.tool(name), before=[received], final="rejected")
+            return call
+        # No await above this line decided anything: from here on, the decision stands.
+        received = self._received(call, admitted)
+        if isinstance(first, Call):
+            received[3]["note"] = f"repeat of {first.call_id}, still running"
+            await self._record_quietly([received])
+            self.calls.drop(call)
+            return first
+        if first is not None:
+            await self._answer_repeat(call, first, received)
+            return call
+        await self._dispatch(call, admitted, received)
+        return call
+
+    def _needs_approval(self, call: Call) -> bool:
+        return call.gate in ("review", "signature")
+
+    def _received(self, call: Call, admitted: Admitted | None) -> _Event:
+        return ("received", call.call_id, call.tool, {
+            "input_digest": admitted.digest if admitted else None, "inputs": admitted.logged if admitted else {},
+            "request_id": call.request_id, "caller_uid": call.caller.uid, "caller_pid": call.caller.pid,
+        })
+
+    async def _dispatch(self, call: Call, admitted: Admitted, received: _Event) -> None:
+        """Record received and dispatched (or held) with one fsync, then run or hold."""
+        tool, held = admitted.tool, self._needs_approval(call)
+        then: _Event = (("held", call.call_id, call.tool, {"request_id": call.request_id, "note": f"{call.gate} gate"})
+                        if held else ("dispatched", call.call_id, call.tool, {"request_id": call.request_id}))
+        try:
+            await self.audit.record_many([received, then])
+        except RungdError as failure:  # the ledger cannot be written: run nothing (fail closed)
+            if not held:
+                self.slots.release(tool)
+            self.requests.release(call)
+            self._finish(call, outcomes.error_envelope(call, failure, tool=tool))
+            return
+        if held:
+            self.approvals.hold(call, admitted.inputs)
+            self._nursery.start_soon(self._hold, call, tool)
+        else:
+            self._nursery.start_soon(self._run, call, tool, admitted.inputs)
+
+    async def _answer_repeat(self, call: Call, first: dict[str, Any], received: _Event) -> None:
+        """Answer a repeat of a finished request with its first result; run nothing.
+
+        The answer comes from memory even when the ledger cannot take the repeat's records:
+        a repeat changes nothing, so there is nothing to fail closed on.
+        """
+        envelope = outcomes.repeat_envelope(first)
+        finished = ("finished", call.call_id, call.tool, {
+            "request_id": call.request_id, "outcome": envelope.outcome, "effect": envelope.effect,
+            "code": envelope.error.code if envelope.error else None,
+            "note": f"repeat of {envelope.call_id}; nothing was run",
+        })
+        await self._record_quietly([received, finished])
+        self._finish(call, envelope)
+
+    async def _hold(self, call: Call, tool: Tool) -> None:
+        """Wait for a person's decision on a held call, then run it, or end it unrun."""
+        assert call.held is not None
+        inputs = call.held.inputs
+        refusal = await self.approvals.verdict(call)
+        if refusal is None:
+            try:
+                self.slots.take(tool)
+            except RungdError as busy:
+                refusal = busy
+        if refusal is None:
+            try:
+                await self.audit.record("dispatched", call.call_id, tool.name, request_id=call.request_id)
+            except RungdError as failure:
+                self.slots.release(tool)
+                refusal = failure
+        if refusal is not None:
+            await self._never_ran(call, refusal, tool)
+            return
+        await self._run(call, tool, inputs)
+
+    async def _never_ran(self, call: Call, error: RungdError, tool: Tool | None, *,
+                         before: Sequence[_Event] = (), final: str = "finished") -> None:
+        """End a call that ran nothing: record it (if the ledger takes it), free its
+        request_id, and give the caller its envelope."""
+        envelope = outcomes.error_envelope(call, error, tool=tool)
+        fields: dict[str, Any] = {"request_id": call.request_id, "outcome": envelope.outcome, "effect": "none",
+                                  "code": error.code}
+        if final == "finished":
+            fields["result"] = msgspec.to_builtins(envelope)
+        await self._record_quietly([*before, (final, call.call_id, call.tool, fields)])
+        self.requests.release(call)
+        self._finish(call, envelope)
+
+    # --- running one call ----------------------------------------------------------------------
+
+    async def _run(self, call: Call, tool: Tool, inputs: ToolInputs) -> None:
+        work_dir = self.work_root / call.call_id
+        ctx = CallContext(
+            call_id=call.call_id,
+            tool=tool,
+            caller=call.caller,
+            request_id=call.request_id,
+            deadline=trio.current_time() + tool.timing.deadline_s,
+            work_dir=work_dir,
+            evidence_dir=self.evidence_dir,
+            credentials=lambda name: self._credentials.get(name, tool.name),
+            reaper=self._reaper,
+        )
+        settle = tool.timing.settle.bind(inputs.model_dump()) if tool.timing.settle else None
+        try:
+            envelope = await self._outcome(call, tool, inputs, ctx, settle)
+            # The work folder is scratch for this call only (the runner's private files
+            # included): gone once the call is.
+            shutil.rmtree(work_dir, ignore_errors=True)
+            with trio.CancelScope(shield=True):  # the end of a call is recorded even at shutdown
+                await self._record_end(call, envelope, ctx)
+        finally:
+            # Released only once the caller can read the result, so a shutdown that waits
+            # for idle never cuts off an answer.
+            self.slots.release(tool)
+
+    async def _outcome(
+        self, call: Call, tool: Tool, inputs: ToolInputs, ctx: CallContext, settle: dict[str, Any] | None
+    ) -> Envelope:
+        """Run the handler under the deadline; whatever happens becomes one envelope."""
+        try:
+            with trio.CancelScope() as call.scope:
+                with trio.move_on_at(ctx.deadline) as deadline_scope:
+                    result = await tool.handler(ctx, inputs)
+            if call.interrupted and call.scope.cancelled_caught:  # a finished result stands
+                raise outcomes.interrupted_error(ctx, settle)
+            if deadline_scope.cancelled_caught:
+                raise outcomes.timeout_error(tool, ctx, settle)
+            return outcomes.ok_envelope(call, tool, result, ctx)
+        except RungdError as exc:
+            return outcomes.error_envelope(call, exc, tool=tool, ctx=ctx, settle=settle)
+        except Exception as exc:  # a bug in a handler must not take the daemon down
+            log.exception("tool %s crashed in call %s", tool.name, call.call_id)
+            crash = outcomes.crash_error(tool, ctx, settle, exc)
+            return outcomes.error_envelope(call, crash, tool=tool, ctx=ctx, settle=settle)
+
+    async def _record_end(self, call: Call, envelope: Envelope, ctx: CallContext) -> None:
+        """Record what the runner answered and how the call finished, then let the caller hear it."""
+        answered: list[_Event] = [("answered", call.call_id, call.tool, {"request_id": call.request_id, "note": what})
+                                  for what in ctx.answered]
+        finished: _Event = ("finished", call.call_id, call.tool, {
+            "request_id": call.request_id, "outcome": envelope.outcome, "effect": envelope.effect,
+            "code": envelope.error.code if envelope.error else None, "result": msgspec.to_builtins(envelope),
+        })
+        for delay in (0.1, 0.5, 1.0, 2.0, None):  # space may come back: try for a few seconds
+            try:
+                await self.audit.record_many([*answered, finished])
+                break
+            except RungdError:
+                if delay is None:
+                    # The effect happened (or not) whatever the ledger says: the caller gets
+                    # the truth, the log says the record is missing, and recovery will
+                    # finish the call as unknown, so a repeat is reconciled, never rerun.
+                    log.critical("finished record lost", extra={"call_id": call.call_id, "tool": call.tool})
+                else:
+                    await trio.sleep(delay)
+        self.requests.release(call)
+        self._finish(call, envelope)
+
+    async def _settle_read(self, tool: str, inputs: dict[str, Any], caller: Caller) -> Envelope:
+        return await self.call(tool, inputs, None, caller, MAX_WAIT_S)
+
+    # --- the end of every call -----------------------------------------------------------------
+
+    def _finish(self, call: Call, envelope: Envelope) -> None:
+        call.envelope = envelope
+        self._observe(call.tool, envelope, call.caller)
+        call.done.set()
+        log.info(
+            "call finished",
+            extra={"call_id": call.call_id, "tool": call.tool, "status": envelope.status,
+                   "code": envelope.error.code if envelope.error else None},
+        )
+
+    async def _record_call(self, event: str, call: Call, **fields: Any) -> None:
+        await self.audit.record(event, call.call_id, call.tool, **fields)
+
+    async def _record_quietly(self, events: list[_Event]) -> None:
+        """Record events of a call that runs nothing; a ledger failure is logged, not fatal."""
+        try:
+            await self.audit.record_many(events)
+        except RungdError:
+            pass  # already logged by Audit; nothing was or will be run for this call

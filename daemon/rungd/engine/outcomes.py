@@ -1,0 +1,261 @@
+"""The one boundary where what happened becomes what the caller hears.
+
+Everything that ends a call, or refuses a request, passes through here exactly once:
+
+    ok_envelope(call, tool, result, ctx)         a handler's Result, checked against the contract
+    error_envelope(call, exc, tool=, ctx=, ...)  any RungdError, with the outcome decided here
+    crash_error(tool, ctx, settle)               a handler's bug, as FAILED
+    timeout_error(tool, ctx, settle)             the deadline, before or after the commit point
+    interrupted_error(ctx, settle)               the daemon stopping mid-call
+    protocol_error(exc)                          a refused request that has no call (describe,
+                                                 approve, an unknown call_id)
+
+Nothing else in rungd builds an envelope or re-maps a code, and exceptions are never changed
+after they are raised: the outcome, retry and next action are computed from the exception
+and what is known about the call (its commit point, its tool's error table) into a new,
+frozen envelope, cut to the tool's byte cap once, here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from rungd.contract import CallContext, Result, Tool
+from rungd.envelope import DEFAULT_CAP_BYTES, Envelope, ErrorInfo, Settle, fit_to_cap
+from rungd.errors import Failed, Interrupted, NextAction, Outcome, Retry, RungdError, ToolError, ToolTimeout
+from rungd.protocol import ProtocolError
+
+from rungd.engine.calls import Call, ms_since
+
+# Failures that prove nothing about a write's effect once it may have begun.
+_INCONCLUSIVE = frozenset({"FAILED", "SURFACE_CHANGED", "AUTH_REQUIRED", "PROMPT_UNEXPECTED", "INTERRUPTED"})
+
+
+def ok_envelope(call: Call, tool: Tool, result: Result, ctx: CallContext) -> Envelope:
+    """The envelope of a handler that returned, once its Result keeps the contract.
+
+    Raises:
+        Failed: the plugin broke the contract (a read with an effect, a write without a
+            read-back, fields that cannot be sent); pass it to ``error_envelope``.
+    """
+    _check_result(tool, result, ctx)
+    envelope = Envelope(
+        call_id=call.call_id,
+        tool=tool.name,
+        request_id=call.request_id,
+        status="ok",
+        outcome=result.outcome,
+        effect=result.effect,
+        fields=result.fields,
+        verified_by=result.verified_by,
+        truncated=result.truncated,
+        narrow=result.narrow,
+        as_of=result.as_of,
+        next_action="continue",
+        evidence=[*ctx.evidence, *(e for e in result.evidence if e not in ctx.evidence)],
+        elapsed_ms=ms_since(call.started),
+    )
+    return fit_to_cap(envelope, tool.cap_bytes)
+
+
+def _check_result(tool: Tool, result: Result, ctx: CallContext) -> None:
+    bug = "this is a bug in the plugin"
+    if tool.side_effect == "read" and result.effect != "none":
+        raise Failed(f"{tool.name} is a read but reported effect {result.effect!r}", hint=bug, outcome="done")
+    try:
+        msgspec.json.encode(result.fields)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise Failed(f"{tool.name} returned a field that cannot be sent: {exc}", hint=bug,
+                     outcome="unknown" if ctx.committed else "done") from None
+    if tool.side_effect != "read" and (result.effect not in ("changed", "no_change") or not result.verified_by):
+        raise Failed(f"{tool.name} is a write but reported effect {result.effect!r} without a read-back",
+                     hint=f"{bug}: a write reads back and says changed or no_change",
+                     outcome="unknown" if ctx.committed else "not_started")
+    if result.outcome != "done":
+        raise Failed(f"{tool.name} reported success with outcome {result.outcome!r}",
+                     hint=f"{bug}: raise an error for an outcome that is not done",
+                     outcome="unknown" if ctx.committed else "not_started")
+    if result.effect == "changed" and not result.verified_by:
+        raise Failed(f"{tool.name} reported a change it did not read back",
+                     hint=f"{bug}: set verified_by after a read-back", outcome="unknown")
+
+
+def error_envelope(
+    call: Call,
+    exc: RungdError,
+    *,
+    tool: Tool | None,
+    ctx: CallContext | None = None,
+    settle: dict[str, Any] | None = None,
+    outcome: Outcome | None = None,
+) -> Envelope:
+    """The envelope of a call that ended in ``exc``.
+
+    Args:
+        call: the call.
+        exc: what ended it; read, never changed.
+        tool: its tool, when the name was one (its error table and side effect decide).
+        ctx: the call's context once its handler ran: the commit point decides the outcome.
+            None for a call refused or held before anything ran.
+        settle: the bound settle read, offered when the outcome is unknown.
+        outcome: overrides the outcome (a reconcile that stays unknown).
+    """
+    if outcome is None:
+        outcome = _outcome_after(exc, tool, ctx) if ctx is not None else exc.outcome
+    retry, next_action = exc.retry, exc.next_action
+    offered = exc.settle
+    if ctx is not None and outcome == "unknown":
+        offered = offered or settle
+        # Whatever else is wrong, the first thing to learn is whether it happened; only
+        # "stop" (a person must look) outranks that.
+        if next_action != "stop":
+            retry, next_action = "after_check", "reconcile"
+    hint = exc.hint
+    rule = tool.error_rule(exc.code) if tool is not None else None
+    if rule is not None and isinstance(exc, ToolError):
+        # The tool's own table decides retry and next_action for its codes.
+        retry, next_action = rule.retry, rule.next_action
+        hint = hint or rule.hint
+    retry, next_action = _guard_write(tool, outcome, retry, next_action)
+    envelope = Envelope(
+        call_id=call.call_id,
+        tool=call.tool,
+        request_id=call.request_id,
+        status="error",
+        outcome=outcome,
+        effect=exc.effect,
+        fields=exc.fields,
+        error=ErrorInfo(code=exc.code, message=exc.message, retry=retry, hint=hint),
+        next_action=next_action,
+        settle=Settle(**offered) if offered else None,
+        evidence=list(ctx.evidence) if ctx else [],
+        elapsed_ms=ms_since(call.started),
+    )
+    return fit_to_cap(envelope, tool.cap_bytes if tool is not None else DEFAULT_CAP_BYTES)
+
+
+def _outcome_after(exc: RungdError, tool: Tool | None, ctx: CallContext) -> Outcome:
+    """An error's outcome, decided where the commit point is known: here.
+
+    An error that does not declare its outcome gets ``not_started`` before the commit point
+    and, after it, ``unknown`` for a write (reconcile with the settle read before any
+    retry) or ``done`` for a read. A declared ``done`` on a failure that proves nothing
+    about a write's effect (an unnamed exit status, output that stopped parsing, a
+    question) becomes ``unknown`` too. Other declared outcomes (a plugin that saw the
+    program refuse, a read-back count) stand.
+    """
+    write_committed = tool is not None and tool.side_effect != "read" and ctx.committed
+    if not exc.outcome_declared:
+        return ("unknown" if write_committed else "done") if ctx.committed else "not_started"
+    if write_committed and exc.outcome == "done" and exc.code in _INCONCLUSIVE:
+        return "unknown"
+    return exc.outcome
+
+
+def _guard_write(tool: Tool | None, outcome: Outcome, retry: Retry, next_action: NextAction) -> tuple[Retry, NextAction]:
+    # A repeat with the same request_id is answered from the ledger, and a new one risks
+    # doing it twice: after a possible effect, check before retrying.
+    if tool is not None and tool.side_effect != "read" and retry == "yes" and outcome != "not_started":
+        return "after_check", "reconcile"
+    return retry, next_action
+
+
+def crash_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None, exc: BaseException) -> Failed:
+    """FAILED for a handler that raised something that is not a RungdError (a plugin bug)."""
+    return Failed(
+        f"the tool's handler failed: {type(exc).__name__}",
+        hint="this is a bug in the plugin; the operator's log has the details",
+        outcome="unknown" if ctx.committed else "not_started",
+        settle=settle if ctx.committed else None,
+    )
+
+
+def timeout_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None) -> ToolTimeout:
+    """TIMEOUT for a handler cancelled at its deadline: ``unknown`` only after the commit point."""
+    deadline = tool.timing.deadline_s
+    if ctx.committed:
+        return ToolTimeout(
+            f"{tool.name} passed its {deadline:g} s deadline after its commit point; the process tree was killed",
+            hint="the effect may or may not have happened: run the settle read before any retry",
+            outcome="unknown",
+            settle=settle,
+        )
+    return ToolTimeout(
+        f"{tool.name} passed its {deadline:g} s deadline before its commit point; nothing was changed",
+        hint="safe to retry; if it keeps timing out, ask the operator to raise the deadline",
+        outcome="not_started",
+        retry="yes",
+        next_action="retry_later",
+    )
+
+
+def interrupted_error(ctx: CallContext, settle: dict[str, Any] | None) -> Interrupted:
+    """INTERRUPTED for a call the daemon stopped while it ran."""
+    return Interrupted(
+        "the daemon stopped while the call was running",
+        hint="run the settle read (reconcile) before retrying" if ctx.committed else "retry the call",
+        outcome="unknown" if ctx.committed else "not_started",
+        settle=settle if ctx.committed else None,
+    )
+
+
+def recovered_envelope(call_id: str, tool: str, request_id: str | None, settle: Settle | None) -> Envelope:
+    """The envelope of a call a crashed daemon left running: INTERRUPTED, outcome unknown."""
+    exc = Interrupted("the daemon stopped while this call was running",
+                      hint="run the tool's settle read (rungctl reconcile) before any retry", outcome="unknown")
+    return Envelope(
+        call_id=call_id, tool=tool, request_id=request_id, status="error", outcome="unknown", effect="none",
+        error=ErrorInfo(code=exc.code, message=exc.message, retry=exc.retry, hint=exc.hint),
+        next_action=exc.next_action, settle=settle,
+    )
+
+
+def repeat_envelope(first: dict[str, Any]) -> Envelope:
+    """A repeat of a finished request, answered with its first result: a change is ``existing``."""
+    envelope = msgspec.convert(first, Envelope)
+    if envelope.status == "ok" and envelope.effect in ("changed", "no_change"):
+        envelope = msgspec.structs.replace(envelope, effect="existing")
+    return envelope
+
+
+def pending_envelope(call: Call) -> Envelope:
+    """The envelope of a call that is held at its gate or still running."""
+    if call.held is not None:
+        outcome, next_action = "not_started", "wait_approval"
+        narrow = (f"held at the {call.gate} gate: an operator must approve it (rungctl approve {call.call_id}) "
+                  f"within {call.held.seconds_left()} s; send wait with this call_id for the result")
+    else:
+        outcome, next_action = "unknown", "retry_later"
+        narrow = f"still running; send wait with call_id {call.call_id} to get the result"
+    return Envelope(call_id=call.call_id, tool=call.tool, request_id=call.request_id, status="pending",
+                    outcome=outcome, effect="none", next_action=next_action, narrow=narrow,
+                    elapsed_ms=ms_since(call.started))
+
+
+def reconciled_envelope(first: Envelope, tool: Tool, *, found: bool, fields: dict[str, Any],
+                        verified_by: str) -> Envelope:
+    """The first result of a request once reconcile decided whether its effect happened."""
+    envelope = msgspec.structs.replace(
+        first, status="ok", outcome="done" if found else "not_started", effect="existing" if found else "none",
+        error=None, next_action="continue", settle=None, fields=fields, verified_by=verified_by,
+    )
+    return fit_to_cap(envelope, tool.cap_bytes)
+
+
+def still_unknown(first: Envelope, exc: RungdError, tool: Tool) -> Envelope:
+    """The first result of a request reconcile could not decide: still unknown, with why."""
+    settle = exc.settle or (msgspec.to_builtins(first.settle) if first.settle else None)
+    envelope = msgspec.structs.replace(
+        first, status="error", outcome="unknown", effect="none", fields=exc.fields,
+        error=ErrorInfo(code=exc.code, message=exc.message, retry=exc.retry, hint=exc.hint),
+        next_action=exc.next_action, settle=Settle(**settle) if settle else None,
+    )
+    return fit_to_cap(envelope, tool.cap_bytes)
+
+
+def protocol_error(exc: RungdError) -> ProtocolError:
+    """The reply to a request refused before any call existed (describe, approve, deny,
+    status of an unknown call_id): its code, message and hint."""
+    return ProtocolError(code=exc.code, message=exc.message, hint=exc.hint)
