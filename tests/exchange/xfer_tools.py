@@ -186,8 +186,10 @@ class Xfer:
 
 
 @hookimpl
-def rungd_register_tools(register: Any, config: Any) -> None:
-    xfer = Xfer(config.state_dir / "xfer")
+def rungd_register_tools(register: Any, settings: Any) -> None:
+    # The daemon's state folder, where the tests' ``xfer`` fixture looks (settings.state_dir
+    # is this plugin's own folder inside it).
+    xfer = Xfer(settings.state_dir.parent / "xfer")
     for folder in ("exports", "inbox", "processed", "receipts"):
         (xfer.root / folder).mkdir(parents=True, exist_ok=True)
     register(Tool(name="xfer_stock_list", description=describe("Reads the stock export."), inputs=ListInputs,

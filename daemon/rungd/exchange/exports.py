@@ -28,10 +28,13 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
+import errno
 import fnmatch
 import json
 import os
 import re
+import stat
+import threading
 import time
 import zoneinfo
 from collections.abc import Awaitable, Callable, Sequence
@@ -44,8 +47,8 @@ from pydantic import BaseModel
 
 from rungd.contract import CallContext, Result
 from rungd.errors import NextAction, Retry, StaleExport, SurfaceChanged, UnexpectedState
-from rungd.exchange import locks
-from rungd.exchange.formats import Csv, Format, JsonLines, Reader, open_reader
+from rungd.exchange import locks, safe
+from rungd.exchange.formats import Csv, Format, JsonLines, Limits, Reader, Stopped, open_reader
 from rungd.exchange.paths import Roots
 from rungd.exchange.rows import BadRow, Binding, Filter, Predicate, RowSchema
 from rungd.exchange.watch import FolderIndex, Watcher, changed, wait_for
@@ -118,6 +121,8 @@ class ExportSpec:
         max_bad_rows: more bad rows than this is SURFACE_CHANGED; None only counts them.
         bad_samples: bad rows quoted in the answer.
         evidence: the format of the evidence file holding every matching row.
+        limits: the longest line, widest header and largest file read; beyond them the
+            read is SURFACE_CHANGED naming the limit.
     """
 
     folder: Path
@@ -137,6 +142,7 @@ class ExportSpec:
     max_bad_rows: int | None = None
     bad_samples: int = 5
     evidence: Literal["csv", "jsonl"] = "csv"
+    limits: Limits = Limits()
 
 
 @dataclasses.dataclass
@@ -227,7 +233,10 @@ class Export:
         """
         if self.watcher is None:
             return None
-        return await self.watcher.open(self.roots.folder(self.spec.folder, create=True))
+        return await self.watcher.open(await self._folder())
+
+    async def _folder(self) -> Path:
+        return await safe.run(lambda: self.roots.folder(self.spec.folder, create=True), what="open the export folder")
 
     async def newest(self) -> Path | None:
         """The newest file matching the pattern, complete or still being written; None if none.
@@ -240,23 +249,30 @@ class Export:
 
         Cancellation: safe at any point; nothing is changed.
         """
-        folder = self.roots.folder(self.spec.folder, create=True)
+        folder = await self._folder()
         index = await self.index()
         if index is not None:
             by_name = self.spec.newest_by == "name"
             entry = index.newest(self.pattern, by=self.spec.newest_by)
-            candidates = [((entry.name if by_name else entry.mtime_ns, entry.name), entry.name)] if entry else []
-            # A newer export being written right now is the one to wait for, not to skip.
-            for writing in index.writing(self.pattern):
-                try:
-                    mtime = os.lstat(folder / writing).st_mtime_ns
-                except FileNotFoundError:
-                    continue
-                candidates.append(((writing if by_name else mtime, writing), writing))
-            name = max(candidates)[1] if candidates else None
+            writing = index.writing(self.pattern)
+
+            def pick() -> str | None:
+                candidates = [((entry.name if by_name else entry.mtime_ns, entry.name), entry.name)] if entry else []
+                # A newer export being written right now is the one to wait for, not to skip.
+                for name in writing:
+                    try:
+                        st = os.lstat(folder / name)
+                    except FileNotFoundError:
+                        continue
+                    if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                        candidates.append(((name if by_name else st.st_mtime_ns, name), name))
+                return max(candidates)[1] if candidates else None
+
+            name = await safe.run(pick, what="look at the export folder") if writing else (
+                entry.name if entry else None)
         else:
-            name = await trio.to_thread.run_sync(self._scan_newest, folder)
-        return self.roots.child(folder, name) if name else None
+            name = await safe.run(self._scan_newest, folder, what="list the export folder")
+        return await safe.run(self.roots.child, folder, name, what="look at the export") if name else None
 
     def _scan_newest(self, folder: Path) -> str | None:
         best: tuple[Any, str] | None = None
@@ -265,6 +281,8 @@ class Export:
                 if not self.pattern.fullmatch(item.name):
                     continue
                 try:
+                    if not (item.is_file(follow_symlinks=False) or item.is_symlink()):
+                        continue  # a FIFO, socket, device or folder is never an export
                     key = item.stat(follow_symlinks=False).st_mtime_ns if self.spec.newest_by == "mtime" else 0
                 except FileNotFoundError:
                     continue
@@ -287,7 +305,14 @@ class Export:
         Cancellation: the call's deadline ends the wait; nothing needs undoing.
         """
         index = await self.index()  # opened first, so the new file's events are not missed
-        before = (than.name, os.lstat(than).st_mtime_ns) if than is not None and than.exists() else None
+
+        def seen() -> tuple[str, int] | None:
+            try:
+                return (than.name, os.lstat(than).st_mtime_ns) if than is not None else None
+            except FileNotFoundError:
+                return None
+
+        before = await safe.run(seen, what="look at the export folder")
         await trigger()
 
         def newer(names: Sequence[str]) -> Path | None:
@@ -307,8 +332,8 @@ class Export:
 
             return await wait_for(check, [index], poll_s=self.spec.complete.poll_s)
         while True:
-            found = await trio.to_thread.run_sync(self._scan_newest, self.spec.folder)
-            if (path := newer([found] if found else [])) is not None:
+            found = await safe.run(self._scan_newest, self.spec.folder, what="list the export folder")
+            if (path := await safe.run(newer, [found] if found else [], what="look at the export")) is not None:
                 return path
             await trio.sleep(self.spec.complete.poll_s)
 
@@ -370,23 +395,18 @@ class Export:
         """
         complete = self.spec.complete
         index = await self.index()
-        self.roots.check(path)
+        await safe.run(self.roots.check, path, what="look at the export")
         settled: tuple[tuple[int, int, int], float] | None = None
         while True:
-            st = os.stat(path)
+            st, unlocked = await safe.run(self._probe, path, what="look at the export")
             key = (st.st_ino, st.st_size, st.st_mtime_ns)
             now = time.monotonic()
             if settled is None or settled[0] != key:
                 settled = (key, now)
-            ready = now - settled[1] >= complete.stable_s
-            if ready and complete.lock_names and locks.lock_files(path, complete.lock_names):
-                ready = False
-            if ready and complete.done_marker:
-                marker = path.with_name(complete.done_marker.format(name=path.name, stem=path.stem))
-                ready = marker.exists()
+            ready = now - settled[1] >= complete.stable_s and unlocked
             if ready and complete.open_handles:
                 ready = not await locks.holders([path], (), handles=True, writers_only=True)
-                if ready and os.stat(path).st_mtime_ns != st.st_mtime_ns:
+                if ready and (await safe.run(_stat, path, what="look at the export")).st_mtime_ns != st.st_mtime_ns:
                     ready = False
             if ready:
                 return st
@@ -397,23 +417,51 @@ class Export:
             else:
                 await trio.sleep(wake)
 
-    async def _read(self, ctx: CallContext, path: Path, st: os.stat_result, predicate: Predicate, cap: int,
-                    cap_bytes: int) -> ExportRead:
+    def _probe(self, path: Path) -> tuple[os.stat_result, bool]:
+        """The export's ``stat``, and whether no lock file or missing done-marker says it is
+        still being written. Blocking (a few ``stat`` calls): run it in a worker thread.
+
+        Raises:
+            NotAFile: it is (or leads to) a FIFO, socket, device, folder, or a symlink loop
+                or dangling symlink.
+            FileNotFoundError: it is gone.
+        """
+        complete = self.spec.complete
+        st = _stat(path)
+        if complete.lock_names and locks.lock_files(path, complete.lock_names):
+            return st, False
+        if complete.done_marker:
+            marker = path.with_name(complete.done_marker.format(name=path.name, stem=path.stem))
+            return st, safe.kind_of(marker) is not None
+        return st, True
+
+    def _open(self, path: Path, st: os.stat_result) -> int:
+        """Open the export found complete, never blocking; check what was opened.
+
+        Raises:
+            NotAFile: it is no longer a regular file.
+            OutsideRoots: what was opened lies outside the roots.
+            FileNotFoundError: it was replaced since it was found complete.
+        """
         # Follow a symlink only when it is one the roots check let through.
-        flags = os.O_RDONLY | os.O_CLOEXEC | (0 if path.is_symlink() else os.O_NOFOLLOW)
-        fd = os.open(path, flags)
+        fd = safe.open_regular(path, follow=os.path.islink(path))
         try:
             self.roots.check_open(fd, path)
+            if os.fstat(fd).st_ino != st.st_ino:
+                raise FileNotFoundError(path)  # replaced since it was found complete: take the newest again
         except BaseException:
             os.close(fd)
             raise
-        if os.fstat(fd).st_ino != st.st_ino:
-            os.close(fd)
-            raise FileNotFoundError(path)  # replaced since it was found complete: take the newest again
+        return fd
+
+    async def _read(self, ctx: CallContext, path: Path, st: os.stat_result, predicate: Predicate, cap: int,
+                    cap_bytes: int) -> ExportRead:
+        # Not abandoned: a descriptor must never be lost with its thread.
+        fd = await safe.run(self._open, path, st, what="open the export", abandon=False)
         scan = _Scan(self, path, fd, predicate, cap, cap_bytes)
         try:
-            await trio.to_thread.run_sync(scan.open)  # the header is checked here, before any row
-            as_of, age = self._as_of(path, st, scan.preamble)
+            await scan.hop(scan.open)  # the header is checked here, before any row
+            as_of, age = await scan.hop(self._as_of, path, st, scan.preamble)
             stale = self.spec.max_age_s is not None and age > self.spec.max_age_s
             if stale and self.spec.stale == "refuse":
                 raise StaleExport(
@@ -425,12 +473,12 @@ class Export:
                     fields={"export": path.name, "as_of": as_of, "age_s": round(age)},
                 )
             evidence_id, evidence_path = ctx.evidence_path(f"rows.{self.spec.evidence}")
-            await trio.to_thread.run_sync(scan.start_evidence, evidence_path)
-            while not await trio.to_thread.run_sync(scan.step, STEP_BATCHES):
+            await scan.hop(scan.start_evidence, evidence_path)
+            while not await scan.hop(scan.step, STEP_BATCHES):
                 pass
         finally:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(scan.close)
+                await trio.to_thread.run_sync(scan.close, limiter=safe.limiter())
         final = scan.final
         if final is None or (final.st_size, final.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
             raise UnexpectedState(
@@ -442,7 +490,7 @@ class Export:
         evidence = [evidence_id]
         if scan.bad_kept:
             bad_id, bad_path = ctx.evidence_path("bad_rows.jsonl")
-            await trio.to_thread.run_sync(_write_bad, bad_path, scan.bad_kept, scan.bad_count)
+            await trio.to_thread.run_sync(_write_bad, bad_path, scan.bad_kept, scan.bad_count, limiter=safe.limiter())
             evidence.append(bad_id)
         return ExportRead(
             export=path.name, as_of=as_of, age_s=age, stale=stale, rows=scan.rows, matched=scan.matched,
@@ -483,6 +531,23 @@ class Export:
         return when.timestamp()
 
 
+def _stat(path: Path) -> os.stat_result:
+    """``stat`` of an export, following a symlink; anything but a regular file is NOT_A_FILE."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise safe.NotAFile(f"{path.name!r} in the tool's folder is a symlink to nothing") from None
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise safe.not_a_file(path.name, None) from None
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        raise safe.not_a_file(path.name, st.st_mode)
+    return st
+
+
 def _age(seconds: float) -> str:
     if seconds >= 2 * 86400:
         return f"{seconds / 86400:.1f} days"
@@ -503,6 +568,9 @@ class _Scan:
 
     Holds the open file, the bound schema, the answer rows and the evidence writer; each
     ``step`` handles a bounded number of batches so the Trio side can be cancelled between.
+    A hop is abandoned at once when the call is cancelled; ``stop`` then makes the thread
+    end at its next read or batch, and ``close`` waits for it (bounded) before closing the
+    file, so a deadline ends a read of any size within about one batch.
     """
 
     def __init__(self, export: Export, path: Path, fd: int, predicate: Predicate, cap: int, cap_bytes: int) -> None:
@@ -531,11 +599,35 @@ class _Scan:
         self._write: Callable[[Any], Any] | None = None
         self._plain = False
         self._encode = msgspec.json.Encoder().encode
+        self.stop = threading.Event()
+        self._busy = threading.Lock()  # held by the thread of the current hop
+
+    async def hop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run one step of the scan in a worker thread of rung 3's limiter.
+
+        Raises:
+            SurfaceChanged: the step found the export changed (or past a limit).
+
+        Cancellation: the thread is abandoned at once and told to stop; it ends at its next
+        read or batch, and ``close`` waits for it.
+        """
+
+        def guarded() -> Any:
+            with self._busy:
+                if self.stop.is_set():
+                    raise Stopped
+                return fn(*args)
+
+        try:
+            return await trio.to_thread.run_sync(guarded, abandon_on_cancel=True, limiter=safe.limiter())
+        except trio.Cancelled:
+            self.stop.set()
+            raise
 
     def open(self) -> None:
         """Open the file, read preamble and header, bind the schema (SurfaceChanged here)."""
         fmt = self.spec.format
-        context = open_reader(fmt, self.path, fd=self.fd)
+        context = open_reader(fmt, self.path, fd=self.fd, limits=self.spec.limits, stop=self.stop)
         self._fd_given = True  # from here on the reader closes the file, even if opening fails
         self.reader = context.__enter__()
         self._context = context
@@ -563,6 +655,8 @@ class _Scan:
         """Handle up to ``batches`` batches; True when the file is done."""
         assert self.binding is not None and self._batches is not None
         for _ in range(batches):
+            if self.stop.is_set():
+                raise Stopped
             batch = next(self._batches, None)
             if batch is None:
                 return True
@@ -612,6 +706,20 @@ class _Scan:
             )
 
     def close(self) -> None:
+        """Close the evidence file and the export, once no hop's thread uses them.
+
+        A thread still busy after the stop flag (a read stuck in the kernel) keeps the
+        file: closing a descriptor another thread reads could close a reused number.
+        """
+        self.stop.set()
+        if not self._busy.acquire(timeout=safe.FILE_OP_S):
+            return
+        try:
+            self._close()
+        finally:
+            self._busy.release()
+
+    def _close(self) -> None:
         if self._out is not None:
             self._out.close()
         try:

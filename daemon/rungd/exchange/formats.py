@@ -36,6 +36,7 @@ import itertools
 import json
 import os
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -44,6 +45,7 @@ from typing import Any, BinaryIO, Literal
 import msgspec
 
 from rungd.errors import BadInput, SurfaceChanged
+from rungd.exchange.safe import open_regular
 
 BOMS: tuple[tuple[bytes, str], ...] = (
     (codecs.BOM_UTF8, "utf-8-sig"),
@@ -169,34 +171,82 @@ def sniff_encoding(head: bytes, declared: str) -> tuple[str, int]:
     return declared, 0
 
 
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """How big an export may be before reading it is refused as a changed surface.
+
+    Reading stays linear in the file's size whatever it holds, and these bound that size,
+    so a file a user can write never makes a read run for minutes or hold gigabytes.
+
+    Args:
+        max_line_chars: the longest line (about: checked every 64 KiB read).
+        max_columns: the widest header.
+        max_bytes: the largest file.
+    """
+
+    max_line_chars: int = 1 << 20
+    max_columns: int = 4096
+    max_bytes: int = 4 << 30
+
+
+class Stopped(Exception):
+    """The read was told to stop (the call's deadline passed); nothing more is read."""
+
+
 class _Text:
     """The decoded text of a binary file, read in chunks; hands out lines or runs of lines.
 
     Decoding is incremental: a multi-byte character split across reads is fine, and a byte
-    that does not decode raises UnicodeDecodeError where it is met.
+    that does not decode raises UnicodeDecodeError where it is met. Each byte is read,
+    decoded and searched for a line end once (a long line is gathered in parts and joined
+    once), so the cost is linear in the file; ``limits`` bound line and file length, and
+    ``stop`` is checked before every read.
     """
 
-    def __init__(self, raw: BinaryIO, encoding: str) -> None:
+    def __init__(self, raw: BinaryIO, encoding: str, *, limits: Limits = Limits(), name: str = "the export",
+                 stop: threading.Event | None = None) -> None:
         self._raw = raw
         self._decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
         self._buffer = ""
         self._eof = False
+        self._limits = limits
+        self._name = name
+        self._stop = stop
+        self.bytes = 0
 
-    def _fill(self) -> bool:
-        if self._eof:
-            return False
+    def _read(self) -> str:
+        """The next chunk of text ("" and ``_eof`` set at the end of the file)."""
+        if self._stop is not None and self._stop.is_set():
+            raise Stopped
         data = self._raw.read(CHUNK_BYTES)
+        self.bytes += len(data)
+        if self.bytes > self._limits.max_bytes:
+            raise _limit(self._name, f"is larger than {self._limits.max_bytes} bytes", "max_bytes")
         if not data:
             self._eof = True
-            self._buffer += self._decoder.decode(b"", final=True)
-        else:
-            self._buffer += self._decoder.decode(data)
-        return True
+            return self._decoder.decode(b"", final=True)
+        return self._decoder.decode(data)
+
+    def _too_long(self) -> SurfaceChanged:
+        return _limit(self._name, f"has a line longer than {self._limits.max_line_chars} characters",
+                      "max_line_chars")
 
     def _ready(self) -> bool:
         """Make sure the buffer holds a whole line (or the rest of the file). False at the end."""
-        while not self._eof and (self._buffer.endswith("\r") or _LINE_END.search(self._buffer) is None):
-            self._fill()
+        buffer = self._buffer
+        if self._eof or "\n" in buffer or "\r" in buffer[:-1]:
+            return bool(buffer)
+        parts, size = [buffer], len(buffer)
+        while not self._eof:
+            if size > self._limits.max_line_chars:
+                raise self._too_long()
+            text = self._read()
+            complete = "\n" in text or "\r" in text[:-1] or (text and parts[-1].endswith("\r"))
+            parts.append(text)
+            size += len(text)
+            if complete:
+                break
+        self._buffer = "".join(parts)
         return bool(self._buffer)
 
     def readline(self) -> str:
@@ -228,18 +278,36 @@ class _Text:
 
     def chunk(self) -> str | None:
         """The next run of whole lines: up to a newline, or to the end of the file."""
-        while True:
-            cut = self._buffer.rfind("\n")
-            if (cut < 0 or len(self._buffer) < CHUNK_BYTES // 2) and self._fill():
-                continue
-            if not self._buffer:
-                return None
-            end = cut + 1 if cut >= 0 else len(self._buffer)
-            text, self._buffer = self._buffer[:end], self._buffer[end:]
-            return text
+        parts, size = [self._buffer], len(self._buffer)
+        newline = "\n" in self._buffer
+        while (not newline or size < CHUNK_BYTES // 2) and not self._eof:
+            if not newline and size > self._limits.max_line_chars:
+                raise self._too_long()
+            text = self._read()
+            parts.append(text)
+            size += len(text)
+            newline = newline or "\n" in text
+        buffer = "".join(parts)
+        if not buffer:
+            self._buffer = ""
+            return None
+        cut = buffer.rfind("\n")
+        end = cut + 1 if cut >= 0 else len(buffer)
+        text, self._buffer = buffer[:end], buffer[end:]
+        return text
 
     def push_back(self, text: str) -> None:
         self._buffer = text + self._buffer
+
+
+def _limit(name: str, what: str, limit: str) -> SurfaceChanged:
+    return SurfaceChanged(
+        f"{name} {what}, beyond the tool's {limit} limit; nothing more was read",
+        hint=f"the export is not the file the tool was written for, or it outgrew the tool: a person must check "
+        f"the file, or raise {limit} in the tool's export limits",
+        outcome="done",
+        fields={"limit": limit},
+    )
 
 
 class Batch(list):  # type: ignore[type-arg]
@@ -310,12 +378,13 @@ class Reader:
         records: how many records were handed out so far (header and preamble excluded).
     """
 
-    def __init__(self, fmt: Format, text: _Text, encoding: str, name: str) -> None:
+    def __init__(self, fmt: Format, text: _Text, encoding: str, name: str, limits: Limits = Limits()) -> None:
         self.fmt = fmt
         self.encoding = encoding
         self.records = 0
         self._name = name
         self._text = text
+        self._limits = limits
         self.preamble = [self._guard(text.readline).rstrip("\r\n") for _ in range(fmt.preamble_lines)]
         self.header: list[str] = []
         self._first: Any = None
@@ -327,6 +396,12 @@ class Reader:
         else:
             self._jsonl_rows = self._jsonl()
             self._first = self._guard(next, self._jsonl_rows, None)
+        self._check_width()
+
+    def _check_width(self) -> None:
+        if len(self.header) > self._limits.max_columns:
+            raise _limit(self._name, f"has a header of {len(self.header)} columns, more than "
+                         f"{self._limits.max_columns}", "max_columns")
 
     def _guard(self, fn: Any, *args: Any) -> Any:
         try:
@@ -424,6 +499,9 @@ class Reader:
             except msgspec.DecodeError as exc:
                 yield Malformed(f"not JSON: {exc}")
                 continue
+            except RecursionError:
+                yield Malformed("not JSON this reader accepts: nested too deep")
+                continue
             if not isinstance(record, dict):
                 yield Malformed(f"a JSON {type(record).__name__}, not an object")
                 continue
@@ -452,20 +530,29 @@ def _decode_error(name: str, encoding: str, records: int, exc: UnicodeDecodeErro
 
 
 @contextlib.contextmanager
-def open_reader(fmt: Format, path: Path, *, fd: int | None = None) -> Iterator[Reader]:
+def open_reader(fmt: Format, path: Path, *, fd: int | None = None, limits: Limits = Limits(),
+                stop: threading.Event | None = None) -> Iterator[Reader]:
     """Open ``path`` (or the already open ``fd``, which is then owned) for streaming reads.
 
-    Blocking: call it from a worker thread.
+    Blocking: call it from a worker thread. Opening by path refuses anything but a
+    regular file, without blocking on a FIFO.
+
+    Args:
+        limits: the longest line, widest header and largest file accepted.
+        stop: once set, the next read raises ``Stopped`` (the caller's deadline passed).
 
     Raises:
-        SurfaceChanged: the preamble or header does not decode.
+        SurfaceChanged: the preamble or header does not decode, or a limit is passed.
         OSError: the file cannot be opened.
     """
-    raw = open(fd if fd is not None else path, "rb", buffering=0)  # noqa: SIM115 - closed below
+    if fd is None:
+        fd = open_regular(path, follow=True)
+    raw = open(fd, "rb", buffering=0)  # noqa: SIM115 - closed below
     try:
         encoding, skip = sniff_encoding(os.pread(raw.fileno(), 4, 0), fmt.encoding)
         raw.seek(skip)
-        yield Reader(fmt, _Text(raw, encoding), encoding, path.name)
+        text = _Text(raw, encoding, limits=limits, name=path.name, stop=stop)
+        yield Reader(fmt, text, encoding, path.name, limits)
     finally:
         raw.close()
 

@@ -14,7 +14,10 @@ The steps, and what each one guarantees:
    naming who, and nothing is written.
 3. Count the records before, through the tool's read-back.
 4. Write a temporary file in the same folder (a dot name the program ignores), fsync it,
-   look at the locks once more, and rename it into place, never replacing a file. The
+   look at the locks once more, and rename it into place, never replacing a file. All of
+   it goes through one descriptor of the import folder, opened by walking from ``/``
+   with no symlink followed and checked against the roots (``safe.open_folder``): a
+   folder swapped for a symlink mid-import can no longer send the file elsewhere. The
    rename is the commit point: ``ctx.mark_committed()`` runs right after it, with no
    checkpoint in between, so a deadline before it is ``not_started`` (the temporary file
    is removed) and after it ``unknown``, settled by the tool's count read.
@@ -47,14 +50,13 @@ from pydantic import BaseModel, TypeAdapter
 
 from rungd.contract import CallContext, Result
 from rungd.errors import BadInput, ImportPartial, Locked, UnexpectedState
-from rungd.exchange import locks
+from rungd.exchange import locks, safe
 from rungd.exchange.formats import Csv, Format, render
 from rungd.exchange.paths import Roots, checked_name
 from rungd.exchange.watch import FolderIndex, Watcher, wait_for
 
 CountFn = Callable[[CallContext], Awaitable[int]]
 RENAME_NOREPLACE = 1
-AT_FDCWD = -100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +182,14 @@ class Importer:
             return []
         taken = self.spec.taken
         folders = [self.spec.folder, *(f for f in (taken.processed, taken.receipt_folder) if f is not None)]
-        return [await self.watcher.open(self.roots.folder(f, create=True)) for f in folders]
+        return [await self.watcher.open(await safe.run(lambda f=f: self.roots.folder(f, create=True),
+                                                       what="open a folder"))
+                for f in folders]
+
+    def _open_folder(self) -> int:
+        """The import folder, created if missing, held open and checked against the roots."""
+        self.roots.folder(self.spec.folder, create=True)
+        return safe.open_folder(self.roots, self.spec.folder)
 
     async def run(self, ctx: CallContext, name: str, rows: Sequence[BaseModel | Mapping[str, Any]], *,
                   count: CountFn, verified_by: str,
@@ -217,14 +226,16 @@ class Importer:
         if not rows:
             raise BadInput("an import needs at least one record", hint="send the records to import")
         data = self.render(rows)
-        folder = self.roots.folder(spec.folder, create=True)
-        target = self.roots.child(folder, name)
+        # Not abandoned: the descriptor must never be lost with its thread.
+        folder = await safe.run(self._open_folder, what="open the import folder", abandon=False)
+        target = spec.folder / name  # for messages and open-handle probes; writes go through ``folder``
         own = locks.OwnLock(spec.lock_file)
-        own.acquire(ctx.call_id)
-        temp: Path | None = None
+        temp: str | None = None
         try:
-            await self._refuse_if_held(target)
-            if os.path.lexists(target):
+            own.acquire(ctx.call_id)
+            await safe.run(self.roots.child, spec.folder, name, what="look at the import folder")
+            await self._refuse_if_held(target, folder)
+            if await safe.run(lambda: safe.kind_of(name, dir_fd=folder), what="look at the import folder") is not None:
                 raise Locked(
                     f"an earlier {name} is still waiting in the import folder for the program to take it",
                     hint="nothing was written; retry once the program has taken the earlier file",
@@ -232,14 +243,14 @@ class Importer:
                 )
             indexes = await self._watch()
             before = await count(ctx)
-            temp = folder / f"{spec.temp_prefix}{name}.{secrets.token_hex(4)}{spec.temp_suffix}"
-            await trio.to_thread.run_sync(_write_synced, temp, data)
-            await self._refuse_if_held(target)  # a person may have opened it while we wrote
-            _rename_no_replace(temp, target)
+            temp = f"{spec.temp_prefix}{name}.{secrets.token_hex(4)}{spec.temp_suffix}"
+            await safe.run(_write_synced, folder, temp, data, what="write the import file", abandon=False)
+            await self._refuse_if_held(target, folder)  # a person may have opened it while we wrote
+            _rename_no_replace(folder, temp, name)
             ctx.mark_committed()  # the commit point: no checkpoint between the rename and this line
             temp = None
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(_fsync_dir, folder)
+                await safe.run(os.fsync, folder, what="sync the import folder", abandon=False)
             if after_write is not None:
                 await after_write()
             taken_by = await self._wait_taken(ctx, target, before, count, indexes)
@@ -249,15 +260,17 @@ class Importer:
                 await trio.sleep(min(spec.taken.count_poll_s, 0.5))
                 after = await count(ctx)
         finally:
-            if temp is not None:
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(_remove, temp)
-            own.release()
+            with trio.CancelScope(shield=True):
+                if temp is not None:
+                    await safe.run(_remove, folder, temp, what="remove the temporary file", abandon=False)
+                own.release()
+                os.close(folder)
         return judge(Outcome(name, len(rows), before, after, taken_by), verified_by)
 
-    async def _refuse_if_held(self, target: Path) -> None:
+    async def _refuse_if_held(self, target: Path, folder: int) -> None:
         spec = self.spec
-        found = await locks.holders([target, *spec.lock_targets], spec.conventions, handles=spec.open_handles)
+        found = await locks.holders([target, *spec.lock_targets], spec.conventions, handles=spec.open_handles,
+                                    dir_fd=folder)
         if found:
             raise locks.locked_error(target, found)
 
@@ -315,8 +328,10 @@ def judge(outcome: Outcome, verified_by: str) -> Result:
     )
 
 
-def _write_synced(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+def _write_synced(folder: int, name: str, data: bytes) -> None:
+    """Create ``name`` in the held ``folder`` (never an existing name, never through a
+    symlink), write ``data`` and fsync it."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640, dir_fd=folder)
     try:
         view = memoryview(data)
         while view:
@@ -326,45 +341,39 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def _remove(path: Path) -> None:
+def _remove(folder: int, name: str) -> None:
     try:
-        os.unlink(path)
+        os.unlink(name, dir_fd=folder)
     except FileNotFoundError:
         pass
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _rename_no_replace(source: Path, target: Path) -> None:
-    """Rename atomically, failing (Locked) if ``target`` exists: never replace a waiting file.
+def _rename_no_replace(folder: int, source: str, target: str) -> None:
+    """Rename ``source`` to ``target`` inside the held ``folder`` atomically, failing
+    (Locked) if ``target`` exists: never replace a waiting file.
 
     Uses renameat2(RENAME_NOREPLACE); where the filesystem lacks it, a hard link (which
-    also fails on an existing name) and an unlink.
+    also fails on an existing name) and an unlink. One system call on a folder already
+    open, so it runs in the event loop: the commit point follows it with no checkpoint.
     """
     renameat2 = getattr(_libc, "renameat2", None)
     if renameat2 is not None:
-        if renameat2(AT_FDCWD, os.fsencode(source), AT_FDCWD, os.fsencode(target), RENAME_NOREPLACE) == 0:
+        if renameat2(folder, os.fsencode(source), folder, os.fsencode(target), RENAME_NOREPLACE) == 0:
             return
         err = ctypes.get_errno()
         if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
             if err == errno.EEXIST:
-                _remove(source)
-                raise Locked(f"an earlier {target.name} appeared in the import folder just now",
+                _remove(folder, source)
+                raise Locked(f"an earlier {target} appeared in the import folder just now",
                              hint="nothing was written; retry once the program has taken the earlier file")
-            raise OSError(err, os.strerror(err), str(target))
+            raise OSError(err, os.strerror(err), target)
     try:
-        os.link(source, target)
+        os.link(source, target, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
     except FileExistsError:
-        _remove(source)
-        raise Locked(f"an earlier {target.name} appeared in the import folder just now",
+        _remove(folder, source)
+        raise Locked(f"an earlier {target} appeared in the import folder just now",
                      hint="nothing was written; retry once the program has taken the earlier file") from None
-    _remove(source)
+    _remove(folder, source)

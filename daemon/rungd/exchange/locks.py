@@ -11,23 +11,27 @@ Three ways a file can be taken, and what each means:
 * An open handle on the target, seen through psutil: a program (an editor, the legacy
   program itself) has the file open. Only processes we may inspect are seen.
 
-``holders`` runs the last two in a worker thread (listing every process's open files can
-take tens of milliseconds on a busy host).
+``holders`` runs the last two in a worker thread under rung 3's own limiter, bounded
+(listing every process's open files can take tens of milliseconds on a busy host). A lock
+candidate is never opened in a way that can block: it is ``lstat``-ed, and only a regular
+file is read (non-blocking, no symlink followed). Anyone who can write the folder can
+plant a FIFO named ``.~lock.NAME#``; it still means "held", but is never waited on.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
 import filelock
 import psutil
-import trio
 
 from rungd.errors import Locked
+from rungd.exchange import safe
 
 LIBREOFFICE = ".~lock.{name}#"
 LCK = "{name}.lck"
@@ -52,17 +56,27 @@ def lock_file_names(target: Path, conventions: Sequence[str]) -> list[Path]:
     return [target.with_name(c.format(name=target.name, stem=target.stem)) for c in conventions]
 
 
-def lock_files(target: Path, conventions: Sequence[str]) -> list[Holder]:
-    """Holders announced by lock files next to ``target`` (cheap: a few ``stat`` calls)."""
+def lock_files(target: Path, conventions: Sequence[str], *, dir_fd: int | None = None) -> list[Holder]:
+    """Holders announced by lock files next to ``target`` (cheap: a few ``lstat`` calls).
+
+    Blocking only as ``lstat`` is: nothing is opened unless ``lstat`` saw a regular file,
+    and then without following a symlink or waiting on a FIFO swapped in.
+
+    Args:
+        dir_fd: the folder ``target`` lies in, held open (names are then looked up in it).
+    """
     found = []
     for path in lock_file_names(target, conventions):
-        try:
-            with open(path, "rb") as f:
-                head = f.read(512)
-        except FileNotFoundError:
+        where: Path | str = path.name if dir_fd is not None else path
+        mode = safe.kind_of(where, dir_fd=dir_fd)
+        if mode is None:
             continue
-        except OSError:
-            head = b""
+        if not stat.S_ISREG(mode):
+            # Whatever planted it, a lock-file name is taken: held, but never read or waited on.
+            found.append(Holder(f"lock file {path.name}", f"{safe.describe(mode)} someone put there: a person "
+                                                          "must remove it if nobody has the file open"))
+            continue
+        head = safe.read_head(where, 512, dir_fd=dir_fd) or b""
         found.append(Holder(f"lock file {path.name}", _who_from_lock(path, head)))
     return found
 
@@ -127,20 +141,27 @@ def open_handles(target: Path, *, writers_only: bool = False) -> list[Holder]:
 
 
 async def holders(targets: Sequence[Path], conventions: Sequence[str], *, handles: bool = True,
-                  writers_only: bool = False) -> list[Holder]:
+                  writers_only: bool = False, dir_fd: int | None = None) -> list[Holder]:
     """Everything holding any of ``targets``: lock files by convention, then open handles.
 
-    Cancellation: the work runs to completion in a worker thread; a cancelled caller does
-    not wait for it.
+    Args:
+        dir_fd: the held folder of ``targets[0]``; its lock files are looked up in it.
+
+    Raises:
+        ToolTimeout: the file system did not answer within ``safe.FILE_OP_S``.
+
+    Cancellation: the work runs in a worker thread of rung 3's own limiter (only reads,
+    so it is safe to abandon); a cancelled caller does not wait for it.
     """
 
     def look() -> list[Holder]:
-        found = [h for t in targets for h in lock_files(t, conventions)]
+        found = [h for i, t in enumerate(targets)
+                 for h in lock_files(t, conventions, dir_fd=dir_fd if i == 0 else None)]
         if handles:
             found += [h for t in targets for h in open_handles(t, writers_only=writers_only)]
         return found
 
-    return await trio.to_thread.run_sync(look, abandon_on_cancel=True)
+    return await safe.run(look, what="look for lock files and open handles")
 
 
 def locked_error(target: Path, found: Sequence[Holder]) -> Locked:

@@ -37,6 +37,7 @@ import dataclasses
 import datetime
 import difflib
 import functools
+import collections
 import itertools
 import operator
 import re
@@ -133,28 +134,55 @@ def _normal(name: str) -> str:
     return re.sub(r"[^0-9a-z]", "", name.lower())
 
 
+def _first_positions(names: Sequence[str]) -> dict[str, int]:
+    positions: dict[str, int] = {}
+    for i, name in enumerate(names):
+        positions.setdefault(name, i)
+    return positions
+
+
+# Pairs of (missing, added) names compared by similarity; beyond this, only a column at
+# the same position counts as renamed, so a header of any width is diffed in linear time.
+RENAME_PAIRS = 10_000
+
+
 def header_diff(expected: Sequence[str], found: Sequence[str]) -> HeaderDiff:
     """Compare two headers. A missing and an added column with similar names, or at the
-    same position, are reported as probably renamed."""
-    missing = [c for c in expected if c not in found]
-    added = [c for c in found if c not in expected]
+    same position, are reported as probably renamed.
+
+    Linear in the headers' widths (sets and position maps, not list lookups), plus at most
+    ``RENAME_PAIRS`` name comparisons: a 20,000-column header costs milliseconds."""
+    at_expected, at_found = _first_positions(expected), _first_positions(found)
+    missing = [c for c in expected if c not in at_found]
+    added = [c for c in found if c not in at_expected]
     renamed: list[tuple[str, str]] = []
-    free = list(added)
+    free = dict.fromkeys(added)  # an ordered set: first similar candidate wins ties, as before
+    compare = len(missing) * len(added) <= RENAME_PAIRS
     for old in missing:
+        if compare:
+            candidates: Sequence[str] = list(free)
+        else:
+            same = found[at_expected[old]] if at_expected[old] < len(found) else None
+            candidates = [same] if same is not None and same in free else []
         best, score = None, 0.0
-        for new in free:
-            a, b = _normal(old), _normal(new)
-            ratio = difflib.SequenceMatcher(None, a, b).ratio()
-            if a and b and (a in b or b in a):
-                ratio = max(ratio, 0.8)
-            if list(expected).index(old) == list(found).index(new):
+        for new in candidates:
+            ratio = _similarity(old, new) if compare else 0.0
+            if at_expected[old] == at_found[new]:
                 ratio = max(ratio, 0.6)
             if ratio > score:
                 best, score = new, ratio
         if best is not None and score >= 0.6:
             renamed.append((old, best))
-            free.remove(best)
+            del free[best]
     return HeaderDiff(list(expected), list(found), missing, added, renamed)
+
+
+def _similarity(old: str, new: str) -> float:
+    a, b = _normal(old), _normal(new)
+    ratio = difflib.SequenceMatcher(None, a, b).ratio()
+    if a and b and (a in b or b in a):
+        ratio = max(ratio, 0.8)
+    return ratio
 
 
 def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
@@ -230,7 +258,7 @@ class RowSchema:
                 name is repeated. Fields: expected, found, missing, added, renamed.
         """
         diff = header_diff(self.names, found)
-        repeated = sorted({c for c in found if list(found).count(c) > 1})
+        repeated = sorted(c for c, n in collections.Counter(found).items() if n > 1)
         if diff.missing or repeated or (diff.added and extra == "refuse"):
             summary = diff.summary() if not repeated else f"repeated columns {repeated}; {diff.summary()}"
             raise SurfaceChanged(
@@ -240,7 +268,8 @@ class RowSchema:
                 outcome="done",
                 fields=diff.fields(),
             )
-        return Binding(self, [list(found).index(c) for c in self.names], len(found), text=text)
+        at = _first_positions(found)
+        return Binding(self, [at[c] for c in self.names], len(found), text=text)
 
 
 class Binding:

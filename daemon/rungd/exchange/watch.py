@@ -21,6 +21,13 @@ newest export of a folder of 50,000 files is a dictionary lookup.
 
 Events are only a way to wake up early: every wait re-checks the filesystem itself and
 also polls, so a lost event (an inotify queue overflow) costs latency, never correctness.
+
+A watch survives its folder being replaced: each ``open`` compares the folder's identity
+(device and inode) with the one indexed, and a folder deleted, moved away or recreated
+gets a fresh watch and a fresh listing. Only regular files and symlinks are indexed; a
+FIFO, socket or device someone put in the folder is never an export. Listings and
+``stat`` calls run in worker threads of rung 3's own limiter (``safe``), never in the
+event loop.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,7 +53,9 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
+from watchdog.observers.api import BaseObserver, ObservedWatch
+
+from rungd.exchange import safe
 
 T = TypeVar("T")
 EVENTS = [FileClosedEvent, FileMovedEvent, FileCreatedEvent, FileDeletedEvent, DirMovedEvent, DirDeletedEvent]
@@ -83,12 +93,17 @@ class FolderIndex(FileSystemEventHandler):
         self._writing: set[str] = set()
         self._newest: dict[tuple[str, str], Entry | None] = {}
         self._waiters: set[_Waiter] = set()
+        self.identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the folder listed
+        self.lost = False  # the folder itself was deleted or moved away
+        self.watch: ObservedWatch | None = None
 
     # --- the observer thread ------------------------------------------------------------------
 
     def rescan(self) -> None:
         """List the folder in full (blocking; run it in a worker thread)."""
         entries = {}
+        st = os.stat(self.path)
+        identity = (st.st_dev, st.st_ino)
         with os.scandir(self.path) as it:
             for item in it:
                 try:
@@ -99,7 +114,10 @@ class FolderIndex(FileSystemEventHandler):
                     continue
         with self._lock:
             self._entries = entries
+            self._writing.clear()
             self._newest.clear()
+            self.identity = identity
+            self.lost = False
             self.scans += 1
         self._wake()
 
@@ -119,7 +137,9 @@ class FolderIndex(FileSystemEventHandler):
         elif isinstance(event, (DirMovedEvent, DirDeletedEvent)) and src == str(self.path):
             with self._lock:
                 self._entries.clear()
+                self._writing.clear()
                 self._newest.clear()
+                self.lost = True  # the next Watcher.open watches whatever folder has the name now
         else:
             return
         self.events += 1
@@ -131,6 +151,11 @@ class FolderIndex(FileSystemEventHandler):
 
     def _begun(self, path: str) -> None:
         if (name := self._mine(path)) is not None:
+            try:
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    return  # a FIFO, socket or device is nobody's export being written
+            except FileNotFoundError:
+                return
             with self._lock:
                 self._writing.add(name)
 
@@ -141,6 +166,8 @@ class FolderIndex(FileSystemEventHandler):
         try:
             st = os.lstat(path)
         except FileNotFoundError:
+            return self._gone(path)
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             return self._gone(path)
         entry = Entry(name, st.st_mtime_ns, st.st_size)
         with self._lock:
@@ -248,21 +275,32 @@ class Watcher:
     def open_blocking(self, path: Path) -> FolderIndex:
         """Watch ``path`` (an existing folder) and index it; the same index on later calls.
 
-        The watch is set up before the scan, so nothing written in between is missed.
-        Blocking (one full listing): from Trio, call ``open``.
+        The watch is set up before the scan, so nothing written in between is missed. A
+        folder replaced since it was indexed (deleted and recreated, or moved away and
+        another put in its place) is watched afresh and listed again, in the same index.
+        Blocking (a ``stat``, and a full listing when new or replaced): from Trio, call
+        ``open``.
         """
         path = Path(os.path.realpath(path))
+        st = os.stat(path)
         with self._lock:
             index = self._folders.get(path)
-            if index is not None:
+            if index is not None and not index.lost and index.identity == (st.st_dev, st.st_ino):
                 return index
             if self._observer is None:
                 self._observer = _observer()
                 self._observer.daemon = True
                 self._observer.start()
-            index = FolderIndex(path)
-            self._observer.schedule(index, str(path), recursive=False, event_filter=EVENTS)
-            self._folders[path] = index
+            if index is None:
+                index = FolderIndex(path)
+                self._folders[path] = index
+            elif index.watch is not None:
+                # The old watch follows the old folder (or died with it): drop it, watch anew.
+                try:
+                    self._observer.unschedule(index.watch)
+                except KeyError:
+                    pass
+            index.watch = self._observer.schedule(index, str(path), recursive=False, event_filter=EVENTS)
         index.rescan()
         return index
 
@@ -272,17 +310,20 @@ class Watcher:
             return self._folders.get(Path(os.path.realpath(path)))
 
     async def open(self, path: Path) -> FolderIndex:
-        """Watch and index ``path``, listing it once in a worker thread.
+        """Watch and index ``path``: a ``stat`` in a worker thread to see it is still the
+        folder indexed, and a listing when it is new or was replaced.
 
-        Cancellation: the listing runs to completion in its thread; a cancelled caller
-        does not get the index (a later call returns the same one at once).
+        Raises:
+            ToolTimeout: the file system did not answer in time.
+
+        Cancellation: the thread is abandoned (it only lists); a cancelled caller does not
+        get the index, and a later call finishes the work or finds it done.
         """
         token = trio.lowlevel.current_trio_token()
         if self._run is not token:
             self._run = token
             trio.lowlevel.spawn_system_task(self._close_with_run, name="rungd.exchange.watch")
-        index = self.lookup(path)
-        return index if index is not None else await trio.to_thread.run_sync(self.open_blocking, path)
+        return await safe.run(self.open_blocking, path, what="watch the folder")
 
     async def _close_with_run(self) -> None:
         try:
@@ -301,11 +342,20 @@ class Watcher:
             observer.join(timeout=2)
 
 
-async def wait_for(check: Callable[[], T | None], folders: Sequence[FolderIndex], *, poll_s: float) -> T:
+async def wait_for(check: Callable[[], T | None], folders: Sequence[FolderIndex], *, poll_s: float,
+                   threaded: bool = True) -> T:
     """Wait until ``check()`` returns something other than None, and return it.
 
-    ``check`` runs in the Trio thread: keep it to a few ``stat`` calls. It runs at once,
-    after every event in any of ``folders``, and at least every ``poll_s`` seconds.
+    ``check`` runs at once, after every event in any of ``folders``, and at least every
+    ``poll_s`` seconds.
+
+    Args:
+        threaded: run ``check`` in a worker thread of rung 3's limiter (it looks at files
+            someone else controls, so it never runs in the event loop); False only for a
+            check that touches no file.
+
+    Raises:
+        ToolTimeout: a threaded check found the file system unresponsive.
 
     Cancellation: safe at any point; nothing is left registered.
     """
@@ -316,7 +366,7 @@ async def wait_for(check: Callable[[], T | None], folders: Sequence[FolderIndex]
             folder.add_waiter(waiter)
         try:
             # Registered before checking, so an event between the check and the wait wakes us.
-            result = check()
+            result = await safe.run(check, what="look at the watched folder") if threaded else check()
             if result is not None:
                 return result
             with trio.move_on_after(poll_s):
@@ -340,5 +390,5 @@ async def changed(folders: Sequence[FolderIndex], timeout_s: float) -> bool:
         return True if [f.events + f.scans for f in folders] != start else None
 
     with trio.move_on_after(timeout_s):
-        return await wait_for(moved, folders, poll_s=timeout_s)
+        return await wait_for(moved, folders, poll_s=timeout_s, threaded=False)
     return False
