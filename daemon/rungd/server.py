@@ -143,24 +143,30 @@ class FrameReader:
     Args:
         stream: the connection.
         max_frame: the largest body accepted.
+        idle_timeout_s: how long to wait for the first byte of the next frame.
         frame_timeout_s: how long a frame may take once its first byte arrived.
     """
 
-    def __init__(self, stream: trio.abc.ReceiveStream, max_frame: int, frame_timeout_s: float = 10.0) -> None:
+    def __init__(self, stream: trio.abc.ReceiveStream, max_frame: int, *, idle_timeout_s: float = 600.0,
+                 frame_timeout_s: float = 10.0) -> None:
         self._stream = stream
         self._max = max_frame
+        self._idle_timeout_s = idle_timeout_s
         self._frame_timeout_s = frame_timeout_s
         self._buf = bytearray()
 
     async def next(self) -> bytes | None:
-        """The next frame's body, or None at a clean end of stream.
+        """The next frame's body, or None at a clean end of stream or after the idle timeout.
 
         Raises:
             FrameTooLarge: the announced length exceeds the maximum; call ``discard``.
             TruncatedFrame: the stream ended in the middle of a frame.
             SlowFrame: the frame did not complete within the frame timeout.
         """
-        if not await self._fill(1):
+        started = False
+        with trio.move_on_after(self._idle_timeout_s):
+            started = await self._fill(1)
+        if not started:
             return None
         try:
             with trio.fail_after(self._frame_timeout_s):
@@ -302,12 +308,11 @@ class Connection:
         Cancellation: the daemon cancels connections at shutdown after calls have ended;
         the stream is closed on the way out either way.
         """
-        reader = FrameReader(self.stream, self.max_frame, self.server.frame_timeout_s)
+        reader = FrameReader(self.stream, self.max_frame, idle_timeout_s=self.server.idle_timeout_s,
+                             frame_timeout_s=self.server.frame_timeout_s)
         try:
             while True:
-                body = None
-                with trio.move_on_after(self.server.idle_timeout_s):
-                    body = await self._next(reader)
+                body = await self._next(reader)
                 if body is None:
                     return
                 with self.replies:

@@ -1,0 +1,185 @@
+"""The socket against hostile frames and floods, through a live daemon: nothing a
+connection sends may end the daemon, pin it, or lock other callers out."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rungd import protocol
+from rungd.config import load_config
+from rungd.testing import start_daemon, write_config
+from tests.conftest import TEST_PLUGINS
+
+TIGHT = f"""
+[plugins]
+files = ["{TEST_PLUGINS / 'echo_tools.py'}"]
+"""
+
+
+async def tight_daemon(nursery: trio.Nursery, folder: Path, **server: object):
+    """A daemon with small connection limits and short timeouts, its socket open to all."""
+    config = load_config(write_config(folder, TIGHT))
+    settings = {"socket_mode": "0666", "idle_timeout_s": 1.0, "frame_timeout_s": 1.0,
+                "max_connections_per_uid": 4, **server}
+    config = config.model_copy(update={"server": config.server.model_copy(update=settings)})
+    folder.chmod(0o755)
+    return await start_daemon(nursery, config)
+
+
+async def read_reply(stream: trio.SocketStream) -> protocol.Response | None:
+    """One reply frame, or None when the daemon closed the connection first."""
+    buf = b""
+    while len(buf) < 4:
+        chunk = await stream.receive_some(4 - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    (length,) = protocol.HEADER.unpack(buf)
+    body = b""
+    while len(body) < length:
+        body += await stream.receive_some(length - len(body))
+    return protocol.decode_response(body)
+
+
+async def exchange(sock: Path, payload: bytes) -> protocol.Response | None:
+    async with await trio.open_unix_socket(str(sock)) as stream:
+        await stream.send_all(payload)
+        return await read_reply(stream)
+
+
+def nested_inputs_frame(depth: int) -> bytes:
+    """A call whose inputs nest ``depth`` one-element arrays: a kilobyte for a thousand levels."""
+    inner = b"\x91" * depth + b"\xc0"  # fixarray of 1, ..., nil
+    body = msgspec.msgpack.encode({"type": "call", "tool": "test_text_echo"})
+    # Rebuild the map with a third key whose value is the raw nested bytes.
+    body = b"\x83" + body[1:] + msgspec.msgpack.encode("inputs") + b"\x81" + msgspec.msgpack.encode("x") + inner
+    return protocol.HEADER.pack(len(body)) + body
+
+
+async def serves(daemon) -> bool:
+    env = await daemon.call("test_text_echo", {"text": "alive"})
+    return env.status == "ok"
+
+
+@pytest.mark.parametrize("depth", [40, 1000, 5000])
+async def test_deeply_nested_inputs_are_refused_and_the_daemon_lives(nursery, short_tmp, depth) -> None:
+    daemon = await tight_daemon(nursery, short_tmp)
+    frame = nested_inputs_frame(depth)
+    assert len(frame) < depth + 100  # a small frame, well under any size limit
+    reply = await exchange(daemon.socket, frame)
+    assert isinstance(reply, protocol.ProtocolError) and reply.code == "INVALID_MESSAGE", reply
+    assert "nest" in reply.message
+    assert await serves(daemon)
+
+
+decoder_bombs = st.one_of(
+    # containers that announce far more elements than the frame holds
+    st.sampled_from([b"\xdd\xff\xff\xff\xff", b"\xdf\xff\xff\xff\xff", b"\xdc\xff\xff", b"\xc6\xff\xff\xff\xff"]),
+    # deep nesting of maps and arrays, mixed
+    st.lists(st.sampled_from([b"\x91", b"\x81\xa1k"]), min_size=50, max_size=3000).map(lambda p: b"".join(p) + b"\xc0"),
+    # extension types and timestamps where a request map belongs
+    st.binary(min_size=1, max_size=8).map(lambda b: b"\xc7" + bytes([len(b)]) + b"\x05" + b),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bomb=decoder_bombs)
+def test_decoder_bombs_get_a_protocol_error_never_a_dead_daemon(live_daemon, bomb: bytes) -> None:
+    sock, portal = live_daemon
+    for body in (bomb, msgspec.msgpack.encode({"type": "call", "tool": "test_text_echo"})[:-1] + bomb):
+        reply = portal(exchange, sock, protocol.HEADER.pack(len(body)) + body)
+        assert isinstance(reply, protocol.ProtocolError), reply
+    assert portal(exchange, sock, protocol.frame(protocol.Hello())).__class__ is protocol.Welcome
+
+
+@pytest.fixture
+def live_daemon(short_tmp: Path):
+    """A daemon in its own process, for hypothesis (which cannot share a Trio test's loop)."""
+    config = write_config(short_tmp, TIGHT)
+    proc = subprocess.Popen([sys.executable, "-m", "rungd.main", "serve", "--config", str(config)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sock = short_tmp / "rungd.sock"
+    try:
+        for _ in range(200):
+            if sock.exists():
+                break
+            trio.run(trio.sleep, 0.05)
+        yield sock, lambda fn, *args: trio.run(fn, *args)
+        assert proc.poll() is None, "the daemon died"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+async def test_a_four_gib_length_prefix_does_not_pin_its_connection(nursery, short_tmp) -> None:
+    daemon = await tight_daemon(nursery, short_tmp)
+    async with await trio.open_unix_socket(str(daemon.socket)) as stream:
+        await stream.send_all(struct.pack(">I", 2**32 - 1))
+        reply = await read_reply(stream)
+        assert isinstance(reply, protocol.ProtocolError) and reply.code == "FRAME_TOO_LARGE"
+        with trio.fail_after(2):  # closed at once: nobody reads 4 GiB for a sender that means harm
+            assert await stream.receive_some(1) == b""
+    assert await serves(daemon)
+
+
+async def test_a_trickled_frame_is_cut_off_at_the_frame_timeout(nursery, short_tmp) -> None:
+    daemon = await tight_daemon(nursery, short_tmp)
+    frame = protocol.frame(protocol.Hello())
+    async with await trio.open_unix_socket(str(daemon.socket)) as stream:
+        with trio.fail_after(5):
+            try:
+                for i in range(len(frame)):
+                    await stream.send_all(frame[i:i + 1])
+                    await trio.sleep(0.4)
+            except trio.BrokenResourceError:
+                pass
+            reply = await read_reply(stream)
+    assert isinstance(reply, protocol.ProtocolError) and reply.code == "SLOW_FRAME"
+
+
+async def test_an_idle_connection_is_closed_after_the_idle_timeout(nursery, short_tmp) -> None:
+    daemon = await tight_daemon(nursery, short_tmp)
+    async with await trio.open_unix_socket(str(daemon.socket)) as stream:
+        with trio.fail_after(5):
+            assert await stream.receive_some(1) == b""
+
+
+def as_user(uid: int, code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` as ``uid`` after the imports (the interpreter lives under /root)."""
+    script = "import json, os, socket, time\n" f"os.setgroups([]); os.setgid({uid}); os.setuid({uid})\n" + code
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+
+
+async def test_one_caller_cannot_take_every_connection(nursery, short_tmp) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to connect as another uid")
+    daemon = await tight_daemon(nursery, short_tmp, idle_timeout_s=30.0)
+    flood = (
+        f"held = []\n"
+        f"for _ in range(50):\n"
+        f"    s = socket.socket(socket.AF_UNIX); s.connect({str(daemon.socket)!r}); held.append(s)\n"
+        f"time.sleep(0.5)\n"
+        f"closed = 0\n"
+        f"for s in held:\n"
+        f"    s.settimeout(0.2)\n"
+        f"    try:\n"
+        f"        closed += s.recv(65536) != b'' or 0\n"
+        f"    except TimeoutError:\n"
+        f"        pass\n"
+        f"print(json.dumps(closed))\n"
+    )
+    done = await trio.to_thread.run_sync(as_user, 65534, flood)
+    assert done.returncode == 0, done.stderr
+    refused = int(done.stdout)
+    assert refused == 50 - 4, "every connection over the per-uid cap is told why and closed"
+    assert await serves(daemon)  # root, and anyone else, still gets in

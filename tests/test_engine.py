@@ -1,0 +1,68 @@
+"""The call engine end to end: what a tool raises reaches the client whole, through the
+one boundary, and a reconcile that cannot decide says why in an envelope."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rungd.client import Client
+
+PROBE = '''
+from typing import Annotated, Any
+from pydantic import Field
+from rungd.sdk import (Description, Result, SettleSpec, Timing, Tool, ToolError, ToolInputs, ErrorRule,
+                       hookimpl)
+
+def describe(does):
+    return Description(does=does, use_when="testing.", do_not_use_when="not testing.", returns="fields.",
+                       on_error="codes.", if_unknown="reconcile.")
+
+class Item(ToolInputs):
+    item: Annotated[str, Field(max_length=20, description="An item.", examples=["w"])]
+
+async def stuck(ctx: Any, inputs: Item) -> Result:
+    ctx.mark_committed()
+    raise ToolError("HALF_DONE", "the program stopped half way", fields={"seen": "half", "item": inputs.item})
+
+async def show(ctx: Any, inputs: Item) -> Result:
+    return Result(fields={"other": "no count here"})
+
+@hookimpl
+def rungd_register_tools(register: Any) -> None:
+    register(Tool(name="probe_item_set", description=describe("Sets an item."), inputs=Item,
+                  outputs={"done": "yes"}, handler=stuck, side_effect="reversible",
+                  errors=(ErrorRule("HALF_DONE", "no", "stop", hint="look at the item"),),
+                  timing=Timing(settle=SettleSpec("probe_item_show", {"item": "$item"}, {"count": 1}))))
+    register(Tool(name="probe_item_show", description=describe("Shows an item."), inputs=Item,
+                  outputs={"other": "something"}, handler=show))
+'''
+
+
+@pytest.fixture
+def rungd_config_toml(short_tmp: Path) -> str:
+    plugin = short_tmp / "probe_tools.py"
+    plugin.write_text(textwrap.dedent(PROBE))
+    return f'[plugins]\nfiles = ["{plugin}"]\n'
+
+
+async def test_fields_and_settle_of_a_tools_error_reach_the_client(rungd_daemon) -> None:
+    env = await rungd_daemon.call("probe_item_set", {"item": "w"}, request_id="r1")
+    assert (env.status, env.error.code, env.outcome) == ("error", "HALF_DONE", "unknown")
+    assert env.fields == {"seen": "half", "item": "w"}
+    assert env.error.hint == "look at the item"  # the tool's table fills what the raiser left out
+    assert env.settle is not None and (env.settle.tool, env.settle.inputs) == ("probe_item_show", {"item": "w"})
+    # The repeat is answered from the ledger, with the same settle read.
+    again = await rungd_daemon.call("probe_item_set", {"item": "w"}, request_id="r1")
+    assert again.error.code == "RECONCILE_REQUIRED" and again.settle.tool == "probe_item_show"
+
+
+async def test_a_reconcile_that_cannot_decide_answers_an_envelope_with_what_it_found(rungd_daemon) -> None:
+    await rungd_daemon.call("probe_item_set", {"item": "w"}, request_id="r2")
+    env = await rungd_daemon.run(Client.reconcile, "probe_item_set", "r2")
+    assert (env.status, env.outcome, env.error.code) == ("error", "unknown", "RECONCILE_REQUIRED")
+    assert env.fields == {"other": "no count here"}  # what the settle read found
+    assert env.settle is not None and env.settle.tool == "probe_item_show"
+    assert env.next_action == "reconcile"
