@@ -27,6 +27,7 @@ from rungd.contract import (
     ToolInputs,
 )
 from rungd.exchange import (
+    NOT_A_FILE,
     OUTSIDE_ROOTS,
     AsOf,
     Complete,
@@ -194,11 +195,11 @@ def rungd_register_tools(register: Any, settings: Any) -> None:
         (xfer.root / folder).mkdir(parents=True, exist_ok=True)
     register(Tool(name="xfer_stock_list", description=describe("Reads the stock export."), inputs=ListInputs,
                   outputs={"rows": "rows"}, handler=xfer.stock_list, cap_bytes=16384,
-                  errors=(ErrorRule.core("SURFACE_CHANGED"), ErrorRule.core("STALE_EXPORT"), OUTSIDE_ROOTS),
+                  errors=(ErrorRule.core("SURFACE_CHANGED"), ErrorRule.core("STALE_EXPORT"), OUTSIDE_ROOTS, NOT_A_FILE),
                   timing=Timing(deadline_s=10, commit_point="callback")))
     register(Tool(name="xfer_items_import", description=describe("Imports items."), inputs=ImportInputs,
                   outputs={"count_after": "count"}, handler=xfer.items_import, side_effect="reversible",
-                  errors=(ErrorRule.core("LOCKED"), ErrorRule.core("IMPORT_PARTIAL"), OUTSIDE_ROOTS),
+                  errors=(ErrorRule.core("LOCKED"), ErrorRule.core("IMPORT_PARTIAL"), OUTSIDE_ROOTS, NOT_A_FILE),
                   timing=Timing(deadline_s=3, commit_point="callback",
                                 settle=SettleSpec("xfer_items_count", {"name": "$name"}))))
     register(Tool(name="xfer_items_count", description=describe("Counts imported items."), inputs=CountInputs,

@@ -47,7 +47,7 @@ from pydantic import BaseModel
 
 from rungd.contract import CallContext, Result
 from rungd.errors import NextAction, Retry, StaleExport, SurfaceChanged, UnexpectedState
-from rungd.exchange import locks, safe
+from rungd.exchange import locks, patterns, safe
 from rungd.exchange.formats import Csv, Format, JsonLines, Limits, Reader, Stopped, open_reader
 from rungd.exchange.paths import Roots
 from rungd.exchange.rows import BadRow, Binding, Filter, Predicate, RowSchema
@@ -221,6 +221,7 @@ class Export:
     def __init__(self, spec: ExportSpec, *, watcher: Watcher | None = None) -> None:
         self.spec = spec
         self.roots = spec.roots or Roots(spec.folder)
+        patterns.refuse({"pattern": spec.pattern, "as_of.pattern": spec.as_of.pattern}, "ExportSpec")
         self.pattern = re.compile(spec.pattern)
         self.schema = RowSchema(spec.row_model)
         self.watcher = watcher

@@ -50,7 +50,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from rungd.contract import CallContext, Result
 from rungd.errors import BadInput, ImportPartial, Locked, UnexpectedState
-from rungd.exchange import locks, safe
+from rungd.exchange import locks, patterns, safe
 from rungd.exchange.formats import Csv, Format, render
 from rungd.exchange.paths import Roots, checked_name
 from rungd.exchange.watch import FolderIndex, Watcher, wait_for
@@ -153,6 +153,7 @@ class Importer:
         folders = [spec.folder, spec.lock_file.parent]
         folders += [f for f in (taken.processed, taken.receipt_folder) if f is not None]
         self.roots = spec.roots or Roots(*folders)
+        patterns.refuse({"name_pattern": spec.name_pattern}, "ImportSpec")
         self.pattern = re.compile(spec.name_pattern)
         self.columns = [(info.validation_alias if isinstance(info.validation_alias, str) else info.alias) or name
                         for name, info in spec.row_model.model_fields.items()]

@@ -24,6 +24,7 @@ from rungd.contract import ErrorRule
 from rungd.errors import BadInput, ToolError
 
 OUTSIDE_ROOTS_CODE = "OUTSIDE_ROOTS"
+NAME_MAX = 255
 OUTSIDE_ROOTS = ErrorRule(
     OUTSIDE_ROOTS_CODE,
     "no",
@@ -54,7 +55,8 @@ def checked_name(value: str, pattern: re.Pattern[str], *, field: str) -> str:
             does not match the pattern. The hint quotes the pattern.
     """
     plain = value not in ("", ".", "..") and "/" not in value and "\x00" not in value
-    if not plain or pattern.fullmatch(value) is None:
+    # No file system takes a longer name, and the pattern never sees unbounded input.
+    if not plain or len(value.encode("utf-8", "surrogatepass")) > NAME_MAX or pattern.fullmatch(value) is None:
         raise BadInput(
             f"{field}: {value[:80]!r} is not an accepted name",
             hint=f"{field} must be a plain name matching {pattern.pattern!r}, never a path",

@@ -14,7 +14,7 @@ from rungd_plugins.declarative.columns import field_name, row_model
 from rungd_plugins.declarative.schema import ToolSpec
 
 ERRORS = (ErrorRule.core("STALE_EXPORT"), ErrorRule.core("SURFACE_CHANGED"), ErrorRule.core("TIMEOUT"),
-          exchange.OUTSIDE_ROOTS)
+          exchange.OUTSIDE_ROOTS, exchange.NOT_A_FILE)
 
 
 def check(path: Path, key: str, spec: ToolSpec) -> None:

@@ -19,7 +19,8 @@ from rungd_plugins.declarative.schema import ImportFileSpec, ToolSpec
 from rungd_plugins.declarative.templates import substitute
 
 ERRORS = tuple(ErrorRule.core(code) for code in ("LOCKED", "IMPORT_PARTIAL", "UNEXPECTED_STATE", "TIMEOUT",
-                                                   "SURFACE_CHANGED", "STALE_EXPORT")) + (exchange.OUTSIDE_ROOTS,)
+                                                   "SURFACE_CHANGED", "STALE_EXPORT")) + (
+    exchange.OUTSIDE_ROOTS, exchange.NOT_A_FILE)
 Count = Callable[[CallContext, dict[str, Any]], Awaitable[int]]
 
 
