@@ -2,8 +2,10 @@
 
 One replay gives three things:
 
-* the idempotency index: ``(tool, request_id)`` -> the first call that used it, its state
-  and its first result, so a repeated request is answered instead of run twice;
+* the idempotency index: ``(tool, request_id, caller uid)`` -> the first call that used it,
+  its state and its first result, so a repeated request is answered instead of run twice.
+  Each caller has its own request_ids: another caller's use of the same string neither
+  answers, blocks nor reveals anything to this one;
 * the calls dispatched but never finished, with their processes, for crash recovery;
 * the calls held for approval and not yet decided.
 
@@ -13,7 +15,8 @@ it already is, which makes it about a third faster than decoding whole ``Record`
 How records move an idempotency entry
 -------------------------------------
 An entry belongs to the first call that used its key; records of later calls with the same
-key (repeats) never change it.
+key (repeats) never change it. The caller uid comes from the ``received`` record (``None``
+when a record names none); later records of the call find the entry through its call_id.
 
 * ``received`` or ``dispatched`` with a request_id, for a key with no entry: ``running``.
 * ``finished`` with outcome ``unknown``: ``unknown``, with the result.
@@ -46,6 +49,7 @@ from rungd_ledgers.records import Record, encoder
 DEFAULT_RETENTION_SECONDS: Final = 7 * 24 * 3600
 
 State = Literal["running", "done", "unknown"]
+_Key = tuple[str, str, int | None]  # tool, request_id, caller uid
 
 
 # The index may hold hundreds of thousands of entries for a week. Keeping each result as
@@ -69,6 +73,7 @@ class Entry(msgspec.Struct, frozen=True, gc=False):
     state: State
     time: float
     result_json: bytes | None = None
+    caller_uid: int | None = None
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -147,7 +152,8 @@ class IdempotencyIndex:
         self.retention_seconds = retention_seconds
         self.last_seq = 0
         self._lock = threading.Lock()
-        self._entries: dict[tuple[str, str], Entry] = {}
+        self._entries: dict[_Key, Entry] = {}
+        self._keys: dict[str, _Key] = {}  # call_id of an entry's owner -> its key
         # Keyed by call_id; dicts keep insertion order, so both list oldest first.
         self._unfinished: dict[str, Unfinished] = {}
         self._held: dict[str, Held] = {}
@@ -210,10 +216,15 @@ class IdempotencyIndex:
                 handle(record)
             self.last_seq = max(self.last_seq, record.seq)
 
-    def lookup(self, tool: str, request_id: str) -> Entry | None:
-        """The entry for a key, ``None`` if no call has used it within the retention."""
+    def lookup(self, tool: str, request_id: str, caller_uid: int | None = None) -> Entry | None:
+        """The entry of this caller's request, ``None`` if it has not used it within the retention."""
         with self._lock:
-            return self._entries.get((tool, request_id))
+            return self._entries.get((tool, request_id, caller_uid))
+
+    def owners(self, tool: str, request_id: str) -> list[Entry]:
+        """Every caller's entry for a request_id (for an operator, who may settle any of them)."""
+        with self._lock:
+            return [entry for (t, r, _), entry in self._entries.items() if (t, r) == (tool, request_id)]
 
     def __len__(self) -> int:
         """How many request keys the index holds."""
@@ -233,7 +244,7 @@ class IdempotencyIndex:
         """
         with self._lock:
             busy = set(self._unfinished) | set(self._held)
-            return [(tool, request_id, entry) for (tool, request_id), entry in self._entries.items()
+            return [(tool, request_id, entry) for (tool, request_id, _), entry in self._entries.items()
                     if entry.state == "running" and entry.call_id not in busy]
 
     def held(self) -> list[Held]:
@@ -246,13 +257,18 @@ class IdempotencyIndex:
         cutoff = (time.time() if now is None else now) - self.retention_seconds
         with self._lock:
             self._entries = {key: entry for key, entry in self._entries.items() if entry.time >= cutoff}
+            self._keys = {entry.call_id: key for key, entry in self._entries.items()}
 
     def _on_received(self, record: Record | _Replayed) -> None:
         if record.request_id is None:
             return
-        key = (record.tool, record.request_id)
+        if record.call_id in self._keys:
+            return  # a dispatched record of a call whose received record made the entry
+        key = (record.tool, record.request_id, record.caller_uid)
         if key not in self._entries:
-            self._entries[key] = Entry(record.call_id, record.input_digest, "running", record.time)
+            self._entries[key] = Entry(record.call_id, record.input_digest, "running", record.time,
+                                       caller_uid=record.caller_uid)
+            self._keys[record.call_id] = key
 
     def _on_held(self, record: Record | _Replayed) -> None:
         self._held[record.call_id] = Held(
@@ -288,6 +304,7 @@ class IdempotencyIndex:
         key, entry = owned
         if record.outcome == "not_started":
             del self._entries[key]
+            self._keys.pop(entry.call_id, None)
         else:
             state: State = "unknown" if record.outcome == "unknown" else "done"
             result_json = _result_json(record)
@@ -300,16 +317,17 @@ class IdempotencyIndex:
         key, entry = owned
         if record.outcome == "not_started":
             del self._entries[key]
+            self._keys.pop(entry.call_id, None)
         elif record.outcome == "done":
             result_json = _result_json(record) or entry.result_json
             self._entries[key] = msgspec.structs.replace(entry, state="done", result_json=result_json)
 
-    def _own_entry(self, record: Record | _Replayed) -> tuple[tuple[str, str], Entry] | None:
+    def _own_entry(self, record: Record | _Replayed) -> tuple[_Key, Entry] | None:
         """The record's key and entry, if the record's call is the one that owns the entry."""
         if record.request_id is None:
             return None
-        key = (record.tool, record.request_id)
-        entry = self._entries.get(key)
+        key = self._keys.get(record.call_id)
+        entry = self._entries.get(key) if key is not None else None
         if entry is None or entry.call_id != record.call_id:
             return None
         return key, entry

@@ -155,7 +155,8 @@ class Dispatcher:
         """Check, record and start one call. A call that fails its checks ends at once.
 
         Returns:
-            The call; for a repeat of a request still running, the first call.
+            The call. A repeat of a request still running ends when the first call does,
+            with its result as a repeat (a change reads ``existing``).
         """
         call = Call.new(name, request_id, caller)
         self.calls.add(call)
@@ -163,7 +164,7 @@ class Dispatcher:
         try:
             admitted = self.admission.admit(name, inputs, caller)
             call.digest = admitted.digest
-            first = self.requests.repeat_of(admitted.tool, request_id, admitted.digest)
+            first = self.requests.repeat_of(admitted.tool, request_id, admitted.digest, caller.uid)
             call.gate = gate_for(admitted.tool, self.config)
             if first is None:
                 if not self._needs_approval(call):
@@ -178,8 +179,8 @@ class Dispatcher:
         if isinstance(first, Call):
             received[3]["note"] = f"repeat of {first.call_id}, still running"
             await self._record_quietly([received])
-            self.calls.drop(call)
-            return first
+            self._nursery.start_soon(self._join, call, first)
+            return call
         if first is not None:
             await self._answer_repeat(call, first, received)
             return call
@@ -214,7 +215,7 @@ class Dispatcher:
         else:
             self._nursery.start_soon(self._run, call, tool, admitted.inputs)
 
-    async def _answer_repeat(self, call: Call, first: dict[str, Any], received: _Event) -> None:
+    async def _answer_repeat(self, call: Call, first: dict[str, Any], received: _Event | None) -> None:
         """Answer a repeat of a finished request with its first result; run nothing.
 
         The answer comes from memory even when the ledger cannot take the repeat's records:
@@ -226,8 +227,14 @@ class Dispatcher:
             "code": envelope.error.code if envelope.error else None,
             "note": f"repeat of {envelope.call_id}; nothing was run",
         })
-        await self._record_quietly([received, finished])
+        await self._record_quietly([received, finished] if received else [finished])
         self._finish(call, envelope)
+
+    async def _join(self, call: Call, first: Call) -> None:
+        """A repeat of a request still running: end with the first call's result, as a repeat."""
+        await first.done.wait()
+        assert first.envelope is not None
+        await self._answer_repeat(call, msgspec.to_builtins(first.envelope), None)
 
     async def _hold(self, call: Call, tool: Tool) -> None:
         """Wait for a person's decision on a held call, then run it, or end it unrun."""

@@ -6,8 +6,10 @@ answered with its first result (a change reads ``existing``) and nothing runs; w
 outcome is unknown, a repeat is RECONCILE_REQUIRED until reconcile settles it. The same
 request_id with other inputs is IDEMPOTENCY_MISMATCH.
 
-Running requests are known here (``claim`` / ``release``); finished ones in the ledger's
-idempotency index, which survives restarts.
+Request_ids belong to their caller: the same string from another uid is another request,
+which neither answers, blocks nor reveals this one. Running requests are known here
+(``claim`` / ``release``); finished ones in the ledger's idempotency index, which survives
+restarts.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ class Requests:
     def __init__(self, index: IdempotencyIndex, calls: CallTable) -> None:
         self.index = index
         self._calls = calls
-        self._running: dict[tuple[str, str], str] = {}  # (tool, request_id) -> call_id
+        self._running: dict[tuple[str, str, int], str] = {}  # (tool, request_id, uid) -> call_id
 
-    def repeat_of(self, tool: Tool, request_id: str | None, digest: str) -> Call | dict[str, Any] | None:
+    def repeat_of(self, tool: Tool, request_id: str | None, digest: str, uid: int) -> Call | dict[str, Any] | None:
         """What an earlier call with this request_id means for this one.
 
         Returns:
@@ -55,8 +57,8 @@ class Requests:
                 hint="send a request_id that is unique per intended change, e.g. a UUID; "
                 "repeat it only to retry the same change",
             )
-        running = self._calls.get(self._running.get((tool.name, request_id), ""))
-        entry = self.index.lookup(tool.name, request_id)
+        running = self._calls.get(self._running.get((tool.name, request_id, uid), ""))
+        entry = self.index.lookup(tool.name, request_id, uid)
         first_digest = running.digest if running else entry.input_digest if entry else None
         if first_digest is not None and first_digest != digest:
             raise IdempotencyMismatch(
@@ -86,9 +88,10 @@ class Requests:
     def claim(self, call: Call) -> None:
         """Mark ``call`` as the running first call of its request_id."""
         if call.request_id:
-            self._running[(call.tool, call.request_id)] = call.call_id
+            self._running[(call.tool, call.request_id, call.caller.uid)] = call.call_id
 
     def release(self, call: Call) -> None:
         """Forget ``call`` as running (it ended, or never ran); the index knows the rest."""
-        if call.request_id and self._running.get((call.tool, call.request_id)) == call.call_id:
-            del self._running[(call.tool, call.request_id)]
+        key = (call.tool, call.request_id or "", call.caller.uid)
+        if call.request_id and self._running.get(key) == call.call_id:
+            del self._running[key]

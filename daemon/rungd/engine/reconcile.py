@@ -53,10 +53,7 @@ class Reconciler:
             ReconcileRequired: the first call is still running.
             LedgerUnavailable: the decision could not be recorded.
         """
-        entry = self._index.lookup(tool.name, request_id)
-        if entry is None or not self._may_see(entry, caller):
-            raise UnknownCall(f"no call of {tool.name} with request_id {request_id!r} is known to you",
-                              hint="reconcile a request_id you sent that ended with outcome unknown")
+        entry = self._entry(tool, request_id, caller)
         first = msgspec.convert(entry.result, Envelope) if entry.result else None
         if first is None:
             raise ReconcileRequired(f"call {entry.call_id} is still running", hint="wait for it, then reconcile",
@@ -113,7 +110,20 @@ class Reconciler:
             )
         return shown, read.fields, f"settle read {settle.tool} (call {read.call_id})"
 
-    def _may_see(self, entry: Any, caller: Caller) -> bool:
-        # The index remembers who made the first call; anyone else learns nothing of it.
-        owner = getattr(entry, "caller_uid", None)
-        return owner is None or owner == caller.uid or is_operator(caller, self._config)
+    def _entry(self, tool: Tool, request_id: str, caller: Caller) -> Any:
+        """The caller's own request; for an operator, whoever's it is, if only one used it.
+
+        Raises:
+            UnknownCall: no such request of this caller (another caller's is not its business).
+        """
+        entry = self._index.lookup(tool.name, request_id, caller.uid)
+        if entry is None and is_operator(caller, self._config):
+            owners = self._index.owners(tool.name, request_id)
+            if len(owners) > 1:
+                raise UnknownCall(f"{len(owners)} callers used request_id {request_id!r} for {tool.name}",
+                                  hint="reconcile as the caller that sent it")
+            entry = owners[0] if owners else None
+        if entry is None:
+            raise UnknownCall(f"no call of {tool.name} with request_id {request_id!r} is known to you",
+                              hint="reconcile a request_id you sent that ended with outcome unknown")
+        return entry
