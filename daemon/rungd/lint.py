@@ -185,6 +185,7 @@ def lint(definitions: Iterable[ToolDefinition], known_tools: Iterable[str] | Non
             *_check_errors(d),
             *_check_output(d),
             *_check_size(d),
+            *_check_placeholders(d),
         ]
         waived = d.lint_waivers
         findings += [f for f in found if f.code not in waived]
@@ -776,6 +777,31 @@ def _check_output(d: ToolDefinition) -> list[Finding]:
                            f"a result cap of {cap:,} bytes (~{cap // 4:,} tokens) is large",
                            "return the slice the next step needs; leave the rest as evidence"))
     return out
+
+
+# What `rungctl new-plugin` writes where only the author knows the answer.
+PLACEHOLDERS = ("FILL IN", "FILL-IN")
+
+
+def _check_placeholders(d: ToolDefinition) -> list[Finding]:
+    # A scaffold left unfinished would hand a model "FILL IN" as its guidance.
+    found = []
+    for key in ("description", "input_schema", "outputs", "errors", "settle"):
+        found += [f"{key}{where}" for where in _placeholder_keys(getattr(d, key))]
+    return [Finding(
+        d.name, "fix-first", "text.placeholder", f"{key} still holds the scaffold's FILL IN placeholder",
+        "replace it with what the program really does; see plugins/README.md",
+    ) for key in found]
+
+
+def _placeholder_keys(value: Any, where: str = "") -> list[str]:
+    if isinstance(value, Mapping):
+        return [k for key, inner in value.items() for k in _placeholder_keys(inner, f"{where}.{key}")]
+    if isinstance(value, (list, tuple)):
+        return [k for i, inner in enumerate(value) for k in _placeholder_keys(inner, f"{where}[{i}]")]
+    if isinstance(value, str) and any(mark in value for mark in PLACEHOLDERS):
+        return [where]
+    return []
 
 
 def _check_size(d: ToolDefinition) -> list[Finding]:

@@ -1,9 +1,18 @@
-"""Loading plugins and collecting their tools.
+"""Loading plugins, giving each its own settings, and the one class that calls their hooks.
 
 Plugins come from three places, in this order: the ``rungd.plugins`` entry-point group
 (the built-ins are declared there exactly like third-party plugins), the modules named in
 ``plugins.modules``, and the Python files named in ``plugins.files``. Names listed in
 ``plugins.disable`` are blocked before loading. A misspelled hook fails start-up.
+
+A plugin that sets ``DEMO_ONLY = True`` (the built-in ``demo`` and ``ledgerbook`` wrap fake
+programs) loads only when the config opts in by giving it a settings table,
+``[plugins.settings.<name>]`` (an empty one is enough). The embedded default does; a
+production config that says nothing offers no fake tools.
+
+Every call into a plugin goes through ``Hooks`` (as tox 4's one hook caller does): it builds
+each plugin's ``PluginSettings`` once, records which plugin registered which tool, and keeps
+one broken observer from touching the others or the result.
 """
 
 from __future__ import annotations
@@ -11,17 +20,97 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import logging
 import sys
+import types
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
+import pydantic
+from pydantic import BaseModel
 
 from rungd import hookspecs
 from rungd.config import Config
-from rungd.contract import Tool
-from rungd.errors import PluginError
+from rungd.contract import Caller, Tool
+from rungd.errors import ConfigError, PluginError
+
+if TYPE_CHECKING:
+    from rungd.envelope import Envelope
 
 ENTRY_POINT_GROUP = "rungd.plugins"
+FILE_PREFIX = "file:"
+log = logging.getLogger(__name__)
+
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginSettings:
+    """What one plugin is told about its configuration: its own table, never the whole config.
+
+    Attributes:
+        name: the key of its table, ``[plugins.settings.<name>]``: the entry point's name,
+            the module's name for ``plugins.modules``, the file's stem for ``plugins.files``.
+        raw: that table as written (read-only), or None when the config has none.
+        source: the config file's label, for error messages.
+        tool_dirs: the config's ``plugins.tool_dirs`` (the declarative plugin reads them).
+        state_dir: this plugin's own folder under the daemon's state folder
+            (``<state>/<name>``); not created until the plugin needs it.
+    """
+
+    name: str
+    raw: Mapping[str, Any] | None
+    source: str
+    tool_dirs: tuple[Path, ...] = ()
+    state_dir: Path = Path("var")
+
+    @classmethod
+    def for_plugin(cls, name: str, config: Config) -> PluginSettings:
+        """The settings ``config`` gives the plugin registered as ``name``."""
+        key = settings_name(name)
+        raw = config.plugins.settings.get(key)
+        return cls(
+            name=key,
+            raw=types.MappingProxyType(dict(raw)) if raw is not None else None,
+            source=config.source,
+            tool_dirs=tuple(config.plugins.tool_dirs),
+            state_dir=config.state_dir / key,
+        )
+
+    @property
+    def configured(self) -> bool:
+        """Whether the config has a ``[plugins.settings.<name>]`` table at all."""
+        return self.raw is not None
+
+    def parse(self, model: type[SettingsT], example: str) -> SettingsT | None:
+        """The plugin's table validated by its own pydantic ``model``.
+
+        Args:
+            model: the plugin's settings model (``extra="forbid"`` so a typo is an error).
+            example: a valid line or two of TOML, quoted in the error message.
+
+        Returns:
+            None when the table is absent: the plugin is not configured and offers no tools.
+
+        Raises:
+            ConfigError: naming the config file, the key and ``example``.
+        """
+        if self.raw is None:
+            return None
+        try:
+            return model.model_validate(dict(self.raw))
+        except pydantic.ValidationError as exc:
+            err = exc.errors()[0]
+            key = ".".join(str(p) for p in err["loc"])
+            raise ConfigError(f"{self.source}: key plugins.settings.{self.name}.{key}: {err['msg']}; "
+                              f"example: {example}") from None
+
+
+def settings_name(plugin_name: str) -> str:
+    """The settings key of a plugin registered as ``plugin_name`` (files drop ``file:``)."""
+    return plugin_name.removeprefix(FILE_PREFIX)
 
 
 def make_plugin_manager(config: Config) -> pluggy.PluginManager:
@@ -38,7 +127,7 @@ def make_plugin_manager(config: Config) -> pluggy.PluginManager:
     try:
         pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
     except pluggy.PluginValidationError as exc:
-        raise PluginError(f"entry point {exc.plugin!r}: {exc}") from None
+        raise PluginError(f"entry point {exc.plugin!r}: {_explain(exc)}") from None
     for module_name in config.plugins.modules:
         if pm.is_blocked(module_name):
             continue
@@ -52,21 +141,41 @@ def make_plugin_manager(config: Config) -> pluggy.PluginManager:
         if not pm.is_registered(module):  # also installed as an entry point: load it once
             _register(pm, module, module_name)
     for path in config.plugins.files:
-        name = f"file:{path.stem}"
+        name = f"{FILE_PREFIX}{path.stem}"
         if pm.is_blocked(name) or pm.is_blocked(path.stem):
             continue
         _register(pm, _import_file(path), name)
+    _drop_demo_only(pm, config)
     _check_hooks(pm)
     return pm
+
+
+def _drop_demo_only(pm: pluggy.PluginManager, config: Config) -> None:
+    # Whether a plugin is demo-only is known only once it is imported, so it is loaded with
+    # the rest and unregistered here, before any of its hooks can be called.
+    for name, plugin in list(pm.list_name_plugin()):
+        if plugin is None or not getattr(plugin, "DEMO_ONLY", False):
+            continue
+        if settings_name(name) not in config.plugins.settings:
+            pm.unregister(plugin)
+            pm.set_blocked(name)
+            log.debug("plugin %s is demo-only and not enabled by [plugins.settings.%s]", name, name)
 
 
 def _register(pm: pluggy.PluginManager, plugin: object, name: str) -> None:
     try:
         pm.register(plugin, name=name)
     except pluggy.PluginValidationError as exc:
-        raise PluginError(f"plugin {name!r}: {exc}") from None
+        raise PluginError(f"plugin {name!r}: {_explain(exc)}") from None
     except ValueError as exc:
         raise PluginError(f"plugin {name!r} is registered twice: {exc}") from None
+
+
+def _explain(exc: pluggy.PluginValidationError) -> str:
+    if "config" in str(exc) and "rungd_register_tools" in str(exc):
+        return (f"{exc}; hint: rungd_register_tools(register, settings) gets the plugin's own "
+                "PluginSettings (rungd.sdk), not the whole config")
+    return str(exc)
 
 
 def _import_file(path: Path) -> object:
@@ -92,32 +201,107 @@ def _check_hooks(pm: pluggy.PluginManager) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class RegisteredTool:
+    """A tool and the name of the plugin that registered it."""
+
     tool: Tool
     plugin: str
 
 
+class Hooks:
+    """The one place that calls plugin hooks, through pluggy.
+
+    Built once from a loaded plugin manager (``Hooks.load(config)`` does both). The per-plugin
+    callers are made here, once, so a call's cost does not grow with how often it is made.
+
+    Args:
+        pm: a plugin manager from ``make_plugin_manager``.
+    """
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self.pm = pm
+        self._registrars = self._per_plugin("rungd_register_tools")
+        self._observers = self._per_plugin("rungd_observe_result")
+
+    @classmethod
+    def load(cls, config: Config) -> Hooks:
+        """Load every enabled plugin for ``config`` (see ``make_plugin_manager``).
+
+        Raises:
+            PluginError: as ``make_plugin_manager`` does.
+        """
+        return cls(make_plugin_manager(config))
+
+    def _per_plugin(self, hook: str) -> list[tuple[str, Callable[..., Any]]]:
+        # In pluggy's calling order (the last registered first), one caller per plugin that
+        # implements the hook: each plugin is then called on its own, with its own arguments.
+        impls = list(reversed(getattr(self.pm.hook, hook).get_hookimpls()))
+        everyone = [impl.plugin for impl in impls]
+        return [
+            (impl.plugin_name,
+             self.pm.subset_hook_caller(hook, remove_plugins=[p for p in everyone if p is not impl.plugin]))
+            for impl in impls
+        ]
+
+    def collect_tools(self, config: Config) -> dict[str, RegisteredTool]:
+        """Ask every plugin for its tools, each with its own ``PluginSettings``.
+
+        Args:
+            config: the daemon's config; each plugin sees only its own part of it.
+
+        Returns:
+            Tool name -> the tool and the plugin that registered it, in the order the
+            plugins were called.
+
+        Raises:
+            PluginError: two plugins registered one name (the message names both), or a
+                plugin registered something that is not a ``Tool``.
+            ConfigError: a plugin's settings do not validate (raised by the plugin).
+        """
+        tools: dict[str, RegisteredTool] = {}
+        for plugin_name, call in self._registrars:
+
+            def register(tool: Tool, _plugin: str = plugin_name) -> None:
+                if not isinstance(tool, Tool):
+                    raise PluginError(f"plugin {_plugin!r} registered {tool!r}, which is not a rungd.sdk.Tool")
+                if tool.name in tools:
+                    first = tools[tool.name].plugin
+                    raise PluginError(
+                        f"tool {tool.name!r} is registered by two plugins: {first!r} and {_plugin!r}; "
+                        "hint: disable one of them (plugins.disable) or rename the tool"
+                    )
+                tools[tool.name] = RegisteredTool(tool, _plugin)
+
+            call(register=register, settings=PluginSettings.for_plugin(plugin_name, config), config=config)
+        return tools
+
+    def credential(self, name: str, tool: str) -> str | None:
+        """The first credential a plugin supplies for ``name`` in a call of ``tool``, or None.
+
+        Raises:
+            Exception: whatever a credential plugin raises; the caller decides what the
+                call reports (a credential that could not be read is not a missing one).
+        """
+        value: str | None = self.pm.hook.rungd_credential(name=name, tool=tool)
+        return value
+
+    def observe_result(self, tool: str, envelope: Envelope, caller: Caller) -> None:
+        """Show a final result to every observer.
+
+        An observer that raises is logged with its plugin's name; the others are still
+        called and the result is not changed. Never raises.
+        """
+        for plugin_name, call in self._observers:
+            try:
+                call(tool=tool, envelope=envelope, caller=caller)
+            except Exception:  # an observer must never change or lose the result
+                log.exception("result observer %s failed", plugin_name)
+
+
 def collect_tools(pm: pluggy.PluginManager, config: Config) -> dict[str, RegisteredTool]:
-    """Ask every plugin for its tools, recording which plugin registered each.
+    """``Hooks(pm).collect_tools(config)``, for callers that hold a plugin manager.
 
     Raises:
-        PluginError: two plugins registered one name (the message names both), or a plugin
-            registered something that is not a ``Tool``.
+        PluginError: as ``Hooks.collect_tools`` does.
+        ConfigError: as ``Hooks.collect_tools`` does.
     """
-    tools: dict[str, RegisteredTool] = {}
-    for impl in reversed(pm.hook.rungd_register_tools.get_hookimpls()):
-        plugin_name = impl.plugin_name
-
-        def register(tool: Tool, _plugin: str = plugin_name) -> None:
-            if not isinstance(tool, Tool):
-                raise PluginError(f"plugin {_plugin!r} registered {tool!r}, which is not a rungd.contract.Tool")
-            if tool.name in tools:
-                first = tools[tool.name].plugin
-                raise PluginError(
-                    f"tool {tool.name!r} is registered by two plugins: {first!r} and {_plugin!r}; "
-                    "hint: disable one of them (plugins.disable) or rename the tool"
-                )
-            tools[tool.name] = RegisteredTool(tool, _plugin)
-
-        kwargs = {"register": register, "config": config}
-        impl.function(*[kwargs[arg] for arg in impl.argnames])
-    return tools
+    return Hooks(pm).collect_tools(config)

@@ -1,7 +1,9 @@
 """``rungctl new-plugin``: a starting point for wrapping one more legacy program.
 
 A TOML tool file (every contract slot present and commented) for the common case, or a
-Python plugin package with a fake program and tests that pass as generated.
+Python plugin package (a read and a write to copy, a fake program, and tests that pass as
+generated). The tool file's FILL IN placeholders stop ``check-config`` and ``lint`` until
+each is replaced, so an unfinished scaffold never reaches a model.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def new_plugin(name: str, folder: Path, *, python: bool = False) -> list[Path]:
     for path, template in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         text = (templates / "python" / template).read_text()
-        path.write_text(string.Template(text).substitute(name=name))
+        path.write_text(string.Template(text).substitute(name=name, Name=name.capitalize()))
     (root / "tests" / f"fake_{name}").chmod(0o755)
     return list(files)
 

@@ -1,7 +1,7 @@
 """Test helpers for rungd and for plugin authors: a real daemon on a real socket.
 
 Use it as a pytest plugin (``pytest_plugins = ["rungd.testing"]``) with pytest-trio in
-``trio_mode``:
+``trio_mode`` (both come with rungd's ``test`` extra):
 
     async def test_my_tool(rungd_daemon):
         envelope = await rungd_daemon.call("my_tool", {"name": "x"})
@@ -10,6 +10,10 @@ Use it as a pytest plugin (``pytest_plugins = ["rungd.testing"]``) with pytest-t
 ``rungd_daemon`` serves the configuration returned by the ``rungd_config_toml`` fixture
 (override it in your conftest to load your plugin). ``fake_program`` writes a small
 executable Python script, the kind of fake legacy program a test needs.
+
+Importing this module does not import pytest: ``write_config``, ``start_daemon`` and
+``RunningDaemon`` work without it, and the fixtures are built the first time pytest asks
+for them (PEP 562 module ``__getattr__``), since only the ``test`` extra installs pytest.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
 from rungd.client import Client
@@ -30,12 +33,28 @@ from rungd.daemon import Daemon
 from rungd.envelope import Envelope
 
 
-def write_config(folder: Path, body: str = "") -> Path:
+# The demo-only plugins a test daemon offers unless asked not to: the fake programs every
+# walkthrough and many tests call, so a test config need not repeat the opt-in.
+DEMO_PLUGINS = ("demo", "ledgerbook")
+
+
+def write_config(folder: Path, body: str = "", *, demo_plugins: bool = True) -> Path:
     """Write a config file into ``folder`` with the socket and state inside it.
 
-    ``body`` is extra TOML appended as is; sections it names must not repeat
-    ``[server]`` or ``[state]`` (pass their keys through ``server_extra`` instead).
+    Args:
+        folder: where the config, the socket and the state folder go.
+        body: extra TOML appended as is; it must not repeat ``[server]`` or ``[state]``.
+        demo_plugins: opt in to the demo-only plugins (``demo``, ``ledgerbook``) by giving
+            each an empty ``[plugins.settings.<name>]`` table, unless ``body`` has its own.
+            Pass False to test what a production config offers.
+
+    Returns:
+        The config file's path.
     """
+    body = textwrap.dedent(body)
+    if demo_plugins:
+        body += "".join(f"\n[plugins.settings.{name}]\n" for name in DEMO_PLUGINS
+                        if f"[plugins.settings.{name}]" not in body)
     path = folder / "rungd.toml"
     path.write_text(
         textwrap.dedent(
@@ -48,7 +67,7 @@ def write_config(folder: Path, body: str = "") -> Path:
             dir = "{folder / 'state'}"
             """
         )
-        + textwrap.dedent(body),
+        + body,
         encoding="utf-8",
     )
     return path
@@ -91,8 +110,7 @@ async def start_daemon(nursery: trio.Nursery, config: Config) -> RunningDaemon:
     return RunningDaemon(daemon)
 
 
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
+def _short_tmp() -> Iterator[Path]:
     """A temporary folder with a short path: a Unix socket path must fit in 107 bytes."""
     folder = Path(tempfile.mkdtemp(prefix="rungd-"))
     try:
@@ -101,26 +119,22 @@ def short_tmp() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture
-def rungd_config_toml() -> str:
+def _rungd_config_toml() -> str:
     """Extra TOML for the test daemon's config. Override to load your plugin or tools."""
     return ""
 
 
-@pytest.fixture
-def rungd_config(short_tmp: Path, rungd_config_toml: str) -> Config:
+def _rungd_config(short_tmp: Path, rungd_config_toml: str) -> Config:
     return load_config(write_config(short_tmp, rungd_config_toml))
 
 
-@pytest.fixture
-async def rungd_daemon(nursery: trio.Nursery, rungd_config: Config) -> AsyncIterator[RunningDaemon]:
+async def _rungd_daemon(nursery: trio.Nursery, rungd_config: Config) -> AsyncIterator[RunningDaemon]:
     running = await start_daemon(nursery, rungd_config)
     yield running
     running.daemon.stop()
 
 
-@pytest.fixture
-def fake_program(short_tmp: Path) -> Any:
+def _fake_program(short_tmp: Path) -> Any:
     """Build a fake legacy program: ``fake_program("name", source)`` returns its path.
 
     The source is a Python script body; it gets a shebang and the executable bit, so a
@@ -136,3 +150,29 @@ def fake_program(short_tmp: Path) -> Any:
         return path
 
     return build
+
+
+# name -> the function behind the fixture of that name; pytest finds them through the
+# module's __dir__ and __getattr__, so pytest is imported only when pytest itself asks.
+_FIXTURES: dict[str, Any] = {
+    "short_tmp": _short_tmp,
+    "rungd_config_toml": _rungd_config_toml,
+    "rungd_config": _rungd_config,
+    "rungd_daemon": _rungd_daemon,
+    "fake_program": _fake_program,
+}
+_built: dict[str, Any] = {}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _FIXTURES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _built:
+        import pytest  # only the test extra installs it; nothing else here needs it
+
+        _built[name] = pytest.fixture(_FIXTURES[name], name=name)
+    return _built[name]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FIXTURES})

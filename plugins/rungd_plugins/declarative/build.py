@@ -18,19 +18,28 @@ from typing import Annotated, Any, Literal
 import pydantic
 import trio
 from pydantic import Field
-from rungd import runner
-from rungd.contract import (
+from rungd.sdk import (
     CallContext,
+    Completed,
+    ConfigError,
+    Confirmation,
+    CredentialPrompt,
     Description,
     ErrorRule,
+    Limits,
+    Program,
     Result,
     SettleSpec,
+    SurfaceChanged,
     Timing,
     Tool,
+    ToolError,
     ToolInputs,
+    UnexpectedState,
+    check_exit,
     shows,
 )
-from rungd.errors import ConfigError, SurfaceChanged, ToolError, UnexpectedState
+from rungd.sdk import run as run_program  # the method below is called run too
 
 from rungd_plugins.declarative import exports, imports
 from rungd_plugins.declarative.columns import TYPES
@@ -278,7 +287,7 @@ class _ProgramRunner:
         self.exit_table = {int(code): ErrorRule(r.code, r.retry, r.next_action, r.hint, r.meaning)
                            for code, r in spec.exit.items()}
 
-    def program(self, values: dict[str, Any], argv: list[str] | None = None) -> runner.Program:
+    def program(self, values: dict[str, Any], argv: list[str] | None = None) -> Program:
         spec = self.spec
         words = []
         for template in argv if argv is not None else spec.argv:
@@ -289,23 +298,23 @@ class _ProgramRunner:
         stdin: Any = spec.stdin
         if spec.stdin_input is not None and values.get(spec.stdin_input) is not None:
             stdin = str(values[spec.stdin_input]).encode() + b"\n"
-        return runner.Program(
+        return Program(
             argv=(str(self.command), *words),
             env={**self.env, **spec.env},
             env_credentials={**self.credentials, **spec.credentials},
             file_credentials=spec.credential_files,
             stdin=stdin,
-            confirmations=tuple(runner.Confirmation(re.compile(c.pattern), c.answer, c.times) for c in spec.confirm),
-            credential_prompts=tuple(runner.CredentialPrompt(re.compile(c.pattern), c.credential)
+            confirmations=tuple(Confirmation(re.compile(c.pattern), c.answer, c.times) for c in spec.confirm),
+            credential_prompts=tuple(CredentialPrompt(re.compile(c.pattern), c.credential)
                                      for c in spec.credential_prompt),
-            askpass=tuple(runner.CredentialPrompt(re.compile(c.pattern), c.credential) for c in spec.askpass),
-            limits=runner.Limits(**spec.limits.model_dump()) if spec.limits else None,
+            askpass=tuple(CredentialPrompt(re.compile(c.pattern), c.credential) for c in spec.askpass),
+            limits=Limits(**spec.limits.model_dump()) if spec.limits else None,
         )
 
     async def run(self, ctx: CallContext, values: dict[str, Any], *,
-                  commits: bool = True) -> tuple[dict[str, Any], runner.Completed]:
-        done = await runner.run(ctx, dataclasses.replace(self.program(values), commits=commits))
-        runner.check_exit(done, self.exit_table, ok=tuple(self.spec.ok_exit))
+                  commits: bool = True) -> tuple[dict[str, Any], Completed]:
+        done = await run_program(ctx, dataclasses.replace(self.program(values), commits=commits))
+        check_exit(done, self.exit_table, ok=tuple(self.spec.ok_exit))
         if done.truncated and self.spec.parse.kind not in ("none", "lines"):
             # Parsing the kept head and tail would call a healthy program "changed".
             raise ToolError(

@@ -10,26 +10,34 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
 
-from rungd import runner
-from rungd.config import Config
-from rungd.contract import (
+from rungd.sdk import (
     CallContext,
+    Confirmation,
     Description,
     ErrorRule,
+    PluginSettings,
+    Program,
     Result,
     SettleSpec,
+    SurfaceChanged,
     Timing,
     Tool,
     ToolInputs,
+    UnexpectedState,
+    check_exit,
+    hookimpl,
+    run,
 )
-from rungd.errors import SurfaceChanged, UnexpectedState
-from rungd.hookspecs import hookimpl
 
+# A fake program: offered only when a config opts in with [plugins.settings.demo]
+# (the embedded default does), never by default on a production host.
+DEMO_ONLY = True
 PROGRAM = Path(__file__).with_name("inventory.py")
 ITEM = Annotated[
     str,
@@ -81,8 +89,8 @@ class Inventory:
 
     async def read(self, ctx: CallContext, item: str) -> dict[str, Any]:
         self.db.parent.mkdir(parents=True, exist_ok=True)  # the program keeps its file there
-        done = await runner.run(ctx, runner.Program(argv=_argv(self.db, "show", item), commits=False))
-        runner.check_exit(done, {3: NOT_FOUND})
+        done = await run(ctx, Program(argv=_argv(self.db, "show", item), commits=False))
+        check_exit(done, {3: NOT_FOUND})
         return parse_show(done.stdout)
 
     async def show(self, ctx: CallContext, inputs: ShowInputs) -> Result:
@@ -91,12 +99,12 @@ class Inventory:
 
     async def set_count(self, ctx: CallContext, inputs: SetCountInputs) -> Result:
         before = await self.read(ctx, inputs.item)
-        program = runner.Program(
+        program = Program(
             argv=_argv(self.db, "set", inputs.item, str(inputs.count)),
-            confirmations=(runner.Confirmation(re.compile(r"^Set \S+ count from \d+ to \d+\? \[y/N\]$"), "y"),),
+            confirmations=(Confirmation(re.compile(r"^Set \S+ count from \d+ to \d+\? \[y/N\]$"), "y"),),
         )
-        done = await runner.run(ctx, program)
-        runner.check_exit(done, {3: NOT_FOUND})
+        done = await run(ctx, program)
+        check_exit(done, {3: NOT_FOUND})
         after = await self.read(ctx, inputs.item)
         fields = {"item": inputs.item, "count_before": before["count"], "count_after": after["count"]}
         verified = "inventory show after the change (rung 2)"
@@ -162,6 +170,6 @@ def tools(db: Path) -> list[Tool]:
 
 
 @hookimpl
-def rungd_register_tools(register: Any, config: Config) -> None:
-    for tool in tools(config.state_dir / "demo" / "inventory.json"):
+def rungd_register_tools(register: Callable[[Tool], None], settings: PluginSettings) -> None:
+    for tool in tools(settings.state_dir / "inventory.json"):
         register(tool)

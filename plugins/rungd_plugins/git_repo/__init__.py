@@ -16,24 +16,30 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from rungd import runner
-from rungd.config import Config, plugin_settings
-from rungd.contract import (
+from rungd.sdk import (
     CallContext,
+    ConfigError,
+    CredentialPrompt,
     Description,
     ErrorRule,
+    PluginSettings,
+    Program,
     Result,
     SettleSpec,
+    SurfaceChanged,
     Timing,
     Tool,
     ToolInputs,
+    UnexpectedState,
+    check_exit,
+    hookimpl,
+    run,
 )
-from rungd.errors import ConfigError, SurfaceChanged, UnexpectedState
-from rungd.hookspecs import hookimpl
 
 NOT_A_REPO = ErrorRule("NOT_A_REPOSITORY", "no", "stop", "the operator must fix plugins.settings.git_repo.repos",
                        "the configured folder is not a git work tree")
@@ -58,21 +64,21 @@ class Git:
         self.settings = settings
         self.command = command
         self.askpass = (
-            (runner.CredentialPrompt(re.compile(r"^(Password|Username) for "), settings.askpass_credential),)
+            (CredentialPrompt(re.compile(r"^(Password|Username) for "), settings.askpass_credential),)
             if settings.askpass_credential else ()
         )
 
     async def run(self, ctx: CallContext, repo: str, *args: str, table: dict[int, ErrorRule] | None = None) -> str:
         path = self.settings.repos[repo]
-        program = runner.Program(
+        program = Program(
             argv=(self.command, "-C", str(path), "-c", "credential.helper=", "-c", "core.pager=cat", *args),
             askpass=self.askpass,
             stdin="eof",  # git never needs stdin here; EOF makes any stray read fail at once
         )
-        done = await runner.run(ctx, program)
+        done = await run(ctx, program)
         if done.exit_status == 128 and "not a git repository" in done.stderr:
-            runner.check_exit(done, {128: NOT_A_REPO})
-        runner.check_exit(done, table or {})
+            check_exit(done, {128: NOT_A_REPO})
+        check_exit(done, table or {})
         return done.stdout
 
     async def head(self, ctx: CallContext, repo: str) -> str:
@@ -212,12 +218,13 @@ def _tools(settings: Settings, command: str) -> list[Tool]:
 
 
 @hookimpl
-def rungd_register_tools(register: Any, config: Config) -> None:
-    settings = plugin_settings(config, "git_repo", Settings, 'repos = { app = "/srv/app" }')
-    if settings is None:
+def rungd_register_tools(register: Callable[[Tool], None], settings: PluginSettings) -> None:
+    parsed = settings.parse(Settings, 'repos = { app = "/srv/app" }')
+    if parsed is None:
         return  # not configured: no repositories, no tools
-    command = shutil.which(settings.git)
+    command = shutil.which(parsed.git)
     if command is None:
-        raise ConfigError(f"plugins.settings.git_repo: {settings.git!r} is not installed; hint: apt-get install git")
-    for tool in _tools(settings, command):
+        raise ConfigError(f"{settings.source}: key plugins.settings.{settings.name}.git: {parsed.git!r} is not "
+                          "installed; hint: apt-get install git")
+    for tool in _tools(parsed, command):
         register(tool)

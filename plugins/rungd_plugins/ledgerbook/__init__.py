@@ -22,40 +22,45 @@ from __future__ import annotations
 import datetime
 import sys
 import weakref
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from rungd import runner
-from rungd.config import Config
-from rungd.contract import (
-    CallContext,
-    Description,
-    ErrorRule,
-    Result,
-    SettleSpec,
-    Timing,
-    Tool,
-    ToolInputs,
-)
-from rungd.exchange import (
+from rungd.sdk import (
+    LCK_LOCK,
+    LIBREOFFICE_LOCK,
     OUTSIDE_ROOTS,
     AsOf,
+    CallContext,
     Complete,
     Csv,
+    Description,
+    ErrorRule,
     Export,
     ExportSpec,
     Filter,
     Importer,
     ImportSpec,
+    PluginSettings,
+    Program,
+    Result,
     Roots,
+    SettleSpec,
     Taken,
+    Timing,
+    Tool,
+    ToolInputs,
     Watcher,
-    locks,
+    check_exit,
+    hookimpl,
+    run,
 )
-from rungd.hookspecs import hookimpl
 
+# A fake accounting program: offered only when a config opts in with
+# [plugins.settings.ledgerbook] (the embedded default does), never by default in production.
+DEMO_ONLY = True
 PROGRAM = Path(__file__).with_name("ledgerbook.py")
 MAX_AGE_S = 3600.0
 BATCH = Annotated[
@@ -170,7 +175,7 @@ class Ledgerbook:
             format=Csv(encoding="cp1252"),
             name_pattern=r"batch-[A-Za-z0-9][A-Za-z0-9_-]{0,31}\.csv",
             roots=roots,
-            conventions=(locks.LIBREOFFICE, locks.LCK),
+            conventions=(LIBREOFFICE_LOCK, LCK_LOCK),
             lock_targets=(self.books,),
             taken=Taken(gone=True, processed=self.processed),
         ), watcher=self.watcher)
@@ -187,8 +192,8 @@ class Ledgerbook:
 
         async def run_export() -> None:
             self.exports.mkdir(parents=True, exist_ok=True)
-            done = await runner.run(ctx, runner.Program(argv=self._argv("export", "--out", str(self.exports))))
-            runner.check_exit(done, {})
+            done = await run(ctx, Program(argv=self._argv("export", "--out", str(self.exports))))
+            check_exit(done, {})
 
         return await self.export.wait_newer(await self.export.newest(), run_export)
 
@@ -214,9 +219,9 @@ class Ledgerbook:
 
         async def process_imports() -> None:
             # Ledgerbook takes its inbox when asked; a scheduled run would do the same.
-            done = await runner.run(ctx, runner.Program(argv=self._argv(
+            done = await run(ctx, Program(argv=self._argv(
                 "import", "--inbox", str(self.inbox), "--processed", str(self.processed))))
-            runner.check_exit(done, {})
+            check_exit(done, {})
 
         result = await self.importer.run(
             ctx, f"batch-{inputs.batch}.csv", rows,
@@ -295,6 +300,6 @@ def tools(root: Path) -> list[Tool]:
 
 
 @hookimpl
-def rungd_register_tools(register: Any, config: Config) -> None:
-    for tool in tools(config.state_dir / "ledgerbook"):
+def rungd_register_tools(register: Callable[[Tool], None], settings: PluginSettings) -> None:
+    for tool in tools(settings.state_dir):
         register(tool)

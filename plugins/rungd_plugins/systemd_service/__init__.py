@@ -14,24 +14,31 @@ outcome is unknown and ``service_status_show`` settles it.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import trio
 from pydantic import BaseModel, ConfigDict, Field
-from rungd import runner
-from rungd.config import Config, plugin_settings
-from rungd.contract import (
+from rungd.sdk import (
+    AuthRequired,
     CallContext,
+    Completed,
+    ConfigError,
     Description,
     ErrorRule,
+    PluginSettings,
+    Program,
     Result,
     SettleSpec,
+    SurfaceChanged,
     Timing,
     Tool,
+    ToolError,
     ToolInputs,
+    check_exit,
+    hookimpl,
+    run,
 )
-from rungd.errors import AuthRequired, ConfigError, SurfaceChanged, ToolError
-from rungd.hookspecs import hookimpl
 
 PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "MainPID", "ActiveEnterTimestampMonotonic")
 NOT_FOUND = ErrorRule("NOT_FOUND", "no", "stop", "the operator must install the unit or fix the allow-list",
@@ -77,14 +84,14 @@ class Systemctl:
         self.settings = settings
         self.command = command
 
-    async def run(self, ctx: CallContext, *args: str, commits: bool = True) -> runner.Completed:
-        program = runner.Program(argv=(self.command, *args), env=self.settings.env, stdin="eof", commits=commits)
-        return await runner.run(ctx, program)
+    async def run(self, ctx: CallContext, *args: str, commits: bool = True) -> Completed:
+        program = Program(argv=(self.command, *args), env=self.settings.env, stdin="eof", commits=commits)
+        return await run(ctx, program)
 
     async def show(self, ctx: CallContext, service: str) -> dict[str, Any]:
         done = await self.run(ctx, "show", "--no-pager", "-p", ",".join(PROPERTIES), f"{service}.service",
                               commits=False)
-        runner.check_exit(done, {})
+        check_exit(done, {})
         fields = parse_show(done.stdout)
         if fields["load_state"] == "not-found":
             raise ToolError("NOT_FOUND", f"systemd knows no unit {service}.service", outcome="done")
@@ -96,7 +103,7 @@ class Systemctl:
             raise AuthRequired(f"systemctl needs authorization to restart {service}",
                                hint="rungd's user needs a polkit rule or sudoers entry for this unit; "
                                     "the operator must grant it", outcome="not_started")
-        runner.check_exit(done, {5: NOT_FOUND})
+        check_exit(done, {5: NOT_FOUND})
 
 
 def _tools(settings: Settings, command: str) -> list[Tool]:
@@ -183,12 +190,13 @@ def _restarted(before: dict[str, Any], after: dict[str, Any]) -> bool:
 
 
 @hookimpl
-def rungd_register_tools(register: Any, config: Config) -> None:
-    settings = plugin_settings(config, "systemd_service", Settings, 'services = ["nginx"]')
-    if settings is None:
+def rungd_register_tools(register: Callable[[Tool], None], settings: PluginSettings) -> None:
+    parsed = settings.parse(Settings, 'services = ["nginx"]')
+    if parsed is None:
         return  # not configured: no services, no tools
-    command = shutil.which(settings.systemctl)
+    command = shutil.which(parsed.systemctl)
     if command is None:
-        raise ConfigError(f"plugins.settings.systemd_service: {settings.systemctl!r} not found")
-    for tool in _tools(settings, command):
+        raise ConfigError(f"{settings.source}: key plugins.settings.{settings.name}.systemctl: "
+                          f"{parsed.systemctl!r} not found")
+    for tool in _tools(parsed, command):
         register(tool)

@@ -1,6 +1,6 @@
 """A plugin with a typo in its hook name: start-up must fail and say so."""
 
-from rungd.hookspecs import hookimpl
+from rungd.sdk import hookimpl
 
 
 @hookimpl

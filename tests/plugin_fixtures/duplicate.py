@@ -2,8 +2,7 @@
 
 from typing import Any
 
-from rungd.contract import Description, NoInputs, Result, Tool
-from rungd.hookspecs import hookimpl
+from rungd.sdk import Description, NoInputs, Result, Tool, hookimpl
 
 
 async def nothing(ctx: Any, inputs: NoInputs) -> Result:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rungd.contract import SettleSpec, Timing, Tool
-from rungd.hookspecs import hookimpl
-from tests.plugins.fake_tools import NOT_FOUND, RunInputs, describe, run_fake
+from rungd.sdk import SettleSpec, Timing, Tool, hookimpl
+from tests.plugin_fixtures.fake_tools import NOT_FOUND, RunInputs, describe, run_fake
 
 
 @hookimpl

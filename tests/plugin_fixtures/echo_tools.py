@@ -7,8 +7,7 @@ from typing import Annotated, Any
 import trio
 from pydantic import Field
 
-from rungd.contract import Description, Result, Timing, Tool, ToolInputs
-from rungd.hookspecs import hookimpl
+from rungd.sdk import Description, Result, Timing, Tool, ToolInputs, hookimpl
 
 
 def describe(does: str) -> Description:

@@ -13,10 +13,23 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from rungd import runner
-from rungd.contract import Description, ErrorRule, Result, SettleSpec, Timing, Tool, ToolInputs
-from rungd.errors import SurfaceChanged
-from rungd.hookspecs import hookimpl
+from rungd.sdk import (
+    Confirmation,
+    CredentialPrompt,
+    Description,
+    ErrorRule,
+    Limits,
+    Program,
+    Result,
+    SettleSpec,
+    SurfaceChanged,
+    Timing,
+    Tool,
+    ToolInputs,
+    check_exit,
+    hookimpl,
+    run,
+)
 
 FAKES = Path(__file__).resolve().parent.parent / "fakes"
 Fake = Literal["confirm", "password", "undeclared", "silent_read", "buffered_prompt", "eof_yes", "pager",
@@ -28,7 +41,7 @@ NOT_FOUND = ErrorRule("NOT_FOUND", "no", "repair", "check the name", "no such th
 class RunInputs(ToolInputs):
     program: Annotated[Fake, Field(description="Which fake.", examples=["confirm"])]
     args: Annotated[list[str], Field(description="Arguments.", examples=[["--stderr"]],
-                                     json_schema_extra={"allow_dash": True})] = []
+                                     json_schema_extra={"allow_dash": True, "allow_multiline": True})] = []
     confirm: Annotated[bool, Field(description="Declare the confirmation.", examples=[True])] = False
     credential: Annotated[bool, Field(description="Declare the password prompt.", examples=[True])] = False
     env_secret: Annotated[bool, Field(description="Pass the secret in the env.", examples=[True])] = False
@@ -38,20 +51,20 @@ class RunInputs(ToolInputs):
 
 
 async def run_fake(ctx: Any, inputs: RunInputs) -> Result:
-    program = runner.Program(
+    program = Program(
         argv=(str(FAKES / inputs.program), *inputs.args),
         stdin=inputs.stdin,
-        confirmations=(runner.Confirmation(re.compile(r"Proceed with deletion of \d+ records\? \[y/N\]"), "y"),)
+        confirmations=(Confirmation(re.compile(r"Proceed with deletion of \d+ records\? \[y/N\]"), "y"),)
         if inputs.confirm else (),
-        credential_prompts=(runner.CredentialPrompt(re.compile(r"^Password:"), "fake_password"),)
+        credential_prompts=(CredentialPrompt(re.compile(r"^Password:"), "fake_password"),)
         if inputs.credential else (),
         env_credentials={"FAKE_SECRET": "fake_password"} if inputs.env_secret else {},
-        limits=runner.Limits(processes=inputs.max_processes) if inputs.max_processes else None,
+        limits=Limits(processes=inputs.max_processes) if inputs.max_processes else None,
         keep_bytes=4096,
         evidence_bytes=1 << 20,
     )
-    done = await runner.run(ctx, program)
-    runner.check_exit(done, {3: NOT_FOUND})
+    done = await run(ctx, program)
+    check_exit(done, {3: NOT_FOUND})
     fields: dict[str, Any] = {
         "exit_status": done.exit_status,
         "stdout_bytes": done.stdout_bytes,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rungd.hookspecs import hookimpl
+from rungd.sdk import hookimpl
 
 SEEN: list[tuple[str, str, str]] = []
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import Field
-from rungd.contract import (
+from rungd.sdk import (
     Description,
     ErrorRule,
     Result,
@@ -26,8 +26,8 @@ from rungd.contract import (
     Timing,
     Tool,
     ToolInputs,
+    hookimpl,
 )
-from rungd.hookspecs import hookimpl
 
 
 class OneLine(Description):
