@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import pydantic
 import pytest
 from pydantic import Field
 
@@ -86,3 +87,24 @@ def test_tool_refuses_non_contract_inputs_and_unknown_log_fields() -> None:
         Tool(name="a", description=TOOL.description, inputs=Loose, outputs={}, handler=handler)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="log_fields"):
         Tool(name="a", description=TOOL.description, inputs=Inputs, outputs={}, handler=handler, log_fields=("zzz",))
+
+
+@pytest.mark.parametrize("value", ["x\nrole=admin", "x\rrole=admin", "x\u2028role=admin", "x\u0085role=admin",
+                                   "a\tb", "\x1b[2Jclear", "x\u2029y"])
+def test_line_breaks_and_control_characters_are_refused_in_one_line_inputs(value: str) -> None:
+    class One(ToolInputs):
+        value: str
+
+    with pytest.raises(pydantic.ValidationError, match="control character"):
+        One(value=value)
+    with pytest.raises(pydantic.ValidationError, match="control character"):
+        One.model_validate({"value": value})
+
+
+def test_a_multiline_field_takes_line_breaks_and_still_refuses_other_controls() -> None:
+    class Text(ToolInputs):
+        body: Annotated[str, Field(json_schema_extra={"allow_multiline": True})]
+
+    assert Text(body="line one\nline two\r\n\tindented").body.count("\n") == 2
+    with pytest.raises(pydantic.ValidationError, match=r"U\+001B"):
+        Text(body="x\x1b[31m")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -139,6 +140,11 @@ class ToolInputs(BaseModel):
     holds a NUL byte, when it is longer than ``DEFAULT_MAX_STR`` and the field sets no
     ``max_length``, or when it starts with ``-`` (it would read as an option to the legacy
     program) unless the field allows that with ``json_schema_extra={"allow_dash": True}``.
+    Line breaks (``\n``, ``\r``, U+0085, U+2028, U+2029), tabs and every other control
+    character are refused too: a program that echoes an input would otherwise print fields
+    of its own choosing (``x\nrole=admin``) into output the tool parses. A field that takes
+    text of several lines says so with ``json_schema_extra={"allow_multiline": True}``,
+    which lets ``\n``, ``\r`` and ``\t`` through, and nothing else.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -151,14 +157,33 @@ class ToolInputs(BaseModel):
         has_max = field is not None and any(
             getattr(m, "max_length", None) is not None for m in field.metadata
         )
+        multiline = bool(extra.get("allow_multiline"))
         for text in _strings_in(value):
             if "\x00" in text:
                 raise ValueError("must not contain a NUL byte")
+            bad = _control_character(text, multiline)
+            if bad is not None:
+                raise ValueError(f"must not contain the control character U+{ord(bad):04X} "
+                                 "(line breaks and control characters are refused in one-line inputs)")
             if not has_max and len(text) > DEFAULT_MAX_STR:
                 raise ValueError(f"must be at most {DEFAULT_MAX_STR} characters")
             if text.startswith("-") and not extra.get("allow_dash"):
                 raise ValueError("must not start with '-' (it would be read as an option)")
         return value
+
+
+# Characters that break a line or steer a terminal: C0 and C1 controls, and the Unicode
+# line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_MULTILINE_OK = frozenset("\n\r\t")
+
+
+def _control_character(text: str, multiline: bool) -> str | None:
+    """The first control character of ``text`` that the field does not allow, or None."""
+    for match in _CONTROL.finditer(text):
+        if not (multiline and match.group() in _MULTILINE_OK):
+            return match.group()
+    return None
 
 
 def _strings_in(value: Any) -> list[str]:
@@ -276,6 +301,7 @@ class Tool:
         for prop in schema.get("properties", {}).values():
             prop.pop("title", None)
             prop.pop("allow_dash", None)
+            prop.pop("allow_multiline", None)
         schema.setdefault("properties", {})
         schema.setdefault("required", [])
         schema["additionalProperties"] = False
