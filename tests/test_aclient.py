@@ -1,8 +1,8 @@
-"""rungd.aclient.AsyncClient: the sync client's API, awaitable on asyncio.
+"""rungd.aclient.AsyncClient: the sync client's API, awaitable on asyncio and on Trio.
 
-Each test runs its asyncio code with ``asyncio.run`` in a worker thread while the daemon
+The asyncio tests run their code with ``asyncio.run`` in a worker thread while the daemon
 serves in the test's Trio nursery, which is how an asyncio agent framework meets a daemon
-it did not start.
+it did not start. The Trio tests await the client directly, in the test's own loop.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 import trio
+from rungd_ledgers import iter_records
+
 from rungd import protocol
 from rungd.aclient import AsyncClient
 from rungd.client import Client, ClientError, ConnectFailed, RequestRejected
@@ -27,7 +29,7 @@ from tests.conftest import TEST_PLUGINS
 def rungd_config_toml() -> str:
     return f"""
 [plugins]
-files = ["{TEST_PLUGINS / 'echo_tools.py'}"]
+files = ["{TEST_PLUGINS / 'echo_tools.py'}", "{TEST_PLUGINS / 'fake_tools.py'}"]
 """
 
 
@@ -161,3 +163,63 @@ async def test_cancelled_request_closes_the_connection(short_tmp) -> None:
                 await c.hello()
 
     await in_asyncio(lambda: silent_server(short_tmp / "slow.sock", None, go))
+
+
+# --- Trio, and what a cancelled request leaves behind -----------------------------------------
+
+SLOW_WRITE = {"program": "busy", "args": ["--mode", "sleep", "--seconds", "1"]}
+
+
+def dispatches(daemon: Any, tool: str) -> int:
+    ledger = daemon.config.state_dir / "ledger"
+    return sum(1 for r in iter_records(ledger) if r.tool == tool and r.event == "dispatched")
+
+
+async def test_works_under_trio_without_a_thread(rungd_daemon) -> None:
+    async with AsyncClient(rungd_daemon.socket) as c:
+        assert (await c.hello()).pid == os.getpid()
+        env = await c.call("test_text_echo", {"text": "t", "times": 3})
+        assert (env.status, env.fields) == ("ok", {"text": "ttt"})
+        async with trio.open_nursery() as nursery:  # concurrent awaits on one client take turns
+            for i in range(4):
+                nursery.start_soon(c.call, "test_text_echo", {"text": str(i)})
+        with pytest.raises(RequestRejected) as info:
+            await c.describe("no_such_tool")
+        assert info.value.code == "UNKNOWN_TOOL"
+
+
+async def test_nothing_listening_is_connect_failed_under_trio(short_tmp) -> None:
+    with pytest.raises(ConnectFailed, match="rungd serve") as caught:
+        async with AsyncClient(short_tmp / "nobody.sock"):
+            pass
+    assert caught.value.reason == "missing"
+
+
+async def test_a_cancelled_write_keeps_running_and_its_request_id_gets_the_result_under_trio(rungd_daemon) -> None:
+    async with AsyncClient(rungd_daemon.socket) as c:
+        with trio.move_on_after(0.3) as waiting:
+            await c.call("fake_write_slow", SLOW_WRITE, request_id="cancel-trio")
+        assert waiting.cancelled_caught
+        # The client says what happened to the request, not merely "use async with".
+        with pytest.raises(ClientError, match=r"not connected.*call fake_write_slow \(request_id cancel-trio\)"):
+            await c.hello()
+        await c.connect()
+        again = await c.call("fake_write_slow", SLOW_WRITE, request_id="cancel-trio", wait_s=20)
+    assert (again.status, again.effect) == ("ok", "changed"), again.error
+    assert dispatches(rungd_daemon, "fake_write_slow") == 1  # the repeat ran nothing
+
+
+async def test_a_cancelled_write_keeps_running_and_its_request_id_gets_the_result_under_asyncio(rungd_daemon) -> None:
+    async def go() -> Any:
+        async with AsyncClient(rungd_daemon.socket) as c:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.3):
+                    await c.call("fake_write_slow", SLOW_WRITE, request_id="cancel-aio")
+            with pytest.raises(ClientError, match=r"not connected.*request_id cancel-aio"):
+                await c.status("c0123456789abcdef")
+            await c.connect()
+            return await c.call("fake_write_slow", SLOW_WRITE, request_id="cancel-aio", wait_s=20)
+
+    again = await in_asyncio(go)
+    assert (again.status, again.effect) == ("ok", "changed"), again.error
+    assert dispatches(rungd_daemon, "fake_write_slow") == 1

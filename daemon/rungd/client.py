@@ -111,7 +111,7 @@ def connect_failed(path: Path, exc: OSError) -> ConnectFailed:
     kind = _file_kind(path)
     if isinstance(exc, FileNotFoundError):
         return ConnectFailed(
-            f"{where}: no such file; hint: rungd is not running there or this is the wrong path: start it with "
+            f"{where}: no such file (rungd is not running, or this is not its socket); hint: start it with "
             "`rungd serve` (or `systemctl start rungd`), or point --socket / RUNGD_SOCKET at its socket",
             path, "missing")
     if isinstance(exc, PermissionError):

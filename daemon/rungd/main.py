@@ -15,7 +15,7 @@ from pathlib import Path
 
 import trio
 
-from rungd.config import load_config
+from rungd.ctl.cli import fail, read_config, unexpected, version
 from rungd.daemon import Daemon, run_until_signalled
 from rungd.errors import ConfigError, PluginError
 from rungd.server import SocketInUse
@@ -23,6 +23,18 @@ from rungd.server import SocketInUse
 EXIT_OK = 0
 EXIT_CONFIG = 2
 EXIT_RUNTIME = 1
+
+EXIT_CODES = """\
+exit status:
+  0  ok (serve: stopped by SIGTERM or SIGINT)
+  1  the daemon could not run or failed (socket in use, a path it cannot use)
+  2  the configuration or a plugin is not valid, or cannot be read
+
+environment:
+  RUNGD_CONFIG   config file to use when --config is not given
+  RUNGD_SOCKET   socket path; overrides the config's
+  RUNGD_DEBUG=1  print the traceback of an unexpected failure
+"""
 
 
 class JournalFormatter(logging.Formatter):
@@ -59,23 +71,42 @@ def setup_logging(verbose: bool, quiet: bool = False) -> None:
     root.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rungd", description="Serve task-shaped tools around legacy programs.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rungd", description="Serve task-shaped tools around legacy programs.",
+                                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"rungd {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, text in (("serve", "run the daemon until SIGTERM or SIGINT"),
                        ("check-config", "validate the configuration and plugins, list the tools"),
                        ("demo", "serve the embedded default and walk through a few calls")):
-        cmd = sub.add_parser(name, help=text)
-        cmd.add_argument("--config", type=Path, help="TOML file (default: the embedded default)")
-        cmd.add_argument("-v", "--verbose", action="store_true")
-    args = parser.parse_args(argv)
+        cmd = sub.add_parser(name, help=text, description=text, epilog=EXIT_CODES,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+        cmd.add_argument("--config", type=Path,
+                         help="TOML file (default: $RUNGD_CONFIG, else the embedded default)")
+        cmd.add_argument("-v", "--verbose", action="store_true", help="log debug lines too")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one ``rungd`` command; returns its exit status (see ``EXIT_CODES``)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        return 130  # 128 + SIGINT, as a shell reports it
+    except Exception as exc:  # the last resort: one line, the traceback only with RUNGD_DEBUG=1
+        unexpected("rungd", exc)
+        return EXIT_RUNTIME
+
+
+def run(args: argparse.Namespace) -> int:
     # The demo prints a walkthrough; the daemon's own log would only interleave with it.
     setup_logging(args.verbose, quiet=args.command == "demo")
     try:
-        config = load_config(args.config)
+        config = read_config(args.config)
         daemon = Daemon(config)
     except (ConfigError, PluginError) as exc:
-        print(f"rungd: {exc}", file=sys.stderr)
+        fail("rungd", str(exc))
         return EXIT_CONFIG
     if args.command == "check-config":
         print(f"config ok: {config.source}")
@@ -92,13 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             trio.run(run_until_signalled, daemon)
     except SocketInUse as exc:
-        print(f"rungd: {exc}; hint: stop the other daemon or set server.socket", file=sys.stderr)
+        fail("rungd", f"{exc}; hint: stop the other daemon or set server.socket")
         return EXIT_RUNTIME
     except OSError as exc:
-        print(f"rungd: {exc}", file=sys.stderr)
+        fail("rungd", f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}; hint: check that the "
+             "paths in the config (server.socket, state.dir) exist and this user may write them")
         return EXIT_RUNTIME
     return EXIT_OK
-
 
 if __name__ == "__main__":
     sys.exit(main())

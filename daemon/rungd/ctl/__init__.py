@@ -27,7 +27,28 @@ Modules:
     app        the parser built from the table, and main: the one error boundary
 """
 
-from rungd.ctl.app import build_parser, main
-from rungd.ctl.show import print_envelope
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["build_parser", "main", "print_envelope"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``rungctl`` console script; see ``rungd.ctl.app.main``."""
+    # Imported here so that `rungd`, which shares rungd.ctl.cli, does not load every command.
+    from rungd.ctl.app import main as run
+
+    return run(argv)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "build_parser":
+        from rungd.ctl.app import build_parser
+
+        return build_parser
+    if name == "print_envelope":
+        from rungd.ctl.show import print_envelope
+
+        return print_envelope
+    raise AttributeError(f"module 'rungd.ctl' has no attribute {name!r}")

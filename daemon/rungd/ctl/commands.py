@@ -19,8 +19,8 @@ from rungd.ctl.registry import (
     arg,
     command,
     envelope_exit,
-    read_config,
 )
+from rungd.ctl.cli import read_config
 from rungd.ctl.show import as_json, local_time, print_definition, print_envelope, record_details
 from rungd.envelope import Envelope
 from rungd.errors import ConfigError

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from rungd.client import Client
-from rungd.config import CONFIG_ENV, Config, load_config
+from rungd.config import CONFIG_ENV, Config
+from rungd.ctl.cli import read_config
 from rungd.envelope import Envelope
-from rungd.errors import ConfigError
 
 EXIT_OK, EXIT_ERROR_RESULT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_PENDING = 0, 1, 2, 3, 4
 
@@ -64,23 +64,6 @@ def envelope_exit(env: Envelope) -> int:
     if env.status == "error" and env.error is not None and env.error.code in USAGE_CODES:
         return EXIT_USAGE
     return {"ok": EXIT_OK, "error": EXIT_ERROR_RESULT, "pending": EXIT_PENDING}[env.status]
-
-
-def read_config(path: Path | None) -> Config:
-    """``load_config`` with an unreadable file said in one line, like a missing one.
-
-    Raises:
-        ConfigError: missing, unreadable, not TOML or not valid.
-    """
-    try:
-        return load_config(path)
-    except OSError as exc:  # load_config itself explains only a missing file
-        where = exc.filename or path or os.environ.get(CONFIG_ENV) or "the config"
-        raise ConfigError(
-            f"{where}: cannot read it: {exc.strerror or exc}; hint: run as a user who may read it "
-            "(see `ls -l` on it; the daemon's config is usually readable by group rungd), "
-            "or pass --config to a readable copy"
-        ) from None
 
 
 class Context:
