@@ -42,6 +42,10 @@ class CredentialStore:
         if file is not None:
             self._values = _read_file(file)
 
+    def use_plugins(self, pm: pluggy.PluginManager) -> None:
+        """Ask these plugins from now on (after a reload)."""
+        self._pm = pm
+
     def get(self, name: str, tool: str) -> str | None:
         if name in self._values:
             return self._values[name]

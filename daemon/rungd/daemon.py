@@ -26,7 +26,7 @@ from rungd.engine import Dispatcher
 from rungd.engine.recovery import recover
 from rungd.envelope import Envelope
 from rungd.gates import check_gates
-from rungd.plugins import collect_tools, make_plugin_manager
+from rungd.plugins import Hooks
 from rungd.server import Connection, ConnectionLimits, Replies, bind_unix_socket
 
 log = logging.getLogger("rungd")
@@ -46,8 +46,9 @@ class Daemon:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.pm = make_plugin_manager(config)
-        self.tools = collect_tools(self.pm, config)
+        self.hooks = Hooks.load(config)
+        self.pm = self.hooks.pm
+        self.tools = self.hooks.collect_tools(config)
         check_gates([reg.tool for reg in self.tools.values()], config)
         self.credentials = CredentialStore(config.credentials.file, self.pm)
         self.audit: Audit | None = None
@@ -149,13 +150,29 @@ class Daemon:
             self._limits.leave(uid)
 
     def _observe(self, tool: str, envelope: Envelope, caller: Caller) -> None:
-        """Hand a final result to every plugin's observer; one that fails is logged and skipped."""
-        for impl in self.pm.hook.rungd_observe_result.get_hookimpls():
-            try:
-                impl.function(**{k: v for k, v in {"tool": tool, "envelope": envelope, "caller": caller}.items()
-                                 if k in impl.argnames})
-            except Exception:  # an observer must never change or lose the result
-                log.exception("result observer %s failed", impl.plugin_name)
+        # Through self.hooks at call time: a reload swaps them.
+        self.hooks.observe_result(tool, envelope, caller)
+
+    def reload(self) -> None:
+        """Load the plugins and tool files again (SIGHUP, ``systemctl reload rungd``).
+
+        New calls see the new tools at once; running and held calls keep the tool they
+        started with, so no approval is dropped. The configuration file itself is read at
+        start only. A plugin or tool file that fails to load leaves everything as it was,
+        and the journal says why.
+        """
+        try:
+            hooks = Hooks.load(self.config)
+            tools = hooks.collect_tools(self.config)
+            check_gates([reg.tool for reg in tools.values()], self.config)
+        except Exception as exc:  # whatever a plugin raises, the daemon keeps serving as before
+            log.error("reload failed, nothing changed: %s", exc)
+            return
+        self.hooks, self.pm, self.tools = hooks, hooks.pm, tools
+        self.credentials.use_plugins(hooks.pm)
+        if self.dispatcher is not None:
+            self.dispatcher.admission.tools = tools
+        log.info("reloaded: %d tools", len(tools))
 
     def _unlink_socket(self) -> None:
         self.socket_path.unlink(missing_ok=True)
@@ -183,16 +200,33 @@ def _raise_descriptor_limit(wanted: int = 16384) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-async def run_until_signalled(daemon: Daemon, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down gracefully.
+# Every signal whose default is to end the process, and what the daemon does with it instead.
+# SIGQUIT keeps its default (quit with a core dump, which the unit turns off): an operator's
+# deliberate last resort.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RELOAD_SIGNALS = (signal.SIGHUP,)
+IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
 
-    Reports ``started`` once the socket is listening and the signals are caught.
+
+async def run_until_signalled(daemon: Daemon, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully; reload on SIGHUP.
+
+    SIGUSR1, SIGUSR2 and SIGALRM would end the process silently by default: they are caught,
+    logged and ignored. Reports ``started`` once the socket is listening and the signals
+    are caught.
     """
     async with trio.open_nursery() as nursery:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(*STOP_SIGNALS, *RELOAD_SIGNALS, *IGNORED_SIGNALS) as signals:
             await nursery.start(daemon.serve)
             task_status.started()
             async for signum in signals:
-                log.info("received %s", signal.Signals(signum).name)
-                daemon.stop()
-                break
+                name = signal.Signals(signum).name
+                if signum in RELOAD_SIGNALS:
+                    log.info("received %s: reloading plugins and tool files", name)
+                    daemon.reload()
+                elif signum in IGNORED_SIGNALS:
+                    log.warning("received %s: ignored (SIGTERM stops rungd, SIGHUP reloads it)", name)
+                else:
+                    log.info("received %s", name)
+                    daemon.stop()
+                    break
