@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pwd
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -334,4 +336,32 @@ expect = {{ value = "{{value}}" }}
     assert db.read_text() == "two"  # it did change
     assert (env.error.code, env.outcome, env.next_action) == ("AUTH_REQUIRED", "unknown", "reconcile")
     assert env.settle.tool == "kv_value_show" and env.settle.expect == {"value": "two"}
+    daemon.daemon.stop()
+
+
+def test_a_misspelled_key_gets_the_closest_valid_ones(short_tmp) -> None:
+    folder = tool_dir(short_tmp, TOOL_FILE.replace("log_fields = [\"item\"]", "log_feilds = [\"item\"]", 1))
+    with pytest.raises(ConfigError) as caught:
+        read_tool_file(folder / "stock.toml")
+    assert "key tools.stock_item_show.log_feilds: unknown key; did you mean log_fields?" in str(caught.value)
+
+
+GUIDE = Path(__file__).resolve().parent.parent / "plugins" / "README.md"
+
+
+@pytest.mark.skipif(not shutil.which("getent"), reason="getent is not installed")
+async def test_the_plugin_guides_getent_tool_file_parses_clean_fields(short_tmp, nursery) -> None:
+    from rungd.testing import start_daemon
+
+    # The guide's section 2, as a reader would copy it.
+    text = GUIDE.read_text(encoding="utf-8").split("```toml\n", 1)[1].split("```", 1)[0]
+    folder = short_tmp / "tools"
+    folder.mkdir()
+    (folder / "accounts.toml").write_text(text, encoding="utf-8")
+    config = load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n'))
+    daemon = await start_daemon(nursery, config)
+    env = await daemon.call("accounts_user_show", {"user": "root"})
+    assert env.status == "ok", env.error
+    assert env.fields["shell"] == pwd.getpwnam("root").pw_shell  # no trailing newline
+    assert env.fields["home"] == pwd.getpwnam("root").pw_dir and env.fields["uid"] == 0
     daemon.daemon.stop()

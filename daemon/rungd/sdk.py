@@ -37,8 +37,14 @@ Rung 3, file exchange (``rungd.exchange``): ``exchange`` is the package as a nam
 its public names are also here
     Export, ExportSpec, ExportRead, AsOf, Complete, Csv, Tsv, JsonLines, FixedWidth, Filter,
     RowSchema, Importer, ImportSpec, Taken, ImportOutcome, Roots, OutsideRoots, OUTSIDE_ROOTS,
-    checked_name, glob, Watcher
+    NotAFile, NOT_A_FILE, checked_name, glob, Watcher
+    ExportLimits        how big an export may be before reading it is refused
     LIBREOFFICE_LOCK, LCK_LOCK, STEM_LCK_LOCK, MS_OFFICE_LOCK   lock-file conventions
+
+Regular expressions an operator writes (``rungd.exchange.patterns``)
+    catastrophic_pattern(p)   why ``p`` can backtrack catastrophically, or None
+    refused_pattern(p)        the same, remembered per pattern, and an invalid one refused
+    PATTERN_HINT              how to rewrite a refused pattern, for an error's hint
 
 Test helpers for plugin authors live in ``rungd.testing`` (a pytest plugin; it needs the
 ``test`` extra), not here, so a plugin never imports pytest at run time.
@@ -83,6 +89,7 @@ from rungd.errors import (
     UnexpectedState,
 )
 from rungd.exchange import (
+    NOT_A_FILE,
     OUTSIDE_ROOTS,
     AsOf,
     Complete,
@@ -95,6 +102,7 @@ from rungd.exchange import (
     Importer,
     ImportSpec,
     JsonLines,
+    NotAFile,
     OutsideRoots,
     Roots,
     RowSchema,
@@ -104,8 +112,12 @@ from rungd.exchange import (
     checked_name,
     glob,
 )
+from rungd.exchange import Limits as ExportLimits
 from rungd.exchange import Outcome as ImportOutcome
 from rungd.exchange import locks as _locks
+from rungd.exchange.patterns import HINT as PATTERN_HINT
+from rungd.exchange.patterns import catastrophic as catastrophic_pattern
+from rungd.exchange.patterns import refused as refused_pattern
 from rungd.hookspecs import hookimpl
 from rungd.plugins import PluginSettings
 from rungd.runner import Completed, Confirmation, CredentialPrompt, Limits, Program, check_exit, run
@@ -122,7 +134,9 @@ __all__ = [
     "LCK_LOCK",
     "LIBREOFFICE_LOCK",
     "MS_OFFICE_LOCK",
+    "NOT_A_FILE",
     "OUTSIDE_ROOTS",
+    "PATTERN_HINT",
     "STEM_LCK_LOCK",
     "AsOf",
     "AuthRequired",
@@ -141,6 +155,7 @@ __all__ = [
     "Envelope",
     "ErrorRule",
     "Export",
+    "ExportLimits",
     "ExportRead",
     "ExportSpec",
     "Failed",
@@ -156,6 +171,7 @@ __all__ = [
     "Locked",
     "NextAction",
     "NoInputs",
+    "NotAFile",
     "Outcome",
     "OutsideRoots",
     "PluginSettings",
@@ -178,11 +194,13 @@ __all__ = [
     "Tsv",
     "UnexpectedState",
     "Watcher",
+    "catastrophic_pattern",
     "check_exit",
     "checked_name",
     "exchange",
     "glob",
     "hookimpl",
+    "refused_pattern",
     "run",
     "shows",
 ]
