@@ -323,3 +323,33 @@ def test_json_output_carries_every_field_and_the_verdict() -> None:
     assert doc["ok"] is False and doc["counts"]["fix-first"] == 1
     assert doc["findings"][0] == {"tool": "test_item_mark", "rank": "fix-first", "code": "write.settle_missing",
                                   "message": findings[0].message, "fix": findings[0].fix}
+
+
+# --- scaffold placeholders ---------------------------------------------------------------------
+
+
+def test_a_fill_in_placeholder_is_a_fix_first_finding_naming_its_key() -> None:
+    clean = definition(description=Description(
+        "Reads one record. Changes nothing.", "you need a record.", "you want to change it; use nothing.",
+        "the record.", "NOT_FOUND (check the name).", "ask the user; do not guess.").text())
+    assert "text.placeholder" not in {f.code for f in lint([clean])}
+    unfinished = definition(
+        description=clean.description.replace("you need a record.", "FILL IN: the situations."),
+        input_schema={"type": "object", "properties": {"id": {"type": "string", "description": "FILL IN",
+                                                             "examples": ["FILL-IN"]}},
+                      "required": ["id"], "additionalProperties": False},
+    )
+    found = [f for f in lint([unfinished]) if f.code == "text.placeholder"]
+    assert {f.rank for f in found} == {"fix-first"}
+    assert sorted(f.message.split(" still")[0] for f in found) == [
+        "description", "input_schema.properties.id.description", "input_schema.properties.id.examples[0]"]
+    assert exit_status(found) == 1
+
+
+def test_lint_does_not_import_the_server() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, rungd.lint; print('rungd.server' in sys.modules, 'trio' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False", "False"], done.stderr

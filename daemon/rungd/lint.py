@@ -46,6 +46,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from rungd.catalog import describe
 from rungd.contract import Description
 from rungd.definitions import (
     PROVIDER_NAME,
@@ -55,6 +56,7 @@ from rungd.definitions import (
     to_anthropic,
 )
 from rungd.errors import CORE_ERRORS, NextAction, Retry
+from rungd.plugins import Hooks
 from rungd.protocol import ToolDefinition
 
 if TYPE_CHECKING:
@@ -195,9 +197,6 @@ def lint(definitions: Iterable[ToolDefinition], known_tools: Iterable[str] | Non
 
 def lint_tool(tool: Tool, plugin: str = "", known_tools: Iterable[str] | None = None) -> list[Finding]:
     """``lint`` for one ``Tool`` declaration, through the definition the daemon would serve."""
-    # The server imports Trio; only this helper needs it.
-    from rungd.server import describe
-
     return lint([describe(tool, plugin)], known_tools)
 
 
@@ -207,13 +206,10 @@ def definitions_from_config(config: Config) -> list[ToolDefinition]:
     For ``rungctl lint --config`` in CI: the same plugins, loaded the same way.
 
     Raises:
-        PluginError: as ``make_plugin_manager`` and ``collect_tools`` do.
+        PluginError: as ``Hooks.load`` and ``Hooks.collect_tools`` do.
         ConfigError: a plugin's own settings (``plugins.settings.NAME``) do not validate.
     """
-    from rungd.plugins import collect_tools, make_plugin_manager
-    from rungd.server import describe
-
-    tools = collect_tools(make_plugin_manager(config), config)
+    tools = Hooks.load(config).collect_tools(config)
     return [describe(reg.tool, reg.plugin) for reg in tools.values()]
 
 
