@@ -205,7 +205,8 @@ async def test_a_cancelled_write_keeps_running_and_its_request_id_gets_the_resul
             await c.hello()
         await c.connect()
         again = await c.call("fake_write_slow", SLOW_WRITE, request_id="cancel-trio", wait_s=20)
-    assert (again.status, again.effect) == ("ok", "changed"), again.error
+    # The first call's result: "changed" if the repeat waited for it, "existing" once it is in the ledger.
+    assert again.status == "ok" and again.effect in ("changed", "existing"), again.error
     assert dispatches(rungd_daemon, "fake_write_slow") == 1  # the repeat ran nothing
 
 
@@ -221,5 +222,6 @@ async def test_a_cancelled_write_keeps_running_and_its_request_id_gets_the_resul
             return await c.call("fake_write_slow", SLOW_WRITE, request_id="cancel-aio", wait_s=20)
 
     again = await in_asyncio(go)
-    assert (again.status, again.effect) == ("ok", "changed"), again.error
+    # The first call's result: "changed" if the repeat waited for it, "existing" once it is in the ledger.
+    assert again.status == "ok" and again.effect in ("changed", "existing"), again.error
     assert dispatches(rungd_daemon, "fake_write_slow") == 1
