@@ -418,3 +418,33 @@ async def test_reaper_never_steals_the_status_of_children_in_the_daemons_own_ses
         await trio.to_thread.run_sync(run_false)
         nursery.cancel_scope.cancel()
     assert statuses == [1] * 40
+
+
+def test_sweep_removes_old_empty_call_cgroups_and_kills_the_recovered_ones() -> None:
+    from rungd.proctree import _own_cgroup, sweep_cgroups
+
+    base = _own_cgroup()
+    if base is None or not os.access(base, os.W_OK):
+        pytest.skip("no writable cgroup v2 hierarchy here")
+    old, fresh = base / f"rungd-c{secrets.token_hex(8)}", base / f"rungd-c{secrets.token_hex(8)}"
+    crashed, running = base / f"rungd-c{secrets.token_hex(8)}", base / f"rungd-c{secrets.token_hex(8)}"
+    sleepers = {}
+    for path in (old, fresh, crashed, running):
+        path.mkdir()
+    for path in (crashed, running):
+        sleepers[path] = subprocess.Popen(["sleep", "60"])
+        (path / "cgroup.procs").write_text(f"{sleepers[path].pid}\n")
+    an_hour_ago = time.time() - 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    try:
+        sweep_cgroups([crashed.name.removeprefix("rungd-")])
+        assert not old.exists() and fresh.exists()
+        assert not crashed.exists() and sleepers[crashed].wait(timeout=5) == -signal.SIGKILL
+        assert running.exists() and sleepers[running].poll() is None  # another call's: untouched
+    finally:
+        for proc in sleepers.values():
+            proc.kill()
+            proc.wait()
+        for path in (fresh, running):
+            with contextlib.suppress(OSError):  # emptied by the kills above
+                path.rmdir()

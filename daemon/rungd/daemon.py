@@ -78,7 +78,8 @@ class Daemon:
         ledger = self.config.ledger
         self.audit = Audit(state / "ledger", retention_s=ledger.retention_days * 86400,
                            rotate_bytes=ledger.rotate_bytes)
-        recover(self.audit, {name: reg.tool for name, reg in self.tools.items()})
+        recovered = recover(self.audit, {name: reg.tool for name, reg in self.tools.items()})
+        proctree.sweep_cgroups(recovered)
         # Every call of an earlier run is over: sweep their work folders (and any credential
         # file a crash left in one), then make the folder anew, private.
         shutil.rmtree(state / "work", ignore_errors=True)

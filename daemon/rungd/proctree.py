@@ -507,6 +507,46 @@ class CallCgroup:
         return True
 
 
+# An empty call cgroup younger than this may be one another daemon in the same cgroup (a
+# test run, a second instance) just made for a call it is starting: leave it.
+_SWEEP_MIN_AGE_S = 60.0
+
+
+def sweep_cgroups(recovered: Collection[str]) -> int:
+    """Remove the call cgroups an earlier run left under the daemon's own (a crash, a kill).
+
+    An empty one is removed once it is a minute old. One that still holds processes is
+    killed (``cgroup.kill``) and removed only if its call is among ``recovered``, the calls
+    this daemon's ledger says a previous run left unfinished: any other belongs to a call
+    still running somewhere. Removal waits, bounded, for the kernel to empty it; a process
+    stuck in the kernel keeps its cgroup, and the next start tries again.
+
+    Args:
+        recovered: call_ids recovery just finished as interrupted.
+
+    Returns:
+        How many were removed.
+    """
+    base = _own_cgroup()
+    if base is None:
+        return 0
+    removed = 0
+    for path in base.glob("rungd-*"):
+        cgroup = CallCgroup(path)
+        if not cgroup.pids():
+            with contextlib.suppress(OSError):
+                if time.time() - path.stat().st_mtime >= _SWEEP_MIN_AGE_S:
+                    removed += cgroup.remove()
+            continue
+        if path.name.removeprefix("rungd-") in recovered:
+            cgroup.kill()
+            deadline = time.monotonic() + _KILL_WAIT_S
+            while cgroup.pids() and time.monotonic() < deadline:
+                time.sleep(_KILL_POLL_S)
+        removed += cgroup.remove()
+    return removed
+
+
 class Reaper:
     """Reaps the zombies the daemon adopted as a child subreaper, and no others.
 
