@@ -269,8 +269,8 @@ class FrameBuffer:
     """Length-prefixed frames from a byte stream, with no I/O of its own (sans-IO).
 
     The owner of the socket feeds it what it receives and takes whole frame bodies out, so
-    the sync client, the async client and the server share one framing, and a test can
-    drive it with plain bytes:
+    both clients share one framing (the server's ``FrameReader`` is to move onto it), and a
+    test can drive it with plain bytes:
 
         frames = FrameBuffer(max_frame)
         while (body := frames.next_frame()) is None:
