@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 from rungd_ledgers import IdempotencyIndex, Ledger
+from rungd_ledgers.writer import DEFAULT_RESERVE_BYTES
 from rungd_ledgers import LedgerUnavailable as LedgerWriteFailed
 
 from rungd.errors import LedgerUnavailable
@@ -39,10 +40,11 @@ class Audit:
         LedgerCorrupt: a record in the ledger cannot be read (run ``rungctl ledger verify``).
     """
 
-    def __init__(self, folder: Path, *, retention_s: float, rotate_bytes: int) -> None:
+    def __init__(self, folder: Path, *, retention_s: float, rotate_bytes: int,
+                 reserve_bytes: int = DEFAULT_RESERVE_BYTES) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
-        self.ledger = Ledger.open(folder, rotate_bytes=rotate_bytes)
+        self.ledger = Ledger.open(folder, rotate_bytes=rotate_bytes, reserve_bytes=reserve_bytes)
         if self.ledger.repair is not None:
             log.warning("ledger: a torn last line was moved aside: %s", self.ledger.repair)
         self.index = IdempotencyIndex.rebuild(folder, retention_seconds=retention_s)
@@ -57,8 +59,13 @@ class Audit:
         """
         await self.record_many([(event, call_id, tool, fields)])
 
-    async def record_many(self, events: list[tuple[str, str, str, dict[str, Any]]]) -> None:
+    async def record_many(self, events: list[tuple[str, str, str, dict[str, Any]]], *, new_work: bool = False) -> None:
         """Append events of one call together, in order, with one fsync; then update the index.
+
+        Args:
+            events: ``(event, call_id, tool, fields)`` in order.
+            new_work: the events start something (received and dispatched or held): refused
+                while the ledger cannot keep its reserve, so what runs can always finish.
 
         Raises:
             LedgerUnavailable: as ``record``; none of the events was recorded.
@@ -66,10 +73,14 @@ class Audit:
         Cancellation: not abandoned: once handed to the writer, a record is either durable
         or failed before this returns, so the index never disagrees with the file.
         """
+        def append() -> list[Any]:
+            if new_work and self.ledger.low_on_space:
+                raise LedgerWriteFailed("the disk holding the ledger is nearly full (its reserve for "
+                                        "finishing running calls cannot be kept)")
+            return self.ledger.append_many(events)
+
         try:
-            records = await trio.to_thread.run_sync(
-                lambda: self.ledger.append_many(events), abandon_on_cancel=False, limiter=self.limiter
-            )
+            records = await trio.to_thread.run_sync(append, abandon_on_cancel=False, limiter=self.limiter)
         except LedgerWriteFailed as exc:
             log.error("ledger write failed: %s", exc, extra={"call_id": events[0][1], "tool": events[0][2]})
             raise LedgerUnavailable(

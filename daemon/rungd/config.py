@@ -62,6 +62,9 @@ class StateConfig(_Section):
 class LedgerConfig(_Section):
     rotate_bytes: int = Field(64 << 20, ge=1 << 16, examples=[67108864])
     retention_days: float = Field(7.0, gt=0, examples=[7])
+    # Kept allocated past the end of the ledger, so calls already running can always record
+    # how they finished; when it cannot be kept, new calls get LEDGER_UNAVAILABLE.
+    reserve_bytes: int = Field(1 << 20, ge=0, le=1 << 30, examples=[1048576])
 
 
 class AccessRule(_Section):

@@ -77,7 +77,7 @@ class Daemon:
         _raise_descriptor_limit()
         ledger = self.config.ledger
         self.audit = Audit(state / "ledger", retention_s=ledger.retention_days * 86400,
-                           rotate_bytes=ledger.rotate_bytes)
+                           rotate_bytes=ledger.rotate_bytes, reserve_bytes=ledger.reserve_bytes)
         recovered = recover(self.audit, {name: reg.tool for name, reg in self.tools.items()})
         proctree.sweep_cgroups(recovered)
         # Every call of an earlier run is over: sweep their work folders (and any credential

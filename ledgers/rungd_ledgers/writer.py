@@ -24,6 +24,15 @@ Records go to ``ledger-000001.jsonl``, ``ledger-000002.jsonl``, ...: once the cu
 has passed ``rotate_bytes``, the next batch starts a new one, and the chain runs on across
 files. Creating a file fsyncs the folder too, so the file's name survives a crash.
 
+Reserve
+-------
+A full disk must not cost the records that finish what was started. The writer keeps
+``reserve_bytes`` allocated past the end of the current file (``fallocate`` with
+``FALLOC_FL_KEEP_SIZE``: the file's size does not change, its blocks are taken), topped up
+after every batch. When the reserve cannot be made whole, ``low_on_space`` says so: the
+daemon then starts nothing new, while records of calls already running still land in the
+reserve. A filesystem that cannot reserve (no fallocate) writes as before.
+
 Failure
 -------
 When the write or fsync fails (``ENOSPC``, ``EIO``), every append of the batch raises
@@ -35,6 +44,8 @@ chain as if the failed batch had never been tried.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import fcntl
 import os
 import threading
@@ -50,6 +61,9 @@ from rungd_ledgers.files import file_name, file_number, ledger_files
 from rungd_ledgers.records import EVENTS, SCHEMA_VERSION, Record, decoder, encoder
 
 DEFAULT_ROTATE_BYTES: Final = 64 * 1024 * 1024
+# Room for the finished records of a few hundred running calls.
+DEFAULT_RESERVE_BYTES: Final = 1024 * 1024
+_FALLOC_FL_KEEP_SIZE: Final = 0x01
 
 # Filled in when a record is sealed; a caller passing one is confused about who owns them.
 _SEALED_FIELDS: Final = frozenset({"v", "seq", "time", "prev", "hash"})
@@ -100,10 +114,14 @@ class Ledger:
         rotate_bytes: int,
         repair: TornRepair | None,
         last: Record | None,
+        reserve_bytes: int = DEFAULT_RESERVE_BYTES,
     ) -> None:
         self._folder = folder
         self._dir_fd = dir_fd
         self._rotate_bytes = rotate_bytes
+        self._reserve_bytes = reserve_bytes
+        self._reserved_to = 0  # the file offset up to which blocks are allocated
+        self._low = False
         self._repair = repair
         # (seq, hash) of the last durable record: where the next batch chains on.
         self._head = (last.seq, last.hash) if last is not None else (0, GENESIS)
@@ -118,7 +136,8 @@ class Ledger:
         self._needs_truncate = False
 
     @classmethod
-    def open(cls, folder: str | os.PathLike[str], *, rotate_bytes: int = DEFAULT_ROTATE_BYTES) -> Ledger:
+    def open(cls, folder: str | os.PathLike[str], *, rotate_bytes: int = DEFAULT_ROTATE_BYTES,
+             reserve_bytes: int = DEFAULT_RESERVE_BYTES) -> Ledger:
         """Open the ledger in ``folder``, creating the folder and its first file if needed.
 
         A partial last line left by a crash is moved aside (see ``TornRepair`` and the
@@ -129,6 +148,8 @@ class Ledger:
             folder: the ledger folder, ``<state>/ledger``.
             rotate_bytes: once the current file has grown past this, the next batch of
                 records starts a new file.
+            reserve_bytes: space kept allocated past the end of the file for records
+                that finish what was started (see "Reserve" above); 0 keeps none.
 
         Raises:
             LedgerUnavailable: another ``Ledger`` has the folder open.
@@ -152,8 +173,10 @@ class Ledger:
                 ) from None
             files = ledger_files(folder)
             repair = _repair_torn_tail(files[-1], dir_fd) if files else None
-            ledger = cls(folder, dir_fd, rotate_bytes=rotate_bytes, repair=repair, last=_last_record(files))
+            ledger = cls(folder, dir_fd, rotate_bytes=rotate_bytes, repair=repair, last=_last_record(files),
+                         reserve_bytes=reserve_bytes)
             ledger._use_file(file_number(files[-1]) if files else 1)
+            ledger._reserve()
             cleanup.pop_all()
         return ledger
 
@@ -166,6 +189,31 @@ class Ledger:
     def last_seq(self) -> int:
         """The seq of the last durable record, 0 for an empty ledger."""
         return self._head[0]
+
+    @property
+    def low_on_space(self) -> bool:
+        """Whether new work should wait: the reserve past the end of the file cannot be
+        made whole now, or the filesystem has less than another reserve's worth free.
+
+        Tops the reserve up first (records written since took from it; space may have been
+        freed): one ``fallocate`` of blocks mostly allocated already, and one ``fstatvfs``,
+        under the writer's lock.
+        """
+        with self._cond:
+            while self._writing:
+                self._cond.wait()
+            if self._closed or self._reserve_bytes <= 0:
+                return False
+            self._reserve()
+            if self._low:
+                return True
+            # The reserve is for finishing; new work needs room of its own beside it (its
+            # own records, evidence, scratch): as much again, free on the filesystem.
+            try:
+                stats = os.fstatvfs(self._fd)
+            except OSError:
+                return False
+            return stats.f_bavail * stats.f_frsize < self._reserve_bytes
 
     @property
     def repair(self) -> TornRepair | None:
@@ -284,6 +332,22 @@ class Ledger:
         self._head = (seq, prev)
         for ticket, record in zip(batch, records):
             ticket.record = record
+        self._reserve()
+
+    def _reserve(self) -> None:
+        """Top the reserve past the end of the file up, or note that it cannot be."""
+        if self._reserve_bytes <= 0 or self._reserved_to - self._offset >= self._reserve_bytes:
+            self._low = False
+            return
+        try:
+            _fallocate_keep_size(self._fd, self._offset, self._reserve_bytes)
+        except OSError as error:
+            # ENOSPC: the disk is nearly full. Anything else (EOPNOTSUPP, EINVAL): this
+            # filesystem cannot reserve, and writes go on as they would without a reserve.
+            self._low = error.errno == errno.ENOSPC
+            return
+        self._reserved_to = self._offset + self._reserve_bytes
+        self._low = False
 
     def _write_durably(self, data: bytes) -> None:
         view = memoryview(data)
@@ -305,9 +369,10 @@ class Ledger:
             raise
 
     def _truncate_to_last_record(self) -> None:
-        os.ftruncate(self._fd, self._offset)
+        os.ftruncate(self._fd, self._offset)  # also frees the reserve: the next batch retakes it
         os.fsync(self._fd)
         self._needs_truncate = False
+        self._reserved_to = self._offset
 
     def _use_file(self, number: int) -> None:
         """Append to ledger file ``number`` from now on, creating it durably if it is new."""
@@ -322,8 +387,27 @@ class Ledger:
             os.close(fd)
             raise
         if self._fd >= 0:
+            with contextlib.suppress(OSError):  # give the old file's reserve back
+                os.ftruncate(self._fd, self._offset)
             os.close(self._fd)
         self._fd, self._number, self._offset = fd, number, offset
+        self._reserved_to = offset
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+
+
+def _fallocate_keep_size(fd: int, offset: int, length: int) -> None:
+    """Allocate ``length`` bytes of ``fd`` from ``offset`` without changing its size.
+
+    Raises:
+        OSError: ENOSPC when the filesystem has not that much room; EOPNOTSUPP when it
+            cannot preallocate at all.
+    """
+    if _libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
 
 
 def _draft(event: str, call_id: str, tool: str, fields: dict[str, Any]) -> Record:

@@ -202,7 +202,7 @@ class Dispatcher:
         then: _Event = (("held", call.call_id, call.tool, {"request_id": call.request_id, "note": f"{call.gate} gate"})
                         if held else ("dispatched", call.call_id, call.tool, {"request_id": call.request_id}))
         try:
-            await self.audit.record_many([received, then])
+            await self.audit.record_many([received, then], new_work=True)
         except RungdError as failure:  # the ledger cannot be written: run nothing (fail closed)
             if not held:
                 self.slots.release(tool)
@@ -248,7 +248,8 @@ class Dispatcher:
                 refusal = busy
         if refusal is None:
             try:
-                await self.audit.record("dispatched", call.call_id, tool.name, request_id=call.request_id)
+                await self.audit.record_many([("dispatched", call.call_id, tool.name,
+                                               {"request_id": call.request_id})], new_work=True)
             except RungdError as failure:
                 self.slots.release(tool)
                 refusal = failure
