@@ -168,8 +168,13 @@ class AsyncClient:
         return (await self._ask(Wait(call_id=call_id, wait_s=wait_s))).envelope
 
     async def pending(self) -> list[HeldCall]:
-        """Calls held at a gate: all of them for an operator, else the caller's own."""
-        return (await self._ask(Pending())).calls
+        """Calls held at a gate: all of them for an operator, else the caller's own (every page)."""
+        held, page = [], await self._ask(Pending())
+        while True:
+            held += page.calls
+            if page.next_after is None:
+                return held
+            page = await self._ask(Pending(after=page.next_after))
 
     async def approve(self, call_id: str, signature: str | None = None) -> Decision:
         return await self._ask(Approve(call_id=call_id, signature=signature))

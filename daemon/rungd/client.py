@@ -220,8 +220,13 @@ class Client:
         return self._ask(Wait(call_id=call_id, wait_s=wait_s)).envelope
 
     def pending(self) -> list[HeldCall]:
-        """Calls held at a gate: all of them for an operator, else the caller's own."""
-        return self._ask(Pending()).calls
+        """Calls held at a gate: all of them for an operator, else the caller's own (every page)."""
+        held, page = [], self._ask(Pending())
+        while True:
+            held += page.calls
+            if page.next_after is None:
+                return held
+            page = self._ask(Pending(after=page.next_after))
 
     def approve(self, call_id: str, signature: str | None = None) -> Decision:
         return self._ask(Approve(call_id=call_id, signature=signature))

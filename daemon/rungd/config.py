@@ -45,6 +45,9 @@ class ServerConfig(_Section):
     max_frame_bytes: int = Field(1 << 20, ge=4096, le=64 << 20, examples=[1048576])
     shutdown_grace_s: float = Field(10.0, ge=0, le=600, examples=[10])
     keep_results_s: float = Field(3600.0, ge=1, examples=[3600])
+    # At most this many finished results stay in memory for status/wait; past it the oldest
+    # are forgotten first (the ledger keeps every write's result for repeats either way).
+    max_results: int = Field(20000, ge=100, examples=[20000])
     # A connection that sends nothing for this long is closed; a frame begun must arrive
     # whole within frame_timeout_s. Neither counts the time a request waits for its answer.
     idle_timeout_s: float = Field(600.0, gt=0, le=86400, examples=[600])
@@ -97,6 +100,8 @@ class GatesConfig(_Section):
     visible: Literal["none", "log", "review", "signature"] = Field("review", examples=["review"])
     irreversible: Literal["none", "log", "review", "signature"] = Field("signature", examples=["signature"])
     approval_ttl_s: float = Field(900.0, gt=0, le=7 * 86400, examples=[900])
+    # One caller may have this many calls waiting for approval; more are BUSY (nothing held).
+    max_held_per_uid: int = Field(100, ge=1, examples=[100])
     operator_uids: list[int] = Field(default_factory=list, examples=[[1001]])
     operator_groups: list[str] = Field(default_factory=list, examples=[["rungd-operators"]])
     allowed_signers: Path | None = Field(None, examples=["/etc/rungd/allowed_signers"])

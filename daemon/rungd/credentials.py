@@ -18,9 +18,12 @@ import stat
 import tomllib
 from pathlib import Path
 
-import pluggy
+from typing import TYPE_CHECKING
 
 from rungd.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rungd.plugins import Hooks
 
 ENV_PREFIX = "RUNGD_CRED_"
 
@@ -30,21 +33,21 @@ class CredentialStore:
 
     Args:
         file: the credentials file, or None.
-        pm: the plugin manager, asked last.
+        hooks: the plugins' hooks, asked last.
 
     Raises:
         ConfigError: the file is readable by others than the daemon, or is not TOML.
     """
 
-    def __init__(self, file: Path | None, pm: pluggy.PluginManager | None = None) -> None:
+    def __init__(self, file: Path | None, hooks: Hooks | None = None) -> None:
         self._values: dict[str, str] = {}
-        self._pm = pm
+        self._hooks = hooks
         if file is not None:
             self._values = _read_file(file)
 
-    def use_plugins(self, pm: pluggy.PluginManager) -> None:
+    def use_plugins(self, hooks: Hooks) -> None:
         """Ask these plugins from now on (after a reload)."""
-        self._pm = pm
+        self._hooks = hooks
 
     def get(self, name: str, tool: str) -> str | None:
         if name in self._values:
@@ -57,8 +60,8 @@ class CredentialStore:
         from_env = os.environ.get(ENV_PREFIX + name.upper().replace("-", "_"))
         if from_env is not None:
             return from_env
-        if self._pm is not None:
-            return self._pm.hook.rungd_credential(name=name, tool=tool)
+        if self._hooks is not None:
+            return self._hooks.credential(name, tool)
         return None
 
 

@@ -50,7 +50,7 @@ class Daemon:
         self.pm = self.hooks.pm
         self.tools = self.hooks.collect_tools(config)
         check_gates([reg.tool for reg in self.tools.values()], config)
-        self.credentials = CredentialStore(config.credentials.file, self.pm)
+        self.credentials = CredentialStore(config.credentials.file, self.hooks)
         self.audit: Audit | None = None
         self.socket_path = config.server.socket
         self.dispatcher: Dispatcher | None = None
@@ -170,7 +170,7 @@ class Daemon:
             log.error("reload failed, nothing changed: %s", exc)
             return
         self.hooks, self.pm, self.tools = hooks, hooks.pm, tools
-        self.credentials.use_plugins(hooks.pm)
+        self.credentials.use_plugins(hooks)
         if self.dispatcher is not None:
             self.dispatcher.admission.tools = tools
         log.info("reloaded: %d tools", len(tools))

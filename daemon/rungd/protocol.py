@@ -76,7 +76,10 @@ class Wait(Message, tag="wait"):
 
 
 class Pending(Message, tag="pending"):
-    pass
+    """One page of held calls, oldest first: those whose call_id sorts after ``after``."""
+
+    after: Name = ""
+    limit: Annotated[int, msgspec.Meta(ge=1, le=500)] = 100
 
 
 class Approve(Message, tag="approve"):
@@ -156,6 +159,8 @@ class HeldCall(msgspec.Struct, forbid_unknown_fields=True):
 
 class HeldCalls(Message, tag="held_calls"):
     calls: list[HeldCall]
+    total: int = 0  # held calls the asker may see, on every page
+    next_after: str | None = None  # send pending with after=this for the next page; None: last page
 
 
 class Decision(Message, tag="decision"):

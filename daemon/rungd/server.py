@@ -400,7 +400,11 @@ class Connection:
         return Result(envelope=await self.dispatcher.wait(request.call_id, request.wait_s, self.caller))
 
     async def _pending(self, request: Pending) -> Response:
-        return HeldCalls(calls=[_held(call) for call in self.dispatcher.held_calls(self.caller)])
+        held = sorted(self.dispatcher.held_calls(self.caller), key=lambda call: call.call_id)
+        page = [call for call in held if call.call_id > request.after][: request.limit]
+        more = len(page) == request.limit and page[-1].call_id != held[-1].call_id
+        return HeldCalls(calls=[_held(call) for call in page], total=len(held),
+                         next_after=page[-1].call_id if more else None)
 
     async def _approve(self, request: Approve) -> Response:
         verdict = await self.dispatcher.decide(request.call_id, self.caller, approve=True,

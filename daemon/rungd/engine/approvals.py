@@ -19,7 +19,7 @@ import trio
 
 from rungd.config import Config
 from rungd.contract import Caller, ToolInputs
-from rungd.errors import ApprovalExpired, Denied, GateDenied, RungdError
+from rungd.errors import ApprovalExpired, Busy, Denied, GateDenied, RungdError
 from rungd.gates import approval_message, is_operator, verify_signature
 from rungd.proctree import Reaper
 
@@ -44,6 +44,18 @@ class Approvals:
         self._record = record
         self._reaper = reaper
         self.closed = False
+
+    def check_room(self, caller: Caller) -> None:
+        """Refuse a new held call of a caller that already has its limit waiting.
+
+        Raises:
+            Busy: the caller has ``gates.max_held_per_uid`` calls waiting for approval.
+        """
+        limit = self._config.gates.max_held_per_uid
+        waiting = sum(1 for c in self._calls if c.held is not None and c.caller.uid == caller.uid)
+        if waiting >= limit:
+            raise Busy(f"uid {caller.uid} already has {waiting} calls waiting for approval, the limit",
+                       hint="wait until an operator decides some of them; nothing was held or run")
 
     def hold(self, call: Call, inputs: ToolInputs) -> None:
         now = time.time()

@@ -74,10 +74,13 @@ class CallTable:
     Args:
         keep_s: how long a finished call's result stays for ``status`` and ``wait``.
         is_operator: whether a caller may see every call.
+        max_results: how many finished calls stay at most; the oldest go first.
     """
 
-    def __init__(self, keep_s: float, is_operator: Callable[[Caller], bool]) -> None:
+    def __init__(self, keep_s: float, is_operator: Callable[[Caller], bool], *, max_results: int = 20000) -> None:
         self._keep_s = keep_s
+        self._max_results = max_results
+        self._finished = 0
         self._is_operator = is_operator
         self._calls: dict[str, Call] = {}
 
@@ -110,13 +113,16 @@ class CallTable:
         return iter(list(self._calls.values()))
 
     def _forget_old(self) -> None:
-        # Runs on every call: calls are in start order, so look only at the old front.
+        # Runs on every call: calls are in start order, so look only at the old front, and
+        # past the count cap drop the oldest finished ones, whatever their age.
         horizon = time.monotonic() - self._keep_s
+        over = len(self._calls) - self._max_results
         old = []
         for call in self._calls.values():
-            if call.started >= horizon:
+            if call.started >= horizon and over <= 0:
                 break
             if call.envelope is not None:
                 old.append(call.call_id)
+                over -= 1
         for call_id in old:
             del self._calls[call_id]

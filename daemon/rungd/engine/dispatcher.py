@@ -87,7 +87,8 @@ class Dispatcher:
         self._reaper = reaper
         self._nursery = nursery
         self.admission = Admission(tools, config)
-        self.calls = CallTable(config.server.keep_results_s, lambda caller: is_operator(caller, config))
+        self.calls = CallTable(config.server.keep_results_s, lambda caller: is_operator(caller, config),
+                               max_results=config.server.max_results)
         self.requests = Requests(audit.index, self.calls)
         self.slots = Slots()
         self.approvals = Approvals(config, self.calls, self._record_call, reaper)
@@ -167,7 +168,9 @@ class Dispatcher:
             first = self.requests.repeat_of(admitted.tool, request_id, admitted.digest, caller.uid)
             call.gate = gate_for(admitted.tool, self.config)
             if first is None:
-                if not self._needs_approval(call):
+                if self._needs_approval(call):
+                    self.approvals.check_room(caller)
+                else:
                     self.slots.take(admitted.tool)
                 self.requests.claim(call)
         except RungdError as rejection:
@@ -325,7 +328,10 @@ class Dispatcher:
                                   for what in ctx.answered]
         finished: _Event = ("finished", call.call_id, call.tool, {
             "request_id": call.request_id, "outcome": envelope.outcome, "effect": envelope.effect,
-            "code": envelope.error.code if envelope.error else None, "result": msgspec.to_builtins(envelope),
+            "code": envelope.error.code if envelope.error else None,
+            # The result is kept for what a repeat or reconcile answers: calls with a request_id.
+            # A read's result would only grow the ledger (its evidence stays on disk).
+            "result": msgspec.to_builtins(envelope) if call.request_id else None,
         })
         for delay in (0.1, 0.5, 1.0, 2.0, None):  # space may come back: try for a few seconds
             try:
