@@ -14,8 +14,11 @@ What ``run`` guarantees:
 * A question is recognised by evidence: when output goes quiet, the runner asks the kernel
   whether a process of the call is blocked reading its stdin (``rungd.procwatch``). A
   declared confirmation is answered only when the call passed its gate; a credential
-  question is answered only with a credential the tool declared; anything else kills the
-  tree and raises PromptUnexpected or AuthRequired, quoting what the program last printed.
+  question is answered only with a credential the tool declared, at most as often as
+  declared; anything else kills the tree and raises PromptUnexpected or AuthRequired,
+  quoting what the program printed since the last answer. A refused question is never
+  answered, not even with nothing: the program is held until the kill.
+* The askpass endpoint answers only processes of the call's own tree (peer credentials).
 * Output is drained as it comes; head and tail within the cap are kept, and the full
   redacted streams go to evidence files (themselves capped, and saying so).
 * On the deadline or any cancellation the whole tree dies, descendants that left the

@@ -3,15 +3,25 @@
 GIT_ASKPASS, SSH_ASKPASS and SUDO_ASKPASS point at a script in this folder that runs
 ``rungd.askpass.main``; that helper hands the exact question to :class:`AskpassServer` over a
 Unix socket in the same folder, and prints the answer only if it gets one. Credential files
-a tool declares live here too, so they go when the folder goes.
+a tool declares are handed to the child as in-memory files, never written to a folder.
+
+Who may ask: every tool program runs as the daemon's uid, so the folder's 0700 mode keeps
+out other users but not another call's program. The endpoint therefore reads the peer's
+credentials (SO_PEERCRED) on each connection and answers only a process that descends from
+this call's child, checked through the live parent chain in /proc. Neither the call tag
+(``RUNGD_CALL``, an environment variable any process may set for its children) nor the
+cgroup (a process of the same uid may write its pid into a delegated cgroup) proves
+membership, so neither is accepted. A stranger's connection is closed unanswered; its
+question never reaches this call.
 """
 
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import os
 import shutil
 import socket
+import struct
 import sys
 import tempfile
 from collections.abc import Callable
@@ -19,28 +29,49 @@ from pathlib import Path
 
 import trio
 
-from rungd import askpass
+from rungd import askpass, proctree
+
+_UCRED = struct.Struct("3i")  # struct ucred: pid_t pid; uid_t uid; gid_t gid
+# The helper is the daemon's own askpass module, copied whole and run in isolated mode (-I):
+# the child's environment carries no PYTHONPATH, so importing rungd there could find another
+# copy of it, or none.
+_HELPER = f"#!{sys.executable} -I\n" + Path(askpass.__file__).read_text()
+_SECRET_FD_MIN = 256
+_MAX_DEPTH = 64  # a real call's tree is a few levels deep; a longer chain is refused
+
+# What the watch answers a member's question with: the secret, or None to refuse it.
+Answer = Callable[[str], "str | None"]
 
 
 class AskpassServer:
     """The call's private folder: the askpass socket, the script GIT_ASKPASS, SSH_ASKPASS and
-    SUDO_ASKPASS point at, and credential files. Removed when the call ends."""
+    SUDO_ASKPASS point at, and credential files. Removed when the call ends.
+
+    Args:
+        work_dir: the call's work folder. The private folder is always made inside it, whatever
+            the length of its path, because the daemon removes it when the call ends and
+            start-up sweeps every work folder after a crash: credentials never land in /tmp.
+    """
 
     def __init__(self, work_dir: Path) -> None:
-        # Inside the call's work folder, which the daemon removes (and recovery sweeps
-        # after a crash), so credential files never outlive it; in /tmp only when that
-        # path is too long for a Unix socket (107 bytes).
-        if len(os.fsencode(work_dir)) < 80:
-            self.folder = Path(tempfile.mkdtemp(prefix=".rungd-", dir=work_dir))  # 0700, unique per run
-        else:
-            self.folder = Path(tempfile.mkdtemp(prefix="rungd-askpass-"))
+        self.folder = Path(tempfile.mkdtemp(prefix=".rungd-", dir=work_dir))  # 0700, unique per run
         self.socket_path = self.folder / "s"
         self.script = self.folder / "askpass"
-        self.script.write_text(f"#!{sys.executable}\nimport sys\nfrom rungd.askpass import main\nsys.exit(main())\n")
+        self.script.write_text(_HELPER)
         self.script.chmod(0o700)
         self._sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock._sock.bind(str(self.socket_path))  # local path: binding does not block
-        self._sock.listen(8)
+        try:
+            # A path too long for sun_path is bound through a descriptor of its folder
+            # (askpass.socket_address); binding a local path does not block.
+            with askpass.socket_address(str(self.socket_path)) as address:
+                self._sock._sock.bind(address)
+            self._sock.listen(8)
+        except OSError:
+            self.close()
+            raise
+        self._held: list[trio.socket.SocketType] = []
+        # Descriptors of credential files, for the child to inherit (see secret_file).
+        self.pass_fds: list[int] = []
         self.env = {
             "GIT_ASKPASS": str(self.script),
             "SSH_ASKPASS": str(self.script),
@@ -49,34 +80,122 @@ class AskpassServer:
             askpass.SOCKET_ENV: str(self.socket_path),
         }
 
-    def secret_file(self, label: str, secret: str) -> Path:
-        """Write a credential into a 0600 file in this call's private folder (removed at the end)."""
-        path = self.folder / f"secret-{label}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as file:
-            file.write(secret)
-        return path
+    def secret_file(self, label: str, secret: str) -> str:
+        """A credential as a file only this call's processes hold: returns its path, ``/dev/fd/N``.
 
-    async def serve(self, answer: Callable[[str], str | None]) -> None:
-        """Answer askpass questions until the call ends.
+        The credential is written into an anonymous in-memory file (memfd, mode 0600) that the
+        child inherits as descriptor N (see :attr:`pass_fds`). It has no name in any folder, so
+        another call's program cannot find it by looking through the state folder (under the
+        daemon's own uid, and as root, file modes would not stop it); it never touches a disk,
+        so no crash leaves it behind. A program that closes the descriptors it inherited before
+        opening the path will not find it.
+        """
+        fd = os.memfd_create(f"rungd-{label}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.write(fd, secret.encode())
+            os.fchmod(fd, 0o600)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                        | fcntl.F_SEAL_WRITE)
+            # A number well above what programs use, and the same in the child (pass_fds keeps it).
+            high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _SECRET_FD_MIN)
+        finally:
+            os.close(fd)
+        self.pass_fds.append(high)
+        return f"/dev/fd/{high}"
+
+    def release_secrets(self) -> None:
+        """Close the daemon's copies of the credential files once the child holds its own."""
+        for fd in self.pass_fds:
+            os.close(fd)
+        self.pass_fds.clear()
+
+    async def serve(self, root: proctree.Member, answer: Answer) -> None:
+        """Answer the askpass questions of this call's processes until the call ends.
 
         Args:
-            answer: gives the credential for a question, or None to refuse it.
+            root: the call's child; only its descendants are heard.
+            answer: gives the secret for a question, or None to refuse it.
 
-        Cancellation: stops at once; a helper left waiting gets no answer and fails.
+        Cancellation: stops at once. A helper whose question was refused is still held (its
+        connection stays open, unanswered) until :meth:`close`, which comes after the kill.
         """
-        while True:
-            conn, _ = await self._sock.accept()
-            with conn:
-                question = b""
-                while len(question) < askpass.MAX_QUESTION and (chunk := await conn.recv(4096)):
-                    question += chunk
-                secret = answer(question.decode("utf-8", "replace"))
-                reply = b"NO\n" if secret is None else b"OK\n" + secret.encode()
-                with contextlib.suppress(OSError):  # the helper may have died meanwhile
-                    while reply:
-                        reply = reply[await conn.send(reply):]
+        async with trio.open_nursery() as nursery:
+            while True:
+                conn, _ = await self._sock.accept()
+                pid = _peer_pid(conn)
+                if pid is None or not descends_from(pid, root):
+                    conn.close()  # a stranger: no answer, and nothing of it enters this call
+                    continue
+                nursery.start_soon(self._one, conn, answer)
+
+    async def _one(self, conn: trio.socket.SocketType, answer: Answer) -> None:
+        question = b""
+        try:
+            while len(question) < askpass.MAX_QUESTION and (chunk := await conn.recv(4096)):
+                question += chunk
+        except OSError:
+            conn.close()
+            return
+        secret = answer(question.decode("utf-8", "replace"))
+        if secret is None:
+            # No reply, not even "no": the helper holds the program until the kill.
+            self._held.append(conn)
+            return
+        reply = b"OK\n" + secret.encode()
+        try:
+            while reply:
+                reply = reply[await conn.send(reply):]
+        except OSError:
+            pass  # the helper died meanwhile
+        finally:
+            conn.close()
 
     def close(self) -> None:
+        if hasattr(self, "pass_fds"):
+            self.release_secrets()
+        for conn in getattr(self, "_held", ()):
+            conn.close()
         self._sock.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _peer_pid(conn: trio.socket.SocketType) -> int | None:
+    """The pid of the process at the other end of ``conn``, from the kernel (SO_PEERCRED)."""
+    try:
+        pid, _, _ = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    except OSError:
+        return None
+    return pid if pid > 0 else None  # 0: a peer in a pid namespace we cannot see
+
+
+def descends_from(pid: int, root: proctree.Member) -> bool:
+    """Whether process ``pid`` is ``root`` or a descendant of it, by its live parent chain.
+
+    ``root`` is the call's child, which the runner reaps only after the call ends, so its pid
+    cannot be reused meanwhile; its start time is compared all the same. A descendant orphaned
+    to the daemon (a double fork) is no longer in the chain and is refused: a question is
+    asked by a program that waits for the answer, whose parent is alive.
+    """
+    for _ in range(_MAX_DEPTH):
+        stat = _stat(pid)
+        if stat is None:
+            return False
+        ppid, start = stat
+        if pid == root.pid:
+            return start == root.start
+        if ppid <= 1:
+            return False
+        pid = ppid
+    return False
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """Parent pid and start time (clock ticks since boot) of ``pid``, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            data = file.read()
+    except OSError:
+        return None
+    # The command name is in parentheses and may itself contain ") ", so split after the last.
+    fields = data[data.rindex(b")") + 2:].split()
+    return int(fields[1]), int(fields[19])

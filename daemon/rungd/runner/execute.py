@@ -70,7 +70,7 @@ class _Scratch:
 
 
 async def _spawn(ctx: CallContext, program: Program, credentials: Mapping[str, str],
-                 askpass: Mapping[str, str]) -> trio.Process:
+                 askpass: Mapping[str, str], pass_fds: list[int]) -> trio.Process:
     reaper = ctx.reaper
     with reaper.spawning() if reaper else contextlib.nullcontext():
         proc = await trio.lowlevel.open_process(
@@ -82,9 +82,26 @@ async def _spawn(ctx: CallContext, program: Program, credentials: Mapping[str, s
             env=child_env(ctx, program, credentials, askpass),
             cwd=str(program.cwd or ctx.work_dir),
             preexec_fn=preexec(program.limits) if program.limits else None,
+            pass_fds=tuple(pass_fds),
         )
         if reaper:
             reaper.owned.add(proc.pid)
+    return proc
+
+
+async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, str],
+                 scratch: _Scratch) -> trio.Process:
+    """Spawn the child; on failure close what the call opened and raise Failed."""
+    try:
+        proc = await _spawn(ctx, program, credentials, scratch.helper.env, scratch.helper.pass_fds)
+    except OSError as exc:
+        scratch.close()
+        raise Failed(
+            f"could not start {program.argv[0]}: {exc.strerror}",
+            hint="the operator must install the program or fix the tool's argv",
+        ) from None
+    finally:
+        scratch.helper.release_secrets()  # the child holds its own copies now
     return proc
 
 
@@ -97,27 +114,26 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     Raises:
         PromptUnexpected: the program waited on stdin for an answer nobody declared (or the
             call did not pass its gate for a declared confirmation). The tree is dead.
-        AuthRequired: it asked for a credential the daemon does not hold for this tool.
+        AuthRequired: it needs a credential the daemon does not hold (then nothing starts),
+            asked for one nobody declared, or asked again after its declared answers (the
+            credential was rejected). The asking program never gets an answer, not even an
+            empty one: it is held until its tree is killed.
+        PromptUnexpected: it tried to ask on /dev/tty, which it cannot have, whatever its exit.
         Failed: the program could not be started (not found, not executable).
 
     Cancellation: on cancellation (the call's deadline, or daemon shutdown) the whole tree
     is killed inside a shielded scope before the cancellation propagates; ``ctx.committed``
     tells the caller whether the effect may have begun.
     """
+    # Every credential the program gets from the start is looked up before anything starts:
+    # a program run without one may take its absence as an answer.
     credentials = {var: credential(ctx, name) for var, name in program.env_credentials.items()}
     secret_files = {var: credential(ctx, name) for var, name in program.file_credentials.items()}
     secrets = [*credentials.values(), *secret_files.values()]
     scratch = _Scratch.open(ctx)
     for var, secret in secret_files.items():
-        scratch.helper.env[var] = str(scratch.helper.secret_file(var, secret))
-    try:
-        proc = await _spawn(ctx, program, credentials, scratch.helper.env)
-    except OSError as exc:
-        scratch.close()
-        raise Failed(
-            f"could not start {program.argv[0]}: {exc.strerror}",
-            hint="the operator must install the program or fix the tool's argv",
-        ) from None
+        scratch.helper.env[var] = scratch.helper.secret_file(var, secret)
+    proc = await _start(ctx, program, credentials, scratch)
     if ctx.tool.timing.commit_point == "spawn" and program.commits:
         ctx.mark_committed()
     # Where the daemon may make cgroups (root, or systemd's Delegate=yes), the call gets its
@@ -148,7 +164,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         answered=watch.answered,
         evidence=scratch.evidence,
     )
-    check_terminal(completed, program)
+    check_terminal(completed, program, watch.tty)
     return completed
 
 
@@ -164,7 +180,7 @@ async def _supervise(proc: trio.Process, watch: Watch, helper: AskpassServer) ->
     async with trio.open_nursery() as nursery:
         nursery.start_soon(drain, proc.stdout, stdout)
         nursery.start_soon(drain, proc.stderr, stderr)
-        nursery.start_soon(helper.serve, watch.askpass_answer)
+        nursery.start_soon(helper.serve, watch.tracker.root, watch.askpass_answer)
         # Declared stdin is fed beside the watch: a program that asks before it reads
         # all of it must still be noticed.
         nursery.start_soon(watch.feed_stdin)

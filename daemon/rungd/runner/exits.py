@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rungd.contract import ErrorRule
-from rungd.errors import AuthRequired, Failed, ToolError
+from rungd.errors import AuthRequired, Failed, PromptUnexpected, ToolError
 from rungd.runner.program import Completed, Program
-from rungd.runner.questions import TERMINAL_REQUIRED
+from rungd.runner.questions import CREDENTIAL_QUESTION, TERMINAL_REQUIRED
 
 
 def check_exit(done: Completed, table: Mapping[int, ErrorRule], *, ok: tuple[int, ...] = (0,)) -> None:
@@ -31,16 +31,41 @@ def check_exit(done: Completed, table: Mapping[int, ErrorRule], *, ok: tuple[int
                  hint=detail or "it printed nothing on stderr")
 
 
-def check_terminal(done: Completed, program: Program) -> None:
-    """Refuse a result whose program failed because it wanted a terminal for a credential.
+def check_terminal(done: Completed, program: Program, tty: tuple[str, str] | None = None) -> None:
+    """Refuse a result whose program wanted a terminal: it asked something nobody answered.
+
+    A child of rungd has no controlling terminal, so opening /dev/tty fails (ENXIO). Some
+    programs then fail; others carry on and exit 0 as if a person had answered. Either way
+    the call must not end ``ok`` silently.
+
+    Args:
+        tty: the program's own words about /dev/tty and the question it had just printed,
+            if it said it tried (from the watch).
 
     Raises:
-        AuthRequired: it exited non-zero and its last words say it needed a terminal.
+        AuthRequired: it wanted a terminal for a credential (its question, or its failure,
+            says so).
+        PromptUnexpected: it tried to ask something else on /dev/tty.
     """
+    program_name = program.argv[0]
+    if tty is not None:
+        words, question = tty
+        shown = question or words
+        if CREDENTIAL_QUESTION.search(question) or TERMINAL_REQUIRED.search(words):
+            raise AuthRequired(
+                f"{program_name} tried to ask for a credential on /dev/tty: {shown!r}",
+                hint=f"it said: {words!r}; the operator must provide the credential to rungd for this "
+                "tool (askpass, a credential prompt or a credential file)",
+                fields={"question": shown})
+        raise PromptUnexpected(
+            f"{program_name} tried to ask on /dev/tty, which rungd gives no program: {shown!r}",
+            hint=f"it said: {words!r}; nothing answered it, whatever its exit status; the tool's author "
+            "must pass the answer as an argument or an option that skips the question",
+            fields={"question": shown})
     last_words = [line for line in done.stderr.splitlines() if line.strip()][-3:]
     if done.exit_status != 0 and TERMINAL_REQUIRED.search("\n".join(last_words)):
         raise AuthRequired(
-            f"{program.argv[0]} wanted a terminal to ask for a credential",
+            f"{program_name} wanted a terminal to ask for a credential",
             hint=f"it said: {done.stderr_tail(200)!r}; the operator must provide the credential "
             "to rungd for this tool",
             fields={"question": done.stderr_tail(200)},

@@ -23,10 +23,15 @@ class Confirmation:
 
 @dataclasses.dataclass(frozen=True)
 class CredentialPrompt:
-    """A credential question the tool declares, answered with the named credential."""
+    """A credential question the tool declares, answered with the named credential.
+
+    It is answered at most ``times`` in one call: asked once more, the credential was most
+    likely rejected, and sending it again only risks a lockout (sudo tries three times).
+    """
 
     pattern: re.Pattern[str]
     credential: str
+    times: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,8 +41,8 @@ class Program:
     argv: tuple[str, ...]
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     env_credentials: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    # ENV_VAR -> credential name: the value goes into a 0600 file only this call's folder
-    # holds, and ENV_VAR names that file (PGPASSFILE, a --password-file argument...).
+    # ENV_VAR -> credential name: the value goes into a 0600 in-memory file the child
+    # inherits, and ENV_VAR names it as /dev/fd/N (PGPASSFILE, a --password-file argument...).
     file_credentials: Mapping[str, str] = dataclasses.field(default_factory=dict)
     stdin: Literal["none", "eof"] | bytes = "none"
     confirmations: tuple[Confirmation, ...] = ()

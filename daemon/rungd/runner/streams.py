@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import BinaryIO
 
 import trio
 
 from rungd.redact import Redactor
+from rungd.runner.questions import tty_failure
+
+# A /dev/tty complaint cut between two chunks is still seen: the last bytes of one chunk are
+# searched again with the next.
+_CARRY = 256
 
 
 class Stream:
@@ -30,15 +36,39 @@ class Stream:
         self._evidence_written = 0
         self.clean_total = 0  # bytes after redaction: what head, tail and evidence hold
         self.redactor = redactor  # this stream's own: it holds back bytes between chunks
+        self.tty_failure: str | None = None  # the program's own words: it tried /dev/tty
+        # Set for stderr only: a program complains there, while stdout may carry data that
+        # merely mentions /dev/tty.
+        self.on_tty: Callable[[Stream], None] | None = None
+        self._carry = b""
 
     def take(self, chunk: bytes) -> None:
         self.total += len(chunk)
         self.last_output = time.monotonic()
         self.recent += chunk  # raw, to quote a prompt at once; redacted when read
         del self.recent[: max(0, len(self.recent) - 512)]
+        self._look_for_tty(chunk)
         # Everything kept is redacted first: a secret cut at the head/tail boundary must not
         # leave its first half behind.
         self._keep_clean(self.redactor.feed(chunk))
+
+    def _look_for_tty(self, chunk: bytes) -> None:
+        window, self._carry = self._carry + chunk, (self._carry + chunk)[-_CARRY:]
+        # Cheap byte search first: a flood of output costs a memchr per chunk, not a regex.
+        if self.on_tty is None or self.tty_failure is not None or b"/dev/tty" not in window:
+            return
+        words = tty_failure(window.decode("utf-8", "replace"))
+        if words is not None:
+            self.tty_failure = self.redactor.text(words)
+            self.on_tty(self)
+
+    def answered(self) -> None:
+        """Forget what was printed before an answer: the next question is what comes after.
+
+        A program that does not echo the answer prints its next prompt on the same line
+        ("New password: Retype new password: "); only the part after the answer is asked.
+        """
+        self.recent.clear()
 
     def _keep_clean(self, clean: bytes) -> None:
         self.clean_total += len(clean)
@@ -89,9 +119,15 @@ class Stream:
     def mid_line(self) -> bool:
         return bool(self.recent) and not self.recent.endswith(b"\n")
 
-    def question(self) -> str:
-        """The last line the program printed, as a person would have read it."""
-        text = self.redactor.text(bytes(self.recent).decode("utf-8", "replace"))
+    def question(self, *, raw: bool = False) -> str:
+        """The last line the program printed since the last answer, as a person would read it.
+
+        Args:
+            raw: as printed, for matching a declared pattern; by default redacted, for quoting.
+        """
+        text = bytes(self.recent).decode("utf-8", "replace")
+        if not raw:
+            text = self.redactor.text(text)
         lines = [line for line in text.splitlines() if line.strip()]
         return lines[-1].strip()[-200:] if lines else ""
 

@@ -3,6 +3,7 @@ what the tool declared. Everything else stops the call with an error quoting the
 
 from __future__ import annotations
 
+import re
 import time
 
 import trio
@@ -11,13 +12,13 @@ from rungd import procwatch, proctree
 from rungd.contract import CallContext
 from rungd.errors import AuthRequired, PromptUnexpected
 from rungd.redact import Redactor
-from rungd.runner.environment import credential
-from rungd.runner.program import Program
+from rungd.runner.program import CredentialPrompt, Program
 from rungd.runner.questions import CREDENTIAL_QUESTION
 from rungd.runner.streams import Stream
 
 POLL_S = 0.05
 SNAPSHOT_S = 0.2
+_SETTLE_S = 0.02
 
 
 class Watch:
@@ -32,10 +33,13 @@ class Watch:
         self.streams = streams
         self.redactor = redactor
         self.answered: list[str] = []
-        self._left = {id(c): c.times for c in program.confirmations}
+        self._left = {id(c): c.times for c in (*program.confirmations, *program.credential_prompts, *program.askpass)}
         self._stdin_ino = procwatch.pipe_inode(proc.stdin.fileno())  # type: ignore[union-attr]
         self._checked_at = 0.0
         self.refused: AuthRequired | None = None
+        self._tty_words: str | None = None  # what the program said about /dev/tty
+        self._tty_question = ""
+        streams[1].on_tty = self.tty_tried  # stderr: where programs complain
 
     async def feed_stdin(self) -> None:
         """Send the declared stdin data, then close stdin only if the tool said ``eof``.
@@ -58,23 +62,78 @@ class Watch:
         for stream in self.streams:
             stream.redactor.add(secret)
 
-    def askpass_answer(self, question: str) -> str | None:
-        """The credential to give an askpass question, or None (and the call will stop)."""
-        question = self.redactor.text(question).strip()
-        for prompt in self.program.askpass:
-            if prompt.pattern.search(question):
-                secret = self.ctx.credentials(prompt.credential)
-                if secret is not None:
-                    self._protect(secret)
-                    self.answered.append(f"askpass {prompt.credential}")
-                    return secret
-        self.refused = AuthRequired(
-            f"the program asked for a credential through askpass: {question!r}",
-            hint="rungd holds no credential declared for this question; the operator must add one to the "
-            "tool's askpass answers and the credential store",
-            fields={"question": question},
-        )
-        return None
+    def _secret_for(self, prompt: CredentialPrompt, question: str, how: str) -> str | AuthRequired:
+        """The secret to answer ``prompt`` with once more, or the error that refuses it.
+
+        Args:
+            question: what the program asked, already redacted, to quote.
+            how: "through askpass" or "on stdin", for the message.
+        """
+        if self._left[id(prompt)] <= 0:
+            times = "once" if prompt.times == 1 else f"{prompt.times} times"
+            return _auth_required(
+                f"the program asked again {how}: {question!r}; rungd answered it {times}, so the "
+                f"credential {prompt.credential!r} was rejected",
+                hint=f"the operator must check the credential {prompt.credential!r} in rungd's store; it is "
+                "not sent again in the same call", question=question)
+        secret = self.ctx.credentials(prompt.credential)
+        if secret is None:
+            return _auth_required(
+                f"the program asked {how}: {question!r}, declared with the credential "
+                f"{prompt.credential!r}, which rungd does not hold",
+                hint=f"the operator must add {prompt.credential!r} to rungd's credential store", question=question)
+        self._left[id(prompt)] -= 1
+        self._protect(secret)
+        return secret
+
+    def askpass_answer(self, raw: str) -> str | None:
+        """The credential to give an askpass question of this call, or None to refuse it.
+
+        The declared patterns see the question as the program asked it (it may name a user
+        that is itself a credential); only what is quoted back is redacted. A refusal is kept
+        in :attr:`refused`; the watch then stops the call.
+        """
+        raw = raw.strip()
+        question = self.redactor.text(raw)
+        prompt = next((p for p in self.program.askpass if p.pattern.search(raw)), None)
+        if prompt is None:
+            result: str | AuthRequired = _auth_required(
+                f"the program asked for a credential through askpass: {question!r}",
+                hint="rungd holds no credential declared for this question; the operator must add one to the "
+                "tool's askpass answers and the credential store", question=question)
+        else:
+            result = self._secret_for(prompt, question, "through askpass")
+        if isinstance(result, AuthRequired):
+            if self.refused is None:
+                self.refused = result
+            return None
+        self.answered.append(f"askpass {prompt.credential}")  # type: ignore[union-attr]
+        return result
+
+    def tty_tried(self, stream: Stream) -> None:
+        """Note that the program said (on ``stream``) it could not use /dev/tty."""
+        if self._tty_words is None:
+            self._tty_words = stream.tty_failure or ""
+            self._tty_question = self._tty_prompt()
+
+    @property
+    def tty(self) -> tuple[str, str] | None:
+        """The program's words about /dev/tty and the question it had printed, if it tried.
+
+        The question is looked for when the complaint arrives and, if nothing was printed
+        yet, again now: stdout and stderr are separate pipes, read by separate tasks, so a
+        prompt printed just before the complaint may be read just after it.
+        """
+        if self._tty_words is None:
+            return None
+        return self._tty_words, self._tty_question or self._tty_prompt()
+
+    def _tty_prompt(self) -> str:
+        for stream in self.streams:
+            text = self.redactor.text(bytes(stream.recent).decode("utf-8", "replace"))
+            if (question := prompt_in(text, skip=stream.tty_failure)):
+                return question
+        return ""
 
     async def until_exit(self) -> None:
         """Return when the program exits; answer or raise when it asks.
@@ -108,29 +167,37 @@ class Watch:
         pids = [self.proc.pid, *(pid for pid, _ in self.tracker.members())]
         if procwatch.waiting_for_input(pids, self._stdin_ino) is None:
             return  # busy, sleeping or waiting on something else: not our business
+        # A prompt may sit in a pipe the readers have not been scheduled to read yet (on a
+        # loaded host the program can print and block within one tick of ours): let them
+        # run once before judging, and start over if anything arrived.
+        await trio.sleep(_SETTLE_S)
+        if max(s.last_output for s in self.streams) > quiet_since:
+            return
         self._checked_at = quiet_since
-        question = self._question()
+        # Patterns see the question as printed (it may contain a credential given earlier,
+        # such as a user name); what is quoted back is redacted.
+        raw, question = self._question(raw=True), self._question()
         for prompt in self.program.credential_prompts:
-            if prompt.pattern.search(question):
-                secret = credential(self.ctx, prompt.credential)
-                self._protect(secret)
+            if prompt.pattern.search(raw):
+                secret = self._secret_for(prompt, question, "on stdin")
+                if isinstance(secret, AuthRequired):
+                    raise secret  # nothing is written: stdin stays open and silent until the kill
                 await self._answer(secret, label=f"credential {prompt.credential}")
                 return
         for confirmation in self.program.confirmations:
             # Only a call that passed its gate runs at all (a held call starts nothing), so a
             # confirmation reached here is one the gate allowed.
-            if confirmation.pattern.search(question) and self._left[id(confirmation)] > 0:
+            if confirmation.pattern.search(raw) and self._left[id(confirmation)] > 0:
                 self._left[id(confirmation)] -= 1
                 await self._answer(confirmation.answer, label=f"confirmation {confirmation.pattern.pattern}")
                 if self.ctx.tool.timing.commit_point == "confirmation":
                     self.ctx.mark_committed()
                 return
         if CREDENTIAL_QUESTION.search(question):
-            raise AuthRequired(
+            raise _auth_required(
                 f"the program asked for a credential: {question!r}",
                 hint="rungd holds no credential declared for this question; the operator must add one",
-                fields={"question": question},
-            )
+                question=question)
         shown = question or "(nothing printed: it is reading stdin silently, or its prompt is still buffered)"
         raise PromptUnexpected(
             f"the program is waiting for an answer nobody declared: {shown!r}",
@@ -139,11 +206,11 @@ class Watch:
             fields={"question": question},
         )
 
-    def _question(self) -> str:
+    def _question(self, *, raw: bool = False) -> str:
         # A prompt rarely ends its line: prefer the stream that stopped mid-line. The two
         # streams are read by separate tasks, so their timestamps only break ties.
         ordered = sorted(self.streams, key=lambda s: (s.mid_line, s.last_output), reverse=True)
-        return next((q for s in ordered if (q := s.question())), "")
+        return next((q for s in ordered if (q := s.question(raw=raw))), "")
 
     async def _answer(self, answer: str, *, label: str) -> None:
         assert self.proc.stdin is not None
@@ -154,3 +221,29 @@ class Watch:
         self.answered.append(label)
         for stream in self.streams:
             stream.last_output = time.monotonic()  # the reply resets the quiet clock
+            stream.answered()
+
+
+_PROMPT_END = re.compile(r"[?:\]>)]\s")
+
+
+def prompt_in(text: str, *, skip: str | None = None) -> str:
+    """The last prompt-shaped text in ``text``: a line with a question mark, colon or closing
+    bracket, cut after the last one (a prompt answered by nobody is often followed on its line
+    by what the program printed next). Empty when no line looks like a question.
+
+    Args:
+        skip: a line to pass over (the program's own complaint about /dev/tty).
+    """
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if not line or line == skip:
+            continue
+        ends = list(_PROMPT_END.finditer(line + " "))
+        if ends:
+            return line[: ends[-1].start() + 1][-200:]
+    return ""
+
+
+def _auth_required(message: str, *, hint: str, question: str) -> AuthRequired:
+    return AuthRequired(message, hint=hint, fields={"question": question})
