@@ -5,8 +5,9 @@ GIT_ASKPASS, SSH_ASKPASS and SUDO_ASKPASS point at a script in this folder that 
 Unix socket in the same folder, and prints the answer only if it gets one. Credential files
 a tool declares are handed to the child as in-memory files, never written to a folder.
 
-Who may ask: every tool program runs as the daemon's uid, so the folder's 0700 mode keeps
-out other users but not another call's program. The endpoint therefore reads the peer's
+Who may ask: every tool program runs as the daemon's uid, so no file mode keeps another
+call's program out (and sudo runs the helper as yet another user, so the folder is 0711 and
+the socket 0666 on purpose). The endpoint therefore reads the peer's
 credentials (SO_PEERCRED) on each connection and answers only a process that descends from
 this call's child, checked through the live parent chain in /proc. Neither the call tag
 (``RUNGD_CALL``, an environment variable any process may set for its children) nor the
@@ -54,17 +55,23 @@ class AskpassServer:
     """
 
     def __init__(self, work_dir: Path) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix=".rungd-", dir=work_dir))  # 0700, unique per run
+        self.folder = Path(tempfile.mkdtemp(prefix=".rungd-", dir=work_dir))  # unique per run
         self.socket_path = self.folder / "s"
         self.script = self.folder / "askpass"
         self.script.write_text(_HELPER)
-        self.script.chmod(0o700)
+        # sudo runs SUDO_ASKPASS as the user who invoked it, who may not be the daemon's user:
+        # that user must be able to run the helper and reach the socket. That opens nothing:
+        # the folder cannot be listed, holds no secret (credential files are in memory), and
+        # the socket answers only this call's processes, whoever they run as.
+        self.folder.chmod(0o711)
+        self.script.chmod(0o755)
         self._sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             # A path too long for sun_path is bound through a descriptor of its folder
             # (askpass.socket_address); binding a local path does not block.
             with askpass.socket_address(str(self.socket_path)) as address:
                 self._sock._sock.bind(address)
+            self.socket_path.chmod(0o666)
             self._sock.listen(8)
         except OSError:
             self.close()
