@@ -136,6 +136,10 @@ class AskpassServer:
                 nursery.start_soon(self._one, conn, answer)
 
     async def _one(self, conn: trio.socket.SocketType, answer: Answer) -> None:
+        """Read one member's question and reply with its secret, or hold the connection.
+
+        Cancellation: stops at once; a held connection stays open until :meth:`close`.
+        """
         question = b""
         try:
             while len(question) < askpass.MAX_QUESTION and (chunk := await conn.recv(4096)):
