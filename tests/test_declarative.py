@@ -288,11 +288,16 @@ LIAR = '''
 '''
 
 
-async def test_a_question_after_the_commit_point_is_unknown_with_its_settle_read(short_tmp, nursery,
-                                                                                fake_program) -> None:
+@pytest.mark.parametrize("acts_first", [True, False])
+async def test_a_write_stopped_at_a_question_is_decided_by_its_settle_read(short_tmp, nursery, fake_program,
+                                                                           acts_first) -> None:
+    """Whatever the declared commit point, a write whose program ran is unknown until a read
+    says whether anything moved; the settle read runs at once and decides, naming itself."""
     from rungd.testing import start_daemon
 
-    program = fake_program("liar", LIAR)
+    program = fake_program("liar", LIAR if acts_first else LIAR.replace(
+        "    db.write_text(sys.argv[2])          # the change happens...\n", "").replace(
+        "    sys.stdin.readline()\n", "    sys.stdin.readline()\n    db.write_text(sys.argv[2])\n"))
     db = short_tmp / "liar.db"
     text = f"""
 [program]
@@ -312,7 +317,11 @@ kind = "key_value"
 fields = {{ value = "string" }}
 [tools.kv_value_set]
 side_effect = "reversible"
+commit_point = "confirmation"        # declared: nothing happens before a confirmation
 argv = ["set", "{{value}}", "{db}"]
+[[tools.kv_value_set.confirm]]
+pattern = 'Really\\?'
+answer = "y"
 [tools.kv_value_set.description]
 does = "Sets the value."
 use_when = "t."
@@ -333,9 +342,14 @@ expect = {{ value = "{{value}}" }}
     (folder / "kv.toml").write_text(text)
     daemon = await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
     env = await daemon.call("kv_value_set", {"value": "two"}, request_id="liar-1")
-    assert db.read_text() == "two"  # it did change
-    assert (env.error.code, env.outcome, env.next_action) == ("AUTH_REQUIRED", "unknown", "reconcile")
-    assert env.settle.tool == "kv_value_show" and env.settle.expect == {"value": "two"}
+    assert env.error.code == "AUTH_REQUIRED"
+    assert env.verified_by is not None and env.verified_by.startswith("settle read kv_value_show")
+    if acts_first:
+        assert db.read_text() == "two"  # it did change, before the question
+        assert (env.outcome, env.effect, env.next_action) == ("done", "changed", "request_authority")
+    else:
+        assert not db.exists()  # stopped at the question: nothing moved, and the read says so
+        assert (env.outcome, env.effect, env.next_action) == ("not_started", "none", "request_authority")
     daemon.daemon.stop()
 
 

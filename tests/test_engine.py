@@ -27,6 +27,12 @@ async def stuck(ctx: Any, inputs: Item) -> Result:
     ctx.mark_committed()
     raise ToolError("HALF_DONE", "the program stopped half way", fields={"seen": "half", "item": inputs.item})
 
+async def hang(ctx: Any, inputs: Item) -> Result:
+    import trio
+    ctx.mark_spawned()  # as the runner does when the program starts
+    await trio.sleep(10)
+    raise AssertionError("the deadline should have stopped it")
+
 async def show(ctx: Any, inputs: Item) -> Result:
     return Result(fields={"other": "no count here"})
 
@@ -36,6 +42,10 @@ def rungd_register_tools(register: Any) -> None:
                   outputs={"done": "yes"}, handler=stuck, side_effect="reversible",
                   errors=(ErrorRule("HALF_DONE", "no", "stop", hint="look at the item"),),
                   timing=Timing(settle=SettleSpec("probe_item_show", {"item": "$item"}, {"count": 1}))))
+    register(Tool(name="probe_item_hang", description=describe("Hangs before its confirmation."), inputs=Item,
+                  outputs={"done": "yes"}, handler=hang, side_effect="reversible",
+                  timing=Timing(deadline_s=0.5, commit_point="confirmation",
+                                settle=SettleSpec("probe_item_show", {"item": "$item"}))))
     register(Tool(name="probe_item_show", description=describe("Shows an item."), inputs=Item,
                   outputs={"other": "something"}, handler=show))
 '''
@@ -66,3 +76,12 @@ async def test_a_reconcile_that_cannot_decide_answers_an_envelope_with_what_it_f
     assert env.fields == {"other": "no count here"}  # what the settle read found
     assert env.settle is not None and env.settle.tool == "probe_item_show"
     assert env.next_action == "reconcile"
+
+
+async def test_a_write_whose_program_ran_is_unknown_before_its_commit_point_without_a_deciding_read(
+        rungd_daemon) -> None:
+    # Declared: nothing happens before a confirmation. But the program ran, and nothing read
+    # the state back (the settle read declares no expected fields): the truth is unknown.
+    env = await rungd_daemon.call("probe_item_hang", {"item": "w"}, request_id="r3")
+    assert (env.error.code, env.outcome, env.next_action) == ("TIMEOUT", "unknown", "reconcile")
+    assert env.settle is not None and env.settle.tool == "probe_item_show"

@@ -59,6 +59,10 @@ example = 5
 [tools.counter_value_set.verify]
 tool = "counter_value_show"
 expect = {{ count = "{{value}}" }}
+[tools.counter_value_set.settle]
+tool = "counter_value_show"
+expect = {{ count = "{{value}}" }}
+at_once = false                      # left to reconcile, which these tests are about
 """
 
 

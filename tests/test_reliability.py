@@ -267,7 +267,7 @@ def test_a_full_disk_refuses_new_calls_and_loses_no_record(short_tmp: Path) -> N
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(state)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    daemon = DaemonProcess(short_tmp)
+    daemon = DaemonProcess(short_tmp, "[ledger]\nreserve_bytes = 32768\n")  # a reserve this small disk can hold
     try:
         daemon.start()
         assert serves(daemon.socket)

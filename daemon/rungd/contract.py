@@ -88,12 +88,16 @@ class SettleSpec:
 
     ``inputs`` maps each input of the settle tool, and ``expect`` each field of its result,
     to the name of an input of this call (``"$name"``) or to a literal value. With
-    ``expect``, ``reconcile`` can decide by itself whether the effect happened.
+    ``expect``, the daemon decides by itself whether the effect happened: at once, in the
+    call whose outcome became unknown (``at_once``), or later through ``reconcile``.
     """
 
     tool: str
     inputs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     expect: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # Run the read as soon as a write's outcome is unknown, in the same call, and let it
+    # decide done or not_started; False leaves the outcome unknown for reconcile.
+    at_once: bool = True
 
     def bind(self, call_inputs: Mapping[str, Any]) -> dict[str, Any]:
         def fill(mapping: Mapping[str, Any]) -> dict[str, Any]:
@@ -241,6 +245,7 @@ class CallContext:
     work_dir: Path
     evidence_dir: Path
     committed: bool = False
+    spawned: bool = False
     credentials: Callable[[str], str | None] = lambda name: None
     evidence: list[str] = dataclasses.field(default_factory=list)
     # What the runner answered on the call's behalf (a confirmation, a credential by name):
@@ -253,6 +258,19 @@ class CallContext:
     def mark_committed(self) -> None:
         """Record that the effect may have begun: a timeout from now on is ``unknown``."""
         self.committed = True
+
+    def mark_spawned(self) -> None:
+        """Record that a program of the call started (the runner calls it at spawn).
+
+        The commit point may shorten the work, never decide the truth alone: once a write's
+        program ran, its error is ``unknown`` until a read says whether anything moved.
+        """
+        self.spawned = True
+
+    def may_have_acted(self) -> bool:
+        """Whether the effect may have begun: past the commit point, or, for a write, once
+        its program ran at all (a program may act before the question it is stopped at)."""
+        return self.committed or (self.spawned and self.tool.side_effect != "read")
 
     def evidence_path(self, label: str) -> tuple[str, Path]:
         """A fresh evidence file for this call: its id (for the envelope) and path."""

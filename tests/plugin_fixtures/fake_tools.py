@@ -110,7 +110,10 @@ def rungd_register_tools(register: Any) -> None:
                   side_effect="visible",
                   timing=Timing(deadline_s=15, commit_point="confirmation",
                                 settle=SettleSpec("fake_run", {"program": "exit_with"})), **common))
+    # Its settle read looks and finds nothing moved (argv_echo never prints "changed"), so a
+    # timeout before the confirmation is decided not_started by a read, not by the declaration.
     register(Tool(name="fake_write_short", description=describe("A write whose effect begins at the answer."),
                   side_effect="reversible",
                   timing=Timing(deadline_s=2, commit_point="confirmation",
-                                settle=SettleSpec("fake_run", {"program": "exit_with"})), **common))
+                                settle=SettleSpec("fake_run", {"program": "argv_echo", "args": ["look"]},
+                                                  {"stdout": "changed"})), **common))

@@ -28,7 +28,7 @@ import trio
 
 from rungd.audit import Audit
 from rungd.config import Config
-from rungd.contract import CallContext, Caller, Tool, ToolInputs
+from rungd.contract import CallContext, Caller, Tool, ToolInputs, shows
 from rungd.credentials import CredentialStore
 from rungd.envelope import Envelope
 from rungd.errors import RungdError
@@ -292,6 +292,10 @@ class Dispatcher:
         settle = tool.timing.settle.bind(inputs.model_dump()) if tool.timing.settle else None
         try:
             envelope = await self._outcome(call, tool, inputs, ctx, settle)
+            spec = tool.timing.settle
+            if envelope.outcome == "unknown" and spec and spec.at_once and settle and settle["expect"] \
+                    and not call.interrupted:
+                envelope = await self._settle_now(call, tool, envelope, settle)
             # The work folder is scratch for this call only (the runner's private files
             # included): gone once the call is.
             shutil.rmtree(work_dir, ignore_errors=True)
@@ -321,6 +325,22 @@ class Dispatcher:
             log.exception("tool %s crashed in call %s", tool.name, call.call_id)
             crash = outcomes.crash_error(tool, ctx, settle, exc)
             return outcomes.error_envelope(call, crash, tool=tool, ctx=ctx, settle=settle)
+
+    async def _settle_now(self, call: Call, tool: Tool, envelope: Envelope, settle: dict[str, Any]) -> Envelope:
+        """Run a write's settle read at once when its outcome is unknown, and let the read
+        decide: the effect happened (``done``), nothing moved (``not_started``), or the read
+        cannot say and the outcome stays ``unknown`` for reconcile.
+
+        Cancellation: bounded by the settle tool's own deadline; a daemon that stops
+        meanwhile leaves the outcome unknown.
+        """
+        read = await self.call(settle["tool"], settle["inputs"], None, call.caller, MAX_WAIT_S)
+        if read.status != "ok" or read.truncated:
+            return envelope
+        happened = shows(read.fields, settle["expect"])
+        if happened is None:
+            return envelope
+        return outcomes.settled(envelope, tool, happened=happened, read=read)
 
     async def _record_end(self, call: Call, envelope: Envelope, ctx: CallContext) -> None:
         """Record what the runner answered and how the call finished, then let the caller hear it."""

@@ -64,19 +64,20 @@ def _check_result(tool: Tool, result: Result, ctx: CallContext) -> None:
     bug = "this is a bug in the plugin"
     if tool.side_effect == "read" and result.effect != "none":
         raise Failed(f"{tool.name} is a read but reported effect {result.effect!r}", hint=bug, outcome="done")
+    acted = ctx.may_have_acted()
     try:
         msgspec.json.encode(result.fields)
     except (TypeError, msgspec.EncodeError) as exc:
         raise Failed(f"{tool.name} returned a field that cannot be sent: {exc}", hint=bug,
-                     outcome="unknown" if ctx.committed else "done") from None
+                     outcome="unknown" if acted and tool.side_effect != "read" else "done") from None
     if tool.side_effect != "read" and (result.effect not in ("changed", "no_change") or not result.verified_by):
         raise Failed(f"{tool.name} is a write but reported effect {result.effect!r} without a read-back",
                      hint=f"{bug}: a write reads back and says changed or no_change",
-                     outcome="unknown" if ctx.committed else "not_started")
+                     outcome="unknown" if acted else "not_started")
     if result.outcome != "done":
         raise Failed(f"{tool.name} reported success with outcome {result.outcome!r}",
                      hint=f"{bug}: raise an error for an outcome that is not done",
-                     outcome="unknown" if ctx.committed else "not_started")
+                     outcome="unknown" if acted else "not_started")
     if result.effect == "changed" and not result.verified_by:
         raise Failed(f"{tool.name} reported a change it did not read back",
                      hint=f"{bug}: set verified_by after a read-back", outcome="unknown")
@@ -139,17 +140,22 @@ def error_envelope(
 def _outcome_after(exc: RungdError, tool: Tool | None, ctx: CallContext) -> Outcome:
     """An error's outcome, decided where the commit point is known: here.
 
-    An error that does not declare its outcome gets ``not_started`` before the commit point
-    and, after it, ``unknown`` for a write (reconcile with the settle read before any
-    retry) or ``done`` for a read. A declared ``done`` on a failure that proves nothing
-    about a write's effect (an unnamed exit status, output that stopped parsing, a
-    question) becomes ``unknown`` too. Other declared outcomes (a plugin that saw the
-    program refuse, a read-back count) stand.
+    An error that does not declare its outcome gets ``not_started`` while nothing may have
+    acted. A write may have acted once its program ran, whatever its declared commit point
+    (a program may create its object before the question it is stopped at): then it is
+    ``unknown`` (the dispatcher's settle read, or reconcile, decides). A read that ran is
+    ``done``. A declared ``done`` on a failure that proves nothing about a write's effect
+    (an unnamed exit status, output that stopped parsing, a question) becomes ``unknown``
+    too. Other declared outcomes (a plugin that saw the program refuse, a read-back count)
+    stand.
     """
-    write_committed = tool is not None and tool.side_effect != "read" and ctx.committed
+    is_write = tool is not None and tool.side_effect != "read"
+    acted = ctx.may_have_acted()
     if not exc.outcome_declared:
-        return ("unknown" if write_committed else "done") if ctx.committed else "not_started"
-    if write_committed and exc.outcome == "done" and exc.code in _INCONCLUSIVE:
+        if not acted:
+            return "not_started"
+        return "unknown" if is_write else "done"
+    if is_write and acted and exc.outcome == "done" and exc.code in _INCONCLUSIVE:
         return "unknown"
     return exc.outcome
 
@@ -164,20 +170,22 @@ def _guard_write(tool: Tool | None, outcome: Outcome, retry: Retry, next_action:
 
 def crash_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None, exc: BaseException) -> Failed:
     """FAILED for a handler that raised something that is not a RungdError (a plugin bug)."""
+    acted = ctx.may_have_acted()
     return Failed(
         f"the tool's handler failed: {type(exc).__name__}",
         hint="this is a bug in the plugin; the operator's log has the details",
-        outcome="unknown" if ctx.committed else "not_started",
-        settle=settle if ctx.committed else None,
+        outcome="unknown" if acted else "not_started",
+        settle=settle if acted else None,
     )
 
 
 def timeout_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None) -> ToolTimeout:
     """TIMEOUT for a handler cancelled at its deadline: ``unknown`` only after the commit point."""
     deadline = tool.timing.deadline_s
-    if ctx.committed:
+    if ctx.may_have_acted():
+        where = "after its commit point" if ctx.committed else "after its program started"
         return ToolTimeout(
-            f"{tool.name} passed its {deadline:g} s deadline after its commit point; the process tree was killed",
+            f"{tool.name} passed its {deadline:g} s deadline {where}; the process tree was killed",
             hint="the effect may or may not have happened: run the settle read before any retry",
             outcome="unknown",
             settle=settle,
@@ -193,11 +201,12 @@ def timeout_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None) -
 
 def interrupted_error(ctx: CallContext, settle: dict[str, Any] | None) -> Interrupted:
     """INTERRUPTED for a call the daemon stopped while it ran."""
+    acted = ctx.may_have_acted()
     return Interrupted(
         "the daemon stopped while the call was running",
-        hint="run the settle read (reconcile) before retrying" if ctx.committed else "retry the call",
-        outcome="unknown" if ctx.committed else "not_started",
-        settle=settle if ctx.committed else None,
+        hint="run the settle read (reconcile) before retrying" if acted else "retry the call",
+        outcome="unknown" if acted else "not_started",
+        settle=settle if acted else None,
     )
 
 
@@ -253,6 +262,35 @@ def still_unknown(first: Envelope, exc: RungdError, tool: Tool) -> Envelope:
         next_action=exc.next_action, settle=Settle(**settle) if settle else None,
     )
     return fit_to_cap(envelope, tool.cap_bytes)
+
+
+# Errors that only say the daemon does not know what happened; once a read knows, the call
+# may go on (done) or simply be tried again (not_started).
+_NOT_KNOWING = frozenset({"TIMEOUT", "INTERRUPTED"})
+
+
+def settled(envelope: Envelope, tool: Tool, *, happened: bool, read: Envelope) -> Envelope:
+    """A write's unknown error once its settle read decided: ``done`` (the effect happened,
+    ``changed``) or ``not_started`` (nothing moved), with ``verified_by`` naming the read.
+
+    The error stays: it is what went wrong. Only what it means for the effect changes.
+    """
+    assert envelope.error is not None
+    code = envelope.error.code
+    if code in _NOT_KNOWING:
+        retry, next_action = ("no", "continue") if happened else ("yes", "retry_later")
+    else:
+        # What the code itself asks for, now that "find out first" is answered.
+        rule = tool.error_rule(code)
+        retry, next_action = (rule.retry, rule.next_action) if rule else ("no", "stop")
+        if retry == "after_check" or next_action == "reconcile":
+            retry, next_action = "no", "stop"
+    settled_envelope = msgspec.structs.replace(
+        envelope, outcome="done" if happened else "not_started", effect="changed" if happened else "none",
+        verified_by=f"settle read {read.tool} (call {read.call_id})", settle=None, next_action=next_action,
+        error=msgspec.structs.replace(envelope.error, retry=retry),
+    )
+    return fit_to_cap(settled_envelope, tool.cap_bytes)
 
 
 def protocol_error(exc: RungdError) -> ProtocolError:

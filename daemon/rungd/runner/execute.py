@@ -134,8 +134,11 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     for var, secret in secret_files.items():
         scratch.helper.env[var] = scratch.helper.secret_file(var, secret)
     proc = await _start(ctx, program, credentials, scratch)
-    if ctx.tool.timing.commit_point == "spawn" and program.commits:
-        ctx.mark_committed()
+    if program.commits:
+        # The program may act from its first instruction, whatever the declared commit point.
+        ctx.mark_spawned()
+        if ctx.tool.timing.commit_point == "spawn":
+            ctx.mark_committed()
     # Where the daemon may make cgroups (root, or systemd's Delegate=yes), the call gets its
     # own, so the kill reaches every process of it, however it detached (cgroup.kill).
     cgroup = proctree.CallCgroup.create(ctx.call_id)

@@ -111,6 +111,7 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
                         settle.tool,
                         {k: _as_reference(v) for k, v in settle.inputs.items()},
                         {k: _as_reference(v) for k, v in getattr(settle, "expect", {}).items()},
+                        at_once=getattr(settle, "at_once", True),
                     ) if settle else None,
                 ),
                 cap_bytes=spec.cap_bytes,

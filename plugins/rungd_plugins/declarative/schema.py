@@ -165,6 +165,8 @@ class SettleSpec(_Strict):
     tool: str
     inputs: dict[str, Any] = {}
     expect: dict[str, Any] = {}
+    # Run it in the same call as soon as the outcome is unknown (false: leave it to reconcile).
+    at_once: bool = True
 
 
 class LimitsSpec(_Strict):
