@@ -306,9 +306,9 @@ class _ProgramRunner:
             file_credentials=spec.credential_files,
             stdin=stdin,
             confirmations=tuple(Confirmation(re.compile(c.pattern), c.answer, c.times) for c in spec.confirm),
-            credential_prompts=tuple(CredentialPrompt(re.compile(c.pattern), c.credential)
+            credential_prompts=tuple(CredentialPrompt(re.compile(c.pattern), c.credential, c.times)
                                      for c in spec.credential_prompt),
-            askpass=tuple(CredentialPrompt(re.compile(c.pattern), c.credential) for c in spec.askpass),
+            askpass=tuple(CredentialPrompt(re.compile(c.pattern), c.credential, c.times) for c in spec.askpass),
             limits=Limits(**spec.limits.model_dump()) if spec.limits else None,
         )
 

@@ -148,6 +148,9 @@ class ConfirmSpec(_Strict):
 class CredentialPromptSpec(_Strict):
     pattern: str
     credential: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    # How often this question is answered in one call; a re-ask past it is AUTH_REQUIRED
+    # ("rejected"), so a wrong password is never sent again and again (lockouts).
+    times: int = Field(1, ge=1, le=10)
 
 
 class ReadBackSpec(_Strict):
