@@ -182,6 +182,13 @@ def crash_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None, exc
 def timeout_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None) -> ToolTimeout:
     """TIMEOUT for a handler cancelled at its deadline: ``unknown`` only after the commit point."""
     deadline = tool.timing.deadline_s
+    if tool.side_effect == "read":
+        # A read has no effect to be unsure about: nothing to settle, safe to try again.
+        return ToolTimeout(
+            f"{tool.name} passed its {deadline:g} s deadline; the process tree was killed",
+            hint="a read changes nothing: retry; if it keeps timing out, ask the operator to raise the deadline",
+            outcome="not_started", retry="yes", next_action="retry_later",
+        )
     if ctx.may_have_acted():
         where = "after its commit point" if ctx.committed else "after its program started"
         return ToolTimeout(
@@ -200,8 +207,8 @@ def timeout_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None) -
 
 
 def interrupted_error(ctx: CallContext, settle: dict[str, Any] | None) -> Interrupted:
-    """INTERRUPTED for a call the daemon stopped while it ran."""
-    acted = ctx.may_have_acted()
+    """INTERRUPTED for a call the daemon stopped while it ran (a read: retry, nothing to settle)."""
+    acted = ctx.may_have_acted() and ctx.tool.side_effect != "read"
     return Interrupted(
         "the daemon stopped while the call was running",
         hint="run the settle read (reconcile) before retrying" if acted else "retry the call",
