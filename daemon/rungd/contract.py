@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import string
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -107,6 +108,39 @@ class SettleSpec:
             }
 
         return {"tool": self.tool, "inputs": fill(self.inputs), "expect": fill(self.expect)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Precondition:
+    """What a write needs to still be true when it acts (an expected revision, seed 003).
+
+    Right before the handler runs, the daemon runs the read ``tool`` with ``inputs`` and
+    compares its fields with ``expect``, both bound like a settle read (``"$name"`` is an
+    input of this call). An expectation bound to an input the caller left out (None) is
+    not checked, so ``expected_count`` can be optional. When the read shows something else
+    the call ends CONFLICT, outcome not_started, with the current fields; nothing ran.
+
+    ``lock`` (``"item:{item}"``, filled from the inputs) is held from the check to the end
+    of the call, so no other rungd call with the same key can act in between. A lock with
+    no precondition just serialises calls on one resource.
+    """
+
+    tool: str = ""
+    inputs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    expect: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    lock: str = ""
+
+    def bind(self, call_inputs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The read's inputs and the expectations to check, for one call's inputs."""
+        def value(v: Any) -> Any:
+            return call_inputs.get(v[1:]) if isinstance(v, str) and v.startswith("$") else v
+
+        expect = {k: value(v) for k, v in self.expect.items()}
+        return {k: value(v) for k, v in self.inputs.items()}, {k: v for k, v in expect.items() if v is not None}
+
+    def lock_key(self, call_inputs: Mapping[str, Any]) -> str | None:
+        """The lock's name for one call, or None without a lock."""
+        return self.lock.format_map({k: str(v) for k, v in call_inputs.items()}) if self.lock else None
 
 
 def shows(fields: Mapping[str, Any], expect: Mapping[str, Any]) -> bool | None:
@@ -300,6 +334,8 @@ class Tool:
     log_fields: tuple[str, ...] = ()
     # rungctl lint codes this tool answers for, each with the reason a reviewer reads.
     lint_waivers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # A write's expected revision and resource lock (see Precondition).
+    precondition: Precondition | None = None
 
     def __post_init__(self) -> None:
         if not issubclass(self.inputs, ToolInputs):
@@ -307,6 +343,8 @@ class Tool:
         unknown = set(self.log_fields) - set(self.inputs.model_fields)
         if unknown:
             raise TypeError(f"tool {self.name}: log_fields names unknown inputs {sorted(unknown)}")
+        if self.precondition is not None:
+            _check_precondition(self)
 
     @property
     def requires_request_id(self) -> bool:
@@ -372,6 +410,21 @@ class Tool:
         key = " with a request_id unique to this change" if self.requires_request_id else ""
         parts.append(f"a valid call: {self.name} {example}{key}")
         return ". ".join(parts)
+
+
+def _check_precondition(tool: Tool) -> None:
+    """A precondition guards a write, and names only inputs the tool has."""
+    pre = tool.precondition
+    assert pre is not None
+    if tool.side_effect == "read":
+        raise TypeError(f"tool {tool.name}: a read has no precondition; it changes nothing")
+    named = {v[1:] for v in (*pre.inputs.values(), *pre.expect.values()) if isinstance(v, str) and v.startswith("$")}
+    named |= {field for _, field, _, _ in string.Formatter().parse(pre.lock) if field}
+    unknown = named - set(tool.inputs.model_fields)
+    if unknown:
+        raise TypeError(f"tool {tool.name}: the precondition names unknown inputs {sorted(unknown)}")
+    if pre.expect and not pre.tool:
+        raise TypeError(f"tool {tool.name}: the precondition expects fields but names no read tool")
 
 
 def _describe_validation(exc: pydantic.ValidationError) -> str:

@@ -24,6 +24,7 @@ happened and the hint says what a correct call looks like or what to try next.
     ├── Interrupted                 INTERRUPTED
     ├── LedgerUnavailable           LEDGER_UNAVAILABLE
     ├── Failed                      FAILED
+    ├── Conflict                    CONFLICT
     ├── ToolError                   any code a tool declares in its own error table
     └── UnknownCall                 UNKNOWN_CALL (a protocol error: no call to put it in)
 
@@ -70,6 +71,8 @@ CORE_ERRORS: dict[str, tuple[Retry, NextAction, str]] = {
     "INTERRUPTED": ("after_check", "reconcile", "the daemon stopped mid-call; outcome unknown"),
     "LEDGER_UNAVAILABLE": ("yes", "retry_later", "the ledger cannot be written; nothing dispatched"),
     "FAILED": ("no", "stop", "an exit status no table names; hint is the stderr tail, redacted"),
+    "CONFLICT": ("no", "repair", "a write's precondition failed: what the caller read is no longer true; "
+                 "outcome not_started; fields carry the current value"),
 }
 
 
@@ -193,6 +196,15 @@ class LedgerUnavailable(RungdError):
 
 class Failed(RungdError):
     code = "FAILED"
+
+
+class Conflict(RungdError):
+    """What the caller read (an ``expected_*`` input) is no longer true; nothing was done.
+
+    Repeating the same stale request cannot resolve it: the caller re-reads, then decides.
+    """
+
+    code = "CONFLICT"
 
 
 class ToolError(RungdError):

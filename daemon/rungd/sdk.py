@@ -14,6 +14,8 @@ Hooks (see ``rungd.hookspecs`` for when each is called)
 
 The tool contract (``Tool`` and its five parts)
     Tool, ToolInputs, NoInputs, Description, ErrorRule, Timing, SettleSpec
+    Precondition        a write's expected revision: a read, the fields it must still show, and
+                        a resource lock held from the check to the end of the call (CONFLICT)
     Result              what a handler returns when the call worked
     CallContext         what a handler knows about its call
     Caller              who called (the socket peer), as observers see it
@@ -25,7 +27,7 @@ The tool contract (``Tool`` and its five parts)
 Errors a plugin raises (failures are raised, never returned)
     ToolError(code, message, hint=...)  a code of the tool's own error table
     SurfaceChanged, UnexpectedState, AuthRequired, PromptUnexpected, Locked, StaleExport,
-    ImportPartial, Failed, BadInput     the core codes a handler may report
+    ImportPartial, Failed, BadInput, Conflict   the core codes a handler may report
     ConfigError         the plugin's settings or files are wrong (start-up stops)
     RungdError          the base class, for ``except``
 
@@ -61,6 +63,7 @@ from rungd.contract import (
     ErrorRule,
     Gate,
     NoInputs,
+    Precondition,
     Result,
     SettleSpec,
     SideEffect,
@@ -75,6 +78,7 @@ from rungd.errors import (
     AuthRequired,
     BadInput,
     ConfigError,
+    Conflict,
     Failed,
     ImportPartial,
     Locked,
@@ -183,6 +187,8 @@ __all__ = [
     "RowSchema",
     "RungdError",
     "SettleSpec",
+    "Precondition",
+    "Conflict",
     "SideEffect",
     "StaleExport",
     "SurfaceChanged",

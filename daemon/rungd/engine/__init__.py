@@ -6,6 +6,7 @@
     slots.py         per-tool concurrency
     approvals.py     calls held at a gate until a person decides
     reconcile.py     settling an unknown outcome from a read
+    preconditions.py expected revisions and resource locks
     outcomes.py      the one boundary where exceptions become envelopes and protocol errors
     calls.py         the call record and the table of calls
     recovery.py      what a crashed run left open, settled at start-up

@@ -5,7 +5,9 @@
     slots         may another call of this tool run now                        (slots.py)
     ledger        received + dispatched (or held), durable before anything runs (rungd.audit)
     approvals     held calls wait for a person                                  (approvals.py)
+    precondition  the write's expected revision, under its resource lock        (preconditions.py)
     run           the handler under its deadline, in the daemon's call nursery
+    settle        a write whose outcome is unknown: its settle read decides at once
     outcomes      whatever happened becomes one envelope, here only             (outcomes.py)
     ledger        finished, durable before the caller hears it
 
@@ -36,7 +38,7 @@ from rungd.gates import gate_for, is_operator
 from rungd.plugins import RegisteredTool
 from rungd.proctree import Reaper
 
-from rungd.engine import outcomes
+from rungd.engine import outcomes, preconditions
 from rungd.engine.admission import Admission, Admitted
 from rungd.engine.approvals import Approvals, Verdict
 from rungd.engine.calls import Call, CallTable
@@ -91,8 +93,9 @@ class Dispatcher:
                                max_results=config.server.max_results)
         self.requests = Requests(audit.index, self.calls)
         self.slots = Slots()
+        self.resources = preconditions.ResourceLocks()
         self.approvals = Approvals(config, self.calls, self._record_call, reaper)
-        self.reconciler = Reconciler(config, audit.index, audit.record, self._settle_read)
+        self.reconciler = Reconciler(config, audit.index, audit.record, self._read_call)
         self.evidence_dir = config.state_dir / "evidence"
         self.work_root = config.state_dir / "work"
         self.evidence_dir.mkdir(parents=True, exist_ok=True)
@@ -310,10 +313,15 @@ class Dispatcher:
         self, call: Call, tool: Tool, inputs: ToolInputs, ctx: CallContext, settle: dict[str, Any] | None
     ) -> Envelope:
         """Run the handler under the deadline; whatever happens becomes one envelope."""
+        pre = tool.precondition
         try:
             with trio.CancelScope() as call.scope:
                 with trio.move_on_at(ctx.deadline) as deadline_scope:
-                    result = await tool.handler(ctx, inputs)
+                    # The lock spans the check and the act: no other call acts on the same
+                    # resource in between.
+                    async with self.resources.hold(pre.lock_key(inputs.model_dump()) if pre else None):
+                        await preconditions.check(tool, inputs, call.caller, self._read_call)
+                        result = await tool.handler(ctx, inputs)
             if call.interrupted and call.scope.cancelled_caught:  # a finished result stands
                 raise outcomes.interrupted_error(ctx, settle)
             if deadline_scope.cancelled_caught:
@@ -368,7 +376,8 @@ class Dispatcher:
         self.requests.release(call)
         self._finish(call, envelope)
 
-    async def _settle_read(self, tool: str, inputs: dict[str, Any], caller: Caller) -> Envelope:
+    async def _read_call(self, tool: str, inputs: dict[str, Any], caller: Caller) -> Envelope:
+        """Run a read (a settle or precondition read) as a call of ``caller``, on the record."""
         return await self.call(tool, inputs, None, caller, MAX_WAIT_S)
 
     # --- the end of every call -----------------------------------------------------------------

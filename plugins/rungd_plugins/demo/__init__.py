@@ -22,6 +22,7 @@ from rungd.sdk import (
     Description,
     ErrorRule,
     PluginSettings,
+    Precondition,
     Program,
     Result,
     SettleSpec,
@@ -58,6 +59,11 @@ class ShowInputs(ToolInputs):
 class SetCountInputs(ToolInputs):
     item: ITEM
     count: Annotated[int, Field(ge=0, le=1_000_000, description="The new stock count.", examples=[15])]
+    expected_count: Annotated[int | None, Field(
+        ge=0, le=1_000_000, examples=[12],
+        description="The count you read before deciding. If the item's count is no longer this, the call "
+        "answers CONFLICT with the current count and changes nothing; leave it out to set the count whatever it is.",
+    )] = None
 
 
 def _argv(db: Path, *args: str) -> tuple[str, ...]:
@@ -150,6 +156,7 @@ def tools(db: Path) -> list[Tool]:
             do_not_use_when="you only need to read the count; use inventory_item_show instead.",
             returns="item, count_before, count_after, and effect changed or no_change after a read-back.",
             on_error="NOT_FOUND (do not retry; check the name), UNEXPECTED_STATE (stop and read again), "
+            "CONFLICT when expected_count is stale (read again, then decide), "
             "TIMEOUT with outcome unknown (run the settle read inventory_item_show before any retry).",
             if_unknown="if you do not know the item or the new count, ask the user; do not guess.",
         ),
@@ -158,10 +165,12 @@ def tools(db: Path) -> list[Tool]:
                  "count_after": "count read back after the change"},
         handler=inventory.set_count,
         side_effect="reversible",
-        errors=(NOT_FOUND, ErrorRule.core("UNEXPECTED_STATE"), ErrorRule.core("PROMPT_UNEXPECTED"),
+        errors=(NOT_FOUND, ErrorRule.core("UNEXPECTED_STATE"), ErrorRule.core("CONFLICT"), ErrorRule.core("PROMPT_UNEXPECTED"),
                 ErrorRule.core("SURFACE_CHANGED"), ErrorRule.core("TIMEOUT"), ErrorRule.core("AUTH_REQUIRED")),
         timing=Timing(deadline_s=20, commit_point="confirmation",
                       settle=SettleSpec("inventory_item_show", {"item": "$item"}, {"count": "$count"})),
+        precondition=Precondition("inventory_item_show", {"item": "$item"}, {"count": "$expected_count"},
+                                  lock="inventory-item:{item}"),
         cap_bytes=1024,
         concurrency=1,
         log_fields=("item", "count"),
