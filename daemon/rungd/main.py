@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import trio
 from rungd.ctl.cli import fail, read_config, unexpected, version
 from rungd.daemon import Daemon, run_until_signalled
 from rungd.errors import ConfigError, PluginError
+from rungd.journal import make_handler
 from rungd.server import SocketInUse
 
 EXIT_OK = 0
@@ -37,35 +37,13 @@ environment:
 """
 
 
-class JournalFormatter(logging.Formatter):
-    """One line per record, with ``call_id`` and ``tool`` as key=value pairs.
-
-    Under systemd (``$JOURNAL_STREAM`` set) each line starts with the syslog priority in
-    angle brackets, which journald turns into the entry's level.
-    """
-
-    PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
-
-    def __init__(self, journald: bool) -> None:
-        super().__init__()
-        self.journald = journald
-
-    def format(self, record: logging.LogRecord) -> str:
-        line = record.getMessage()
-        for key in ("call_id", "tool", "status", "code"):
-            value = getattr(record, key, None)
-            if value is not None:
-                line += f" {key}={value}"
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
-        if self.journald:
-            return f"<{self.PRIORITY.get(record.levelno, 6)}>{line}"
-        return f"{record.levelname.lower():7} {record.name}: {line}"
-
-
 def setup_logging(verbose: bool, quiet: bool = False) -> None:
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(JournalFormatter(journald="JOURNAL_STREAM" in os.environ))
+    """Log to the journal natively when stdout or stderr goes there, else plain lines on stdout.
+
+    In the journal each event is one entry with its priority and its fields (CALL_ID, TOOL,
+    ...), a traceback included; see ``rungd.journal``.
+    """
+    handler = make_handler()
     root = logging.getLogger("rungd")
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
