@@ -29,7 +29,7 @@ from rungd.client import Client
 from rungd.config import load_config
 from rungd.definitions import to_mcp
 from rungd.envelope import Envelope
-from rungd.mcp_bridge import WAIT_TOOL, Bridge, envelope_result
+from rungd.mcp_bridge import EVIDENCE_TOOL, WAIT_TOOL, Bridge, envelope_result
 from rungd.testing import start_daemon, write_config
 
 from tests.conftest import TEST_PLUGINS
@@ -84,7 +84,7 @@ async def test_lists_rungd_tools_with_rungds_own_schema(rungd_daemon, short_tmp)
     async with bridge(rungd_daemon.socket, short_tmp) as session:
         listed = {t.name: t for t in (await session.list_tools()).tools}
     summaries = await rungd_daemon.run(Client.list_tools)
-    assert set(listed) == {s.name for s in summaries} | {WAIT_TOOL}
+    assert set(listed) == {s.name for s in summaries} | {WAIT_TOOL, EVIDENCE_TOOL}
     for name in ("inventory_item_show", "inventory_count_set", "test_text_echo"):
         definition = await rungd_daemon.run(Client.describe, name)
         expected = to_mcp(definition)

@@ -41,6 +41,8 @@ from rungd.protocol import (
     Decision,
     Deny,
     Describe,
+    Evidence,
+    EvidenceSlice,
     FrameBuffer,
     FrameError,
     HeldCall,
@@ -237,6 +239,13 @@ class Client:
     def reconcile(self, tool: str, request_id: str, found: bool | None = None) -> Envelope:
         """Settle a request whose outcome is unknown (see ``Dispatcher.reconcile``)."""
         return self._ask(Reconcile(tool=tool, request_id=request_id, found=found)).envelope
+
+    def evidence(self, evidence_id: str, *, offset: int | None = None, length: int | None = None,
+                 line: int | None = None, count: int | None = None, grep: str | None = None,
+                 max_bytes: int | None = None) -> EvidenceSlice:
+        """Part of one evidence file: a byte range, a line range, or the lines holding ``grep`` (one of them)."""
+        return self._ask(Evidence(evidence_id=evidence_id, offset=offset, length=length, line=line, count=count,
+                                  grep=grep, max_bytes=max_bytes))
 
     # --- framing ---------------------------------------------------------------------------
 

@@ -70,6 +70,23 @@ class LedgerConfig(_Section):
     reserve_bytes: int = Field(1 << 20, ge=0, le=1 << 30, examples=[1048576])
 
 
+class EvidenceConfig(_Section):
+    """How long evidence (the full redacted output of calls) is kept, and how much of it."""
+
+    # A file last written longer ago than this is deleted at the next prune; its id then
+    # answers EVIDENCE_GONE. The same default as ledger.retention_days.
+    retention_days: float = Field(7.0, gt=0, examples=[7])
+    # When all evidence files together pass this, the oldest are deleted first until they
+    # fit. A call still running keeps its files even if the total stays above the bound
+    # until it ends (the journal says so).
+    max_total_bytes: int = Field(1 << 30, ge=1 << 16, examples=[1073741824])
+    # Seconds between prunes; one also runs at start-up.
+    prune_every_s: float = Field(600.0, ge=1, le=86400, examples=[600])
+    # An `evidence` reply carries at most this many bytes of text (a caller may ask for
+    # less, never more, and never more than the frame limit allows): the rest is a `next`.
+    reply_bytes: int = Field(4096, ge=256, le=1 << 20, examples=[4096])
+
+
 class AccessRule(_Section):
     uids: list[int] = Field(default_factory=list, examples=[[1000]])
     groups: list[str] = Field(default_factory=list, examples=[["rungd-callers"]])
@@ -118,6 +135,7 @@ class Config(_Section):
     plugins: PluginsConfig = PluginsConfig()
     credentials: CredentialsConfig = CredentialsConfig()
     ledger: LedgerConfig = LedgerConfig()
+    evidence: EvidenceConfig = EvidenceConfig()
     gates: GatesConfig = GatesConfig()
     source: str = Field("<embedded default>", exclude=True)
 

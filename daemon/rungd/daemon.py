@@ -25,6 +25,7 @@ from rungd.credentials import CredentialStore
 from rungd.engine import Dispatcher
 from rungd.engine.recovery import recover
 from rungd.envelope import Envelope
+from rungd.evidence import EvidenceStore
 from rungd.gates import check_gates
 from rungd.plugins import Hooks
 from rungd.server import Connection, ConnectionLimits, Replies, bind_unix_socket
@@ -54,6 +55,7 @@ class Daemon:
         self.audit: Audit | None = None
         self.socket_path = config.server.socket
         self.dispatcher: Dispatcher | None = None
+        self.evidence: EvidenceStore | None = None
         self._stop = trio.Event()
         self._replies = Replies()
         self._limits = ConnectionLimits(config.server.max_connections, config.server.max_connections_per_uid)
@@ -99,6 +101,10 @@ class Daemon:
                     self.tools, self.config, self._observe, self.credentials, self.audit, calls_nursery,
                     reaper=reaper,
                 )
+                # Evidence is pruned by age and size at start-up and every prune_every_s,
+                # in threads of its own; serving does not wait for the first prune.
+                self.evidence = EvidenceStore(self.config, self.dispatcher.calls, max_frame=server.max_frame_bytes)
+                await housekeeping.start(self.evidence.run)
                 async with trio.open_nursery() as connections:
                     accepting = trio.CancelScope()
                     connections.start_soon(self._accept, accepting, listener, connections)
@@ -133,7 +139,8 @@ class Daemon:
         """
         assert self.dispatcher is not None
         try:
-            connection = Connection(stream, self.dispatcher, self.config.server, self._replies)
+            connection = Connection(stream, self.dispatcher, self.config.server, self._replies,
+                                    evidence=self.evidence)
         except OSError:  # gone before we could ask the kernel who it was
             await trio.aclose_forcefully(stream)
             return

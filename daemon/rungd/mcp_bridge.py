@@ -10,8 +10,9 @@ What an MCP client sees:
 
 - ``tools/list``: every tool the daemon lists for this uid, with the MCP definition from
   ``rungd.definitions.to_mcp`` (rungd's input schema, plus a required ``request_id`` for
-  a write), and one tool of the bridge's own, ``rungd_call_wait``, which picks up a call
-  that answered pending.
+  a write), and two tools of the bridge's own: ``rungd_call_wait``, which picks up a call
+  that answered pending, and ``rungd_evidence_read``, which reads part of the evidence an
+  envelope names (for an agent with no access to the daemon's files).
 - ``tools/call``: the arguments go to the daemon as they are, less ``request_id``, which
   travels beside the inputs (``split_request_id``). The bridge does not validate them
   (the SDK's own check is off): the daemon does, and its BAD_INPUT hint names the field
@@ -62,7 +63,7 @@ from rungd.aclient import AsyncClient
 from rungd.client import ClientError, ConnectFailed, RequestRejected, default_socket
 from rungd.definitions import ExportError, compact_json, split_request_id, to_mcp
 from rungd.envelope import Envelope
-from rungd.protocol import ToolDefinition
+from rungd.protocol import EvidenceSlice, ToolDefinition
 
 log = logging.getLogger("rungd.mcp_bridge")
 
@@ -73,13 +74,15 @@ many MCP hosts allow a tool call, so a slow call comes back as pending, not as a
 MAX_WAIT_S = 60.0
 
 WAIT_TOOL = "rungd_call_wait"
+EVIDENCE_TOOL = "rungd_evidence_read"
 
 INSTRUCTIONS = (
     "These tools come from rungd, which operates legacy programs on this host for you. "
     "Every tool that changes something requires a request_id argument: unique per intended "
     "change (a fresh UUID), reused only to retry that same change. Errors carry a code, a hint "
     "and a next_action: follow them. A result that starts with PENDING is neither done nor "
-    f"failed: fetch it with {WAIT_TOOL} and its call_id, and do not repeat the change."
+    f"failed: fetch it with {WAIT_TOOL} and its call_id, and do not repeat the change. "
+    f"A result's evidence ids name its full, redacted output: read it with {EVIDENCE_TOOL}."
 )
 
 _NEXT_ACTION_WORDS = {
@@ -131,6 +134,66 @@ def _wait_tool(default_wait_s: float) -> types.Tool:
             readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False
         ),
     )
+
+
+def _evidence_tool() -> types.Tool:
+    def number(minimum: int, description: str, example: int) -> dict[str, Any]:
+        return {"type": "integer", "minimum": minimum, "description": description, "examples": [example]}
+
+    return types.Tool(
+        name=EVIDENCE_TOOL,
+        description=(
+            "Does: reads part of a call's evidence, the full redacted output a result's evidence list names: "
+            "a byte range (offset, length), a line range (line, count), or the lines holding a literal text "
+            "(grep, searched from line). Use when: a result was truncated or you need the exact output behind it. "
+            "Do not use when: the result's fields already answer the question. Returns: the text (capped), the "
+            "file's size and lines, whether it was cut, and the arguments that read on. On error: "
+            "UNKNOWN_EVIDENCE when no evidence with that id is yours; EVIDENCE_GONE when it was pruned; "
+            "BAD_INPUT for an id that is not one or a byte range mixed with lines. If unknown: read again from "
+            "offset 0."
+        ),
+        inputSchema={
+            "type": "object",
+            "properties": {
+                "evidence_id": {"type": "string", "minLength": 1, "maxLength": 200,
+                                "pattern": r"^[A-Za-z0-9_-]+\.[0-9]+\.[A-Za-z0-9_.-]+$",
+                                "description": "An id from a result's evidence list, as given.",
+                                "examples": ["c18f2a3b4c5d6e7f80.1.stdout"]},
+                "offset": number(0, "First byte to read (a byte range; not with line or grep).", 0),
+                "length": number(0, "Bytes to read from offset; left out: to the end (capped).", 4096),
+                "line": number(1, "First line to read, from 1; with grep: the line the search starts at.", 1),
+                "count": number(1, "Lines to read; with grep: at most this many matches.", 50),
+                "grep": {"type": "string", "minLength": 1, "maxLength": 256,
+                         "description": "Return only the lines holding this text (a literal, not a regex), "
+                                        "each as LINE:text.", "examples": ["error"]},
+                "max_bytes": number(1, "Ask for a smaller reply than the daemon's cap.", 2048),
+            },
+            "required": ["evidence_id"],
+            "additionalProperties": False,
+        },
+        annotations=types.ToolAnnotations(
+            readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False
+        ),
+    )
+
+
+def evidence_result(part: EvidenceSlice, *, grep: bool = False) -> types.CallToolResult:
+    """The MCP result for one slice: the text, then one line on what was cut and how to read on."""
+    where = f"from line {part.first_line}" if part.first_line else f"bytes {part.offset}-{part.end}"
+    note = f"[rungd: {part.evidence_id}, {where} of {part.size} bytes, {part.lines} lines"
+    if grep:
+        note += f", {part.matches} matching line(s) shown as LINE:text"
+    if part.truncated:
+        note += "; cut to the reply cap"
+    if part.next is None:
+        note += "; end of the file]"
+    else:
+        step = {"offset": part.next.offset} if part.next.offset is not None else {"line": part.next.line}
+        more = compact_json({"evidence_id": part.evidence_id, **step})
+        note += f"; read on with {EVIDENCE_TOOL} {more}" + (" and the same grep]" if grep else "]")
+    text = part.text + ("" if not part.text or part.text.endswith("\n") else "\n") + note
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                structuredContent=msgspec.to_builtins(part), isError=False)
 
 
 # --- envelope -> MCP result ----------------------------------------------------------------
@@ -225,6 +288,7 @@ class Bridge:
         self.wait_s = wait_s
         self._definitions: dict[str, ToolDefinition] = {}
         self._wait_tool = _wait_tool(wait_s)
+        self._evidence_tool = _evidence_tool()
 
     async def list_tools(self) -> list[types.Tool]:
         """The daemon's tools for this uid as MCP tools, plus ``rungd_call_wait``.
@@ -243,8 +307,8 @@ class Bridge:
         tools: list[types.Tool] = []
         known: dict[str, ToolDefinition] = {}
         for definition in definitions:
-            if definition.name == WAIT_TOOL:
-                log.warning("skipping the daemon's %s: the bridge's own tool has that name", WAIT_TOOL)
+            if definition.name in (WAIT_TOOL, EVIDENCE_TOOL):
+                log.warning("skipping the daemon's %s: the bridge's own tool has that name", definition.name)
                 continue
             try:
                 tools.append(types.Tool.model_validate(to_mcp(definition)))
@@ -253,12 +317,14 @@ class Bridge:
                 continue
             known[definition.name] = definition
         self._definitions = known
-        return [*tools, self._wait_tool]
+        return [*tools, self._wait_tool, self._evidence_tool]
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
         """Forward one call; the envelope (or the bridge's own error) as an MCP result."""
         if name == WAIT_TOOL:
             return await self._wait(arguments or {})
+        if name == EVIDENCE_TOOL:
+            return await self._evidence(arguments or {})
         # The cached definition lets split_request_id drop nulls that only mean "not given";
         # a tool not cached (not listed yet, or unknown) goes to the daemon as sent, and an
         # unknown one gets the daemon's UNKNOWN_TOOL with the closest names.
@@ -280,6 +346,30 @@ class Bridge:
                 outcome="not_started",
             )
         return await self._forward(WAIT_TOOL, lambda c: c.wait(call_id, wait_s=float(wait_s)))
+
+    async def _evidence(self, arguments: dict[str, Any]) -> types.CallToolResult:
+        """Read evidence. The daemon checks the arguments (a wrong type is its INVALID_MESSAGE)
+        and who may see it; its words reach the model as they are."""
+        known = {"evidence_id", "offset", "length", "line", "count", "grep", "max_bytes"}
+        unknown = sorted(set(arguments) - known)
+        if unknown or not isinstance(arguments.get("evidence_id"), str):
+            return bridge_error(
+                "BAD_INPUT", f"{EVIDENCE_TOOL} takes an evidence_id string and one of offset/length, line/count "
+                "or grep" + (f"; unknown arguments: {', '.join(unknown)}" if unknown else ""),
+                f'a valid call: {EVIDENCE_TOOL} {{"evidence_id": "c18f2a3b4c5d6e7f80.1.stdout", "line": 1, '
+                '"count": 50}', outcome="done")
+        try:
+            async with AsyncClient(self.socket_path) as client:
+                part = await client.evidence(**arguments)
+        except ConnectFailed as exc:
+            return bridge_error("UNREACHABLE", str(exc), "the rungd daemon is not running or not reachable; "
+                                "tell the user", outcome="done")
+        except RequestRejected as exc:
+            return bridge_error(exc.code, str(exc), exc.hint or "check the arguments", outcome="done")
+        except ClientError as exc:
+            return bridge_error("BRIDGE_LOST", f"lost the connection to rungd: {exc}", "read it again",
+                                outcome="done")
+        return evidence_result(part, grep=arguments.get("grep") is not None)
 
     async def _forward(self, name: str, request: Any) -> types.CallToolResult:
         try:

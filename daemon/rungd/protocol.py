@@ -98,7 +98,27 @@ class Reconcile(Message, tag="reconcile"):
     found: bool | None = None
 
 
-Request = Hello | ListTools | Describe | Call | Status | Wait | Pending | Approve | Deny | Reconcile
+class Evidence(Message, tag="evidence"):
+    """Read part of one evidence file, as stored (redacted): a byte range, a line range, or
+    the lines that hold a literal text.
+
+    Give at most one of: ``offset`` (and ``length``: bytes), ``line`` (and ``count``: lines,
+    numbered from 1), ``grep`` (lines holding that text, searched from ``line``). Nothing
+    given reads from the first byte. The reply is capped (``evidence.reply_bytes``, and
+    ``max_bytes`` when smaller) and says where to go on (``next``).
+    """
+
+    evidence_id: Annotated[str, msgspec.Meta(max_length=200)]
+    offset: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    length: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    line: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    count: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    # A literal, never a regular expression: a caller's pattern cannot make the daemon backtrack.
+    grep: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    max_bytes: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
+Request = Hello | ListTools | Describe | Call | Status | Wait | Pending | Approve | Deny | Reconcile | Evidence
 
 
 # --- responses -----------------------------------------------------------------------------
@@ -175,7 +195,36 @@ class ProtocolError(Message, tag="protocol_error"):
     hint: str = ""
 
 
-Response = Welcome | Tools | ToolDefinition | Result | HeldCalls | Decision | ProtocolError
+class EvidenceNext(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Where the rest is: send ``evidence`` again with this ``offset`` or ``line`` (and the same ``grep``)."""
+
+    offset: int | None = None
+    line: int | None = None
+
+
+class EvidenceSlice(Message, tag="evidence_slice"):
+    """Part of one evidence file.
+
+    ``text`` is the file's bytes from ``offset`` to ``end``, decoded as UTF-8 (a cut never
+    splits a character; bytes that are not UTF-8 read as U+FFFD). For ``grep`` it is the
+    matching lines, each as ``LINE:text``. ``size`` and ``lines`` count the whole file now.
+    ``truncated`` says the cap (or the search's time bound) stopped the answer short of what
+    was asked; ``next`` says where the rest of the file goes on, None at its end.
+    """
+
+    evidence_id: str
+    text: str
+    size: int
+    lines: int
+    offset: int
+    end: int
+    first_line: int = 0
+    matches: int = 0
+    truncated: bool = False
+    next: EvidenceNext | None = None
+
+
+Response = Welcome | Tools | ToolDefinition | Result | HeldCalls | Decision | EvidenceSlice | ProtocolError
 
 #: For each request type, the response type that answers it. Any request may instead get a
 #: ``ProtocolError``. Both clients check replies against this table, so a client method is
@@ -191,6 +240,7 @@ REPLY_TO: Final[dict[type[Message], type[Message]]] = {
     Approve: Decision,
     Deny: Decision,
     Reconcile: Result,
+    Evidence: EvidenceSlice,
 }
 
 #: How long a ``reconcile`` may take in the daemon: its settle read runs under the settle

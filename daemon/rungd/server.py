@@ -34,6 +34,7 @@ from rungd.contract import Caller
 from rungd.engine import Call as CallState
 from rungd.engine import Dispatcher, outcomes
 from rungd.errors import RungdError
+from rungd.evidence import EvidenceStore
 from rungd.gates import approval_message
 from rungd.protocol import (
     Approve,
@@ -41,6 +42,7 @@ from rungd.protocol import (
     Decision,
     Deny,
     Describe,
+    Evidence,
     HeldCall,
     HeldCalls,
     Hello,
@@ -277,20 +279,22 @@ class Connection:
         dispatcher: the daemon's call engine.
         server: the server settings (frame size, timeouts).
         replies: the daemon's count of answers in flight.
+        evidence: the daemon's evidence store; without it, ``evidence`` requests find nothing.
     """
 
     def __init__(self, stream: trio.SocketStream, dispatcher: Dispatcher, server: ServerConfig,
-                 replies: Replies) -> None:
+                 replies: Replies, *, evidence: EvidenceStore | None = None) -> None:
         self.stream = stream
         self.dispatcher = dispatcher
         self.server = server
         self.max_frame = server.max_frame_bytes
         self.replies = replies
         self.caller = peer_of(stream.socket)
+        self.evidence = evidence
         self._handlers = {
             Hello: self._hello, ListTools: self._list_tools, Describe: self._describe, Call: self._call,
             Status: self._status, Wait: self._wait, Pending: self._pending, Approve: self._approve,
-            Deny: self._deny, Reconcile: self._reconcile,
+            Deny: self._deny, Reconcile: self._reconcile, Evidence: self._evidence,
         }
 
     async def refuse(self, why: str) -> None:
@@ -418,6 +422,12 @@ class Connection:
     async def _reconcile(self, request: Reconcile) -> Response:
         envelope = await self.dispatcher.reconcile(request.tool, request.request_id, self.caller, request.found)
         return Result(envelope=envelope)
+
+    async def _evidence(self, request: Evidence) -> Response:
+        if self.evidence is None:  # a Connection built without a store (tests of the framing)
+            return _error("UNKNOWN_EVIDENCE", "no evidence with that id is known to you",
+                          "this daemon serves no evidence")
+        return await self.evidence.read(request, self.caller)
 
 
 # Tool inputs are a few plain values; a request nested deeper than this is refused before

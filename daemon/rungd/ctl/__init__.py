@@ -5,6 +5,7 @@
     rungctl call TOOL [key=value ...] [--inputs JSON] [--request-id ID] [--wait S]
     rungctl status CALL_ID | wait CALL_ID
     rungctl reconcile TOOL REQUEST_ID [--found yes|no]
+    rungctl evidence ID [--bytes OFFSET:LENGTH | --lines FIRST:COUNT | --grep TEXT] [--all]
     rungctl pending | approve CALL_ID [--key KEY] | deny CALL_ID [--reason TEXT]
     rungctl export-tools --format openai|anthropic|mcp|jsonschema [--tools a,b]
     rungctl lint [--json] [--tools a,b] [--offline]
@@ -22,6 +23,7 @@ Modules:
     registry   the command table (``@command``), Context, exit codes, UsageError / CommandFailed
     commands   the commands that talk to the daemon, and lint / export-tools / mcp / new-plugin
     ledger     tail and ledger verify: they read the ledger files
+    evidence   evidence: a call's full, redacted output, read through the daemon
     show       human output: envelopes, definitions, ledger lines
     cli        what rungd and rungctl share: --version, the last-resort error line
     app        the parser built from the table, and main: the one error boundary
