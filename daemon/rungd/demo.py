@@ -49,10 +49,19 @@ def walkthrough(socket: str) -> None:
         print("\n== tools")
         for tool in client.list_tools():
             print(f"   {tool.name:24} {tool.side_effect:11} {tool.summary}")
+        shown_evidence = False
         for title, tool, inputs, write in STEPS:
             request_id = str(uuid.uuid4()) if write else None
             print(f"\n== {title}\n   {command_line(tool, inputs, request_id)}")
-            print_envelope(client.call(tool, inputs, request_id=request_id))
+            envelope = client.call(tool, inputs, request_id=request_id)
+            print_envelope(envelope)
+            if envelope.evidence and not shown_evidence:
+                shown_evidence = True
+                print(f"\n== the full, redacted output that call kept, read back through the daemon\n"
+                      f"   rungctl evidence {envelope.evidence[0]} --lines 1:5")
+                part = client.evidence(envelope.evidence[0], line=1, count=5)
+                print("   " + part.text.rstrip("\n").replace("\n", "\n   "))
+                print(f"   ({part.size} bytes, {part.lines} lines in all)")
 
 
 async def run_demo(daemon: Daemon) -> None:
@@ -60,5 +69,6 @@ async def run_demo(daemon: Daemon) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(run_until_signalled, daemon)
         await trio.to_thread.run_sync(walkthrough, str(daemon.socket_path))
-        print(f"\nrungd is serving on {daemon.socket_path}; try `.venv/bin/rungctl tools` in another "
-              "terminal, from this folder. Ctrl-C stops it.", flush=True)
+        print(f"\nrungd is serving on {daemon.socket_path}; try `.venv/bin/rungctl tools` (or `rungctl evidence "
+              "ID --all` with an id from an envelope above) in another terminal, from this folder. Ctrl-C stops it.",
+              flush=True)

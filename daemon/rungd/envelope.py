@@ -121,7 +121,8 @@ def fit_to_cap(envelope: Envelope, cap_bytes: int = DEFAULT_CAP_BYTES) -> Envelo
 
 
 def _default_narrow(envelope: Envelope) -> str:
-    where = f" evidence {', '.join(envelope.evidence)} holds the full output;" if envelope.evidence else ""
+    where = (f" the full output is evidence {', '.join(envelope.evidence)}: read it with the evidence request "
+             f"(rungctl evidence {envelope.evidence[0]});" if envelope.evidence else "")
     return f"result cut to fit the byte cap;{where} ask for fewer rows or a narrower filter"
 
 

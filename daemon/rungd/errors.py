@@ -26,7 +26,9 @@ happened and the hint says what a correct call looks like or what to try next.
     ├── Failed                      FAILED
     ├── Conflict                    CONFLICT
     ├── ToolError                   any code a tool declares in its own error table
-    └── UnknownCall                 UNKNOWN_CALL (a protocol error: no call to put it in)
+    ├── UnknownCall                 UNKNOWN_CALL (a protocol error: no call to put it in)
+    ├── UnknownEvidence             UNKNOWN_EVIDENCE (a protocol error, as UnknownCall)
+    └── EvidenceGone                EVIDENCE_GONE (a protocol error: pruned, and when and why)
 
 Exactly one boundary (``rungd.engine.outcomes``) turns these into result envelopes and
 protocol errors. Code that raises them never builds an envelope itself, and nothing changes
@@ -229,6 +231,24 @@ class UnknownCall(RungdError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return self.message
+
+
+class UnknownEvidence(RungdError, KeyError):
+    """No evidence with that id is known to this caller: never written, or another caller's.
+
+    The two read the same, so evidence ids of others cannot be probed.
+    """
+
+    code = "UNKNOWN_EVIDENCE"
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.message
+
+
+class EvidenceGone(RungdError):
+    """The evidence existed and was pruned; the message says when and why."""
+
+    code = "EVIDENCE_GONE"
 
 
 class ConfigError(Exception):

@@ -195,7 +195,7 @@ class ExportRead:
         hint = None
         if self.truncated:
             hint = (f"{self.matched} rows matched and {len(self.rows)} are returned; {narrow}, or read all of "
-                    f"them from evidence {self.evidence[0]}")
+                    f"them with the evidence request (rungctl evidence {self.evidence[0]} --all)")
         return Result(fields=self.fields(), as_of=self.as_of, truncated=self.truncated, narrow=hint,
                       evidence=list(self.evidence))
 

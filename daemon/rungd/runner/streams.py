@@ -111,7 +111,8 @@ class Stream:
         kept = bytes(self.head)
         if self.truncated:
             cut = self.clean_total - len(self.head) - len(self.tail)
-            kept += f"\n[... {cut} bytes cut; full output in evidence ...]\n".encode()
+            kept += (f"\n[... {cut} bytes cut; read them with `rungctl evidence ID --bytes {len(self.head)}:{cut}`, "
+                     f"ID being this call's {self.name} evidence id in the envelope ...]\n").encode()
         kept += bytes(self.tail)
         return self.redactor.text(kept.decode("utf-8", "replace"))
 
