@@ -252,6 +252,14 @@ class IdempotencyIndex:
         with self._lock:
             return list(self._held.values())
 
+    def live_call_ids(self) -> set[str]:
+        """Calls whose records retention must keep: running, held, dispatched and unfinished,
+        or finished ``unknown`` (a reconcile still needs their request)."""
+        with self._lock:
+            live = set(self._unfinished) | set(self._held)
+            live.update(entry.call_id for entry in self._entries.values() if entry.state != "done")
+            return live
+
     def prune(self, now: float | None = None) -> None:
         """Drop entries first used more than ``retention_seconds`` before ``now``."""
         cutoff = (time.time() if now is None else now) - self.retention_seconds

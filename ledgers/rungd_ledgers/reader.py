@@ -25,9 +25,16 @@ def iter_records(folder: str | os.PathLike[str], since_seq: int = 0) -> Iterator
         FileNotFoundError: the folder does not exist.
         LedgerCorrupt: a complete line is not a record; ``verify`` names it.
     """
-    for path in _files_after(ledger_files(Path(folder)), since_seq):
-        for records, _ in decoded_blocks(path, decoder):
-            yield from _after(records, since_seq)
+    files = ledger_files(Path(folder))
+    for path in _files_after(files, since_seq):
+        try:
+            for records, _ in decoded_blocks(path, decoder):
+                yield from _after(records, since_seq)
+        except FileNotFoundError:
+            # Retention deleted it after it was listed: only old files go, and the pruned
+            # record that names them is further on. The last file is never pruned.
+            if path == files[-1]:
+                raise
 
 
 def follow(
@@ -66,9 +73,14 @@ def follow(
         # the current one is durable, so if a newer file was already listed, reading the
         # current file to its end below gets all of it.
         newer = [candidate for candidate in files if file_number(candidate) > file_number(path)]
-        for records, end in decoded_blocks(path, decoder, offset):
-            offset = end
-            yield from _after(records, since_seq)
+        try:
+            for records, end in decoded_blocks(path, decoder, offset):
+                offset = end
+                yield from _after(records, since_seq)
+        except FileNotFoundError:
+            if not newer:
+                raise
+            # Pruned while we read it (a follower far behind): go on with the next file.
         if newer:
             path, offset = newer[0], 0
         else:
@@ -95,8 +107,11 @@ def _files_after(files: list[Path], since_seq: int) -> list[Path]:
 
 def _first_seq(path: Path) -> int | None:
     """The seq of a file's first record, ``None`` when it has no readable first line."""
-    with open(path, "rb") as file:
-        line = file.readline()
+    try:
+        with open(path, "rb") as file:
+            line = file.readline()
+    except FileNotFoundError:
+        return None  # pruned since it was listed
     try:
         return decoder.decode(line).seq
     except msgspec.DecodeError:

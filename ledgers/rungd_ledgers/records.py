@@ -33,8 +33,32 @@ EVENTS: Final = frozenset(
         "answered",
         "finished",
         "reconciled",
+        # Not an event of a call: whole old files were deleted (``retention``). ``pruned``
+        # names them, so ``verify`` can prove the files left still continue that chain.
+        "pruned",
     }
 )
+
+
+class PrunedFile(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """One ledger file deleted by retention, as the ``pruned`` record names it.
+
+    Attributes:
+        name: its file name, e.g. ``ledger-000003.jsonl``.
+        first_seq, last_seq: the seqs of its first and last records.
+        last_hash: the hash of its last record: the ``prev`` of the record after it,
+            which is how ``verify`` links the files left to this one.
+        first_time, last_time: when its first and last records were sealed.
+        bytes: its size.
+    """
+
+    name: str
+    first_seq: int
+    last_seq: int
+    last_hash: str
+    first_time: float
+    last_time: float
+    bytes: int
 
 
 class Record(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
@@ -63,6 +87,7 @@ class Record(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
             of the same request can be answered without running the tool again.
         pids: ``(pid, start_time)`` of processes a dispatched call started; the pair
             identifies a process even after its pid is reused.
+        pruned: on ``pruned`` (call_id and tool empty), the files deleted, oldest first.
         prev: ``hash`` of the record before, ``GENESIS`` for the first.
         hash: sha256 hex of this record's line without its ``hash`` field (see ``chain``).
     """
@@ -85,6 +110,7 @@ class Record(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     note: str | None = None
     result: dict[str, Any] | None = None
     pids: list[tuple[int, float]] = []
+    pruned: list[PrunedFile] = []
     prev: str
     hash: str = ""
 

@@ -125,6 +125,7 @@ class Ledger:
         self._repair = repair
         # (seq, hash) of the last durable record: where the next batch chains on.
         self._head = (last.seq, last.hash) if last is not None else (0, GENESIS)
+        self._head_time = last.time if last is not None else 0.0
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[_Ticket] = []
         self._writing = False
@@ -189,6 +190,17 @@ class Ledger:
     def last_seq(self) -> int:
         """The seq of the last durable record, 0 for an empty ledger."""
         return self._head[0]
+
+    @property
+    def head(self) -> tuple[int, str, float]:
+        """``(seq, hash, time)`` of the last durable record; ``(0, GENESIS, 0.0)`` when empty.
+
+        What an anchor publishes (see ``rungd_ledgers.anchors``).
+        """
+        with self._cond:
+            while self._writing:  # a batch being written moves seq, hash and time together
+                self._cond.wait()
+            return (*self._head, self._head_time)
 
     @property
     def low_on_space(self) -> bool:
@@ -330,6 +342,7 @@ class Ledger:
             return
         self._offset += len(data)
         self._head = (seq, prev)
+        self._head_time = now
         for ticket, record in zip(batch, records):
             ticket.record = record
         self._reserve()
