@@ -1,0 +1,572 @@
+"""Adverse-outcome receipts: a tool file's contract run against stand-ins for its program.
+
+``rungctl check`` copies a tool file into a throw-away folder with its ``[program] command``
+pointed at a stand-in (``rungd.standins``), starts a throw-away daemon on that copy, and calls
+every tool once per adverse fixture, twice each, never running the real program:
+
+    read tools    missing  hang  question  flood  secret  empty
+    write tools   missing  hang_before  hang_after  question  flood  secret  acts_dies  noop
+    export tools  missing  empty  changed  flood
+
+It prints one receipt per tool, in the shape of the seed's acceptance line:
+
+    PASS apt_package_remove  fixtures=8 stableCodes=8 secretHits=0 unknownWriteRetries=0 verifiedFromSkipped=false
+
+and fails (exit status 1) when a fixture gives different codes twice (unstable), a seeded
+credential appears anywhere (an envelope, the ledger, evidence, the daemon's log), a write
+whose outcome was not ``not_started`` runs again on a repeat with the same request_id, an
+effect is reported ``changed`` without a read-back that shows the change, or a fixture ends
+in a result its contract rules out (a hang that reports ``not_started`` after the program
+acted, an empty answer from a program that printed nothing it can parse, ...).
+
+What is changed in the copy, and why: deadlines are cut to ``CHECK_DEADLINE_S`` for the
+fixtures that hang and to at most ``SLOW_DEADLINE_S`` for the others, and a
+read-back's ``wait_s`` to 0 (a hang is a hang after 2 s as after 300 s; a stand-in
+acts before it exits, so one read shows what happened); the tool's own
+``gate`` is dropped and every class gets gate ``none`` (the check is about results, not
+approvals); each tool gets an extra credential, ``rungd_check_secret``, so even a tool that
+declares none shows whether a secret its program prints is redacted.
+
+Python plugins are not rewritten: their tools are skipped with a line saying so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+
+from rungd.client import ClientError
+from rungd.config import load_config
+from rungd.envelope import Envelope
+from rungd.errors import ConfigError
+from rungd.standins import ROLE_ENV, CannotSynthesize, confirmation_text, sample_text, write_standin
+from rungd.testing import RunningDaemon, start_daemon, write_config
+
+READ_FIXTURES = ("missing", "hang", "question", "flood", "secret", "empty")
+WRITE_FIXTURES = ("missing", "hang_before", "hang_after", "question", "flood", "secret", "acts_dies", "noop")
+EXPORT_FIXTURES = ("missing", "empty", "changed", "flood")
+CHECK_DEADLINE_S = 2.0
+SLOW_DEADLINE_S = 10.0
+HANGS = ("hang", "hang_before", "hang_after")
+CHECK_SECRET = "rungd_check_secret"
+CHECK_SECRET_ENV = "RUNGD_CHECK_SECRET"
+ENVELOPE_CAP = 4096
+# Parsers for which an empty output cannot be a real answer: "no matches" must come from
+# the program saying so, so an empty stdout is SURFACE_CHANGED, never an empty `ok`.
+STRUCTURED = ("regex", "json", "key_value", "columns")
+
+
+class CheckError(Exception):
+    """What was asked cannot be checked as written (a file that does not load, no tools)."""
+
+
+@dataclasses.dataclass
+class FixtureResult:
+    """One fixture, run twice: the codes each run gave and what was wrong with them."""
+
+    fixture: str
+    runs: list[str] = dataclasses.field(default_factory=list)  # "status outcome effect code"
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def stable(self) -> bool:
+        return len(set(self.runs)) == 1
+
+
+@dataclasses.dataclass
+class Receipt:
+    """The receipt of one tool: counters in the seed's shape, and every problem found."""
+
+    tool: str
+    source: str
+    fixtures: list[FixtureResult] = dataclasses.field(default_factory=list)
+    secret_hits: list[str] = dataclasses.field(default_factory=list)
+    unknown_write_retries: int = 0
+    verified_from_skipped: bool = False
+    skipped: str | None = None
+
+    @property
+    def problems(self) -> list[str]:
+        found = [f"{f.fixture}: {p}" for f in self.fixtures for p in f.problems]
+        found += [f"{f.fixture}: codes differ between two runs: {' | '.join(f.runs)}"
+                  for f in self.fixtures if not f.stable]
+        found += [f"seeded secret found in {where}" for where in self.secret_hits]
+        if self.unknown_write_retries:
+            found.append(f"{self.unknown_write_retries} repeat(s) with the same request_id ran the program again")
+        if self.verified_from_skipped:
+            found.append("'changed' reported without a read-back showing the change")
+        return found
+
+    @property
+    def passed(self) -> bool:
+        return self.skipped is None and not self.problems
+
+    def line(self) -> str:
+        """The acceptance line: ``PASS tool  fixtures=N stableCodes=N secretHits=0 ...``."""
+        if self.skipped is not None:
+            return f"SKIP {self.tool}  {self.skipped}"
+        stable = sum(1 for f in self.fixtures if f.stable)
+        return (f"{'PASS' if self.passed else 'FAIL'} {self.tool}  fixtures={len(self.fixtures)} "
+                f"stableCodes={stable} secretHits={len(self.secret_hits)} "
+                f"unknownWriteRetries={self.unknown_write_retries} "
+                f"verifiedFromSkipped={str(self.verified_from_skipped).lower()}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tool": self.tool, "source": self.source, "passed": self.passed, "skipped": self.skipped,
+                "line": self.line(), "problems": self.problems,
+                "fixtures": [{"fixture": f.fixture, "runs": f.runs, "stable": f.stable, "problems": f.problems}
+                             for f in self.fixtures]}
+
+
+def run_check(paths: Iterable[Path], tools: set[str] | None = None) -> list[Receipt]:
+    """Check every tool (or only ``tools``) of each tool file; blocking, for the CLI.
+
+    Raises:
+        CheckError: a file cannot be read or has none of the tools asked for.
+    """
+    return trio.run(check_files, list(paths), tools)
+
+
+async def check_files(paths: list[Path], tools: set[str] | None = None) -> list[Receipt]:
+    """The async form of ``run_check``: one throw-away daemon per file, torn down after it.
+
+    The files are checked side by side (most of a check is waiting out hangs); the receipts
+    come back in the order of ``paths``.
+    """
+    found: dict[int, list[Receipt]] = {}
+
+    async def one(index: int, path: Path) -> None:
+        found[index] = await check_tool_file(path, tools)
+
+    async with trio.open_nursery() as nursery:
+        for index, path in enumerate(paths):
+            nursery.start_soon(one, index, path)
+    return [receipt for index in sorted(found) for receipt in found[index]]
+
+
+async def check_tool_file(path: Path, tools: set[str] | None = None) -> list[Receipt]:
+    """Run every adverse fixture against the tools of one tool file.
+
+    Two throw-away daemons run side by side: one whose copy has deadlines cut to
+    ``CHECK_DEADLINE_S`` for the fixtures that hang, one with the file's own deadlines (at most
+    ``SLOW_DEADLINE_S``) for the rest, so a read-before, a confirmation and a read-back fit.
+
+    Args:
+        path: the tool file; it is read, never changed.
+        tools: only these tool names (default: all of the file's tools).
+
+    Returns:
+        One receipt per tool, in file order.
+
+    Raises:
+        CheckError: the file is not TOML, holds none of ``tools``, or its copy does not
+            load; the message has a hint.
+
+    Cancellation: the throw-away daemons are stopped and their folders removed either way.
+    """
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise CheckError(f"{path}: cannot read the tool file: {exc}; "
+                         "hint: run `rungd check-config` on a config that loads it") from None
+    names = [n for n in raw.get("tools", {}) if tools is None or n in tools]
+    if not names:
+        raise CheckError(f"{path}: none of the tools asked for is in this file; hint: `rungctl tools` lists them")
+    parts: dict[bool, list[Receipt]] = {}
+
+    async def group(hangs: bool) -> None:
+        parts[hangs] = await _check_group(path, raw, names, hangs)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(group, True)
+        nursery.start_soon(group, False)
+    receipts = []
+    for fast, slow in zip(parts[True], parts[False], strict=True):
+        order: dict[str, int] = {}
+        for fixture in (*WRITE_FIXTURES, *READ_FIXTURES, *EXPORT_FIXTURES):
+            order.setdefault(fixture, len(order))
+        slow.fixtures = sorted(fast.fixtures + slow.fixtures, key=lambda f: order[f.fixture])
+        slow.secret_hits += fast.secret_hits
+        slow.unknown_write_retries += fast.unknown_write_retries
+        slow.verified_from_skipped |= fast.verified_from_skipped
+        slow.skipped = slow.skipped or fast.skipped
+        receipts.append(slow)
+    return receipts
+
+
+async def _check_group(path: Path, raw: dict[str, Any], names: list[str], hangs: bool) -> list[Receipt]:
+    """The fixtures that hang (``hangs``) or all the others, in one throw-away daemon."""
+    # A short path: the socket's path must fit in 107 bytes (sun_path).
+    folder = Path(tempfile.mkdtemp(prefix="rungd-"))
+    try:
+        plan = _Plan(path, raw, folder, hangs)
+        try:
+            config = load_config(plan.write_config())
+        except (ConfigError, TypeError, ValueError) as exc:
+            raise CheckError(f"{path}: the checked copy does not load: {exc}; "
+                             "hint: `rungd check-config` shows the same problem on the real file") from None
+        receipts = []
+        logs = _LogCapture()
+        logging.getLogger().addHandler(logs)
+        try:
+            async with trio.open_nursery() as nursery:
+                try:
+                    running = await start_daemon(nursery, config)
+                except ConfigError as exc:
+                    raise CheckError(f"{path}: the checked copy does not load: {exc}; "
+                                     "hint: `rungd check-config` shows the same problem on the real file") from None
+                try:
+                    for name in names:
+                        receipts.append(await plan.check_tool(running, name, logs))
+                except ClientError as exc:
+                    raise CheckError(f"{path}: the throw-away daemon stopped answering: {exc}; "
+                                     "hint: its log above says why; rerun with RUNGD_DEBUG=1") from None
+                finally:
+                    running.daemon.stop()
+        finally:
+            logging.getLogger().removeHandler(logs)
+        return receipts
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class _LogCapture(logging.Handler):
+    """Every log line the in-process daemon writes while a check runs, to look for secrets."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.lines.append(record.getMessage())
+        except Exception:  # a malformed record must not stop the check; it has nothing to leak
+            self.lines.append(str(record.msg))
+
+
+class _Plan:
+    """The throw-away folder for one tool file: its copy, stand-ins, credentials and config."""
+
+    def __init__(self, path: Path, raw: dict[str, Any], folder: Path, hangs: bool) -> None:
+        self.path = path
+        self.hangs = hangs  # this daemon runs only the fixtures that hang, with short deadlines
+        self.raw = raw
+        self.folder = folder
+        self.program = folder / "program"  # a symlink: pointed at each fixture's stand-in in turn
+        self.specs: dict[str, dict[str, Any]] = raw.get("tools", {})
+        self.secrets = self._seed_secrets()
+        self.seen_hits: set[str] = set()
+        (folder / "standins").mkdir()
+        healthy = folder / "standins" / "healthy"
+        healthy.write_text("#!/usr/bin/env python3\nprint('ok')\n", encoding="utf-8")
+        healthy.chmod(0o755)
+        self.program.symlink_to(healthy)
+
+    # --- the copy --------------------------------------------------------------------------
+
+    def _seed_secrets(self) -> dict[str, str]:
+        """A random value for every credential name the file declares, and the check's own."""
+        names = {CHECK_SECRET, *self.raw.get("program", {}).get("credentials", {}).values()}
+        for spec in self.specs.values():
+            names |= set(spec.get("credentials", {}).values()) | set(spec.get("credential_files", {}).values())
+            names |= {p["credential"] for key in ("credential_prompt", "askpass") for p in spec.get(key, [])}
+        return {name: "rungdck" + secrets.token_hex(16) for name in sorted(names)}
+
+    def write_config(self) -> Path:
+        """Write the copy, the credentials file (0600) and the config; return the config."""
+        tools_dir = self.folder / "tools"
+        tools_dir.mkdir()
+        copy = json.loads(json.dumps(self.raw))  # a deep copy of plain TOML values
+        copy["program"]["command"] = str(self.program)
+        for name, spec in copy["tools"].items():
+            spec.pop("gate", None)
+            if "export" in spec:
+                export = spec["export"]
+                export["folder"] = str(self._export_folder(name))
+                export["stable_s"] = 0
+                continue
+            spec["env"] = {**spec.get("env", {}), ROLE_ENV: name}
+            spec["credentials"] = {**spec.get("credentials", {}), CHECK_SECRET_ENV: CHECK_SECRET}
+            spec["deadline_s"] = min(float(spec.get("deadline_s", 30)),
+                                     CHECK_DEADLINE_S if self.hangs else SLOW_DEADLINE_S)
+            if "verify" in spec:
+                spec["verify"]["wait_s"] = 0
+        (tools_dir / self.path.name).write_text(_toml(copy), encoding="utf-8")
+        creds = self.folder / "credentials.toml"
+        fd = os.open(creds, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write("".join(f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in self.secrets.items()))
+        body = (f"[plugins]\ntool_dirs = [{json.dumps(str(tools_dir))}]\n\n"
+                f"[credentials]\nfile = {json.dumps(str(creds))}\n\n"
+                "[gates]\nread = \"none\"\nreversible = \"none\"\nvisible = \"none\"\nirreversible = \"none\"\n")
+        return write_config(self.folder, body, demo_plugins=False)
+
+    def _export_folder(self, tool: str) -> Path:
+        folder = self.folder / "exports" / tool
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    # --- one tool --------------------------------------------------------------------------
+
+    async def check_tool(self, running: RunningDaemon, name: str, logs: _LogCapture) -> Receipt:
+        spec = self.specs[name]
+        receipt = Receipt(name, str(self.path))
+        if "import" in spec:
+            receipt.skipped = "import tools are not checked yet: their program is a watched folder"
+            return receipt
+        inputs = {k: v["example"] for k, v in spec.get("inputs", {}).items() if v.get("required", True)}
+        write = spec.get("side_effect", "read") != "read"
+        envelopes: list[Envelope] = []
+        if "export" in spec:
+            for fixture in EXPORT_FIXTURES if not self.hangs else ():
+                receipt.fixtures.append(await self._export_fixture(running, name, spec, fixture, inputs, envelopes))
+        else:
+            try:
+                script = self._script(name, spec, inputs)
+            except CannotSynthesize as exc:
+                receipt.skipped = f"no stand-in output fits its parser: {exc}"
+                return receipt
+            for fixture in WRITE_FIXTURES if write else READ_FIXTURES:
+                if (fixture in HANGS) != self.hangs:
+                    continue
+                result = await self._fixture(running, name, spec, fixture, inputs, script, receipt, envelopes)
+                receipt.fixtures.append(result)
+        receipt.secret_hits = self._secret_hits(envelopes, logs)
+        return receipt
+
+    def _script(self, name: str, spec: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+        """What the stand-ins print for each role: the tool itself and its read-back."""
+        roles: dict[str, dict[str, Any]] = {}
+        confirm = spec.get("confirm", [])
+        roles[name] = {"ok": sample_text(spec.get("parse", {}), {}),
+                       "confirm": confirmation_text(confirm[0]["pattern"]) if confirm else None}
+        verify = spec.get("verify")
+        if verify is not None:
+            target = self.specs[verify["tool"]]
+            expect = {k: _substitute(v, inputs) for k, v in verify.get("expect", {}).items()}
+            after = sample_text(target.get("parse", {}), expect)
+            before = sample_text(target.get("parse", {}), {k: _other(v) for k, v in expect.items()})
+            roles[verify["tool"]] = {"before": before, "after": after}
+        return {"fixture": "", "target": name, "roles": roles,
+                "secret_env": [CHECK_SECRET_ENV, *spec.get("credentials", {}),
+                               *self.raw.get("program", {}).get("credentials", {})],
+                "secret_files": list(spec.get("credential_files", {}))}
+
+    async def _fixture(self, running: RunningDaemon, name: str, spec: dict[str, Any], fixture: str,
+                       inputs: dict[str, Any], script: dict[str, Any], receipt: Receipt,
+                       envelopes: list[Envelope]) -> FixtureResult:
+        folder = self.folder / "standins" / name
+        folder.mkdir(exist_ok=True)
+        if fixture == "missing":
+            standin = folder / "missing"  # never written: the program is gone since start-up
+            standin.unlink(missing_ok=True)
+        else:
+            standin = write_standin(folder, fixture, {**script, "fixture": fixture})
+        self._point_at(standin)
+        result = FixtureResult(fixture)
+        write = spec.get("side_effect", "read") != "read"
+        for attempt in (1, 2):
+            (folder / "acted").unlink(missing_ok=True)
+            request_id = f"check-{fixture}-{attempt}-{secrets.token_hex(4)}" if write else None
+            env = await running.call(name, inputs, request_id=request_id, wait_s=SLOW_DEADLINE_S * 3 + 10)
+            envelopes.append(env)
+            acted = (folder / "acted").exists()
+            result.runs.append(_codes(env))
+            result.problems += _judge(fixture, spec, env, acted, write)
+            if env.effect == "changed" and (not env.verified_by or not acted):
+                receipt.verified_from_skipped = True
+            if write and attempt == 1 and env.outcome != "not_started" and env.status != "pending":
+                before = _runs(folder, name)
+                again = await running.call(name, inputs, request_id=request_id, wait_s=SLOW_DEADLINE_S * 3 + 10)
+                envelopes.append(again)
+                if _runs(folder, name) > before:
+                    receipt.unknown_write_retries += 1
+        result.problems = sorted(set(result.problems))
+        return result
+
+    def _point_at(self, standin: Path) -> None:
+        # Replaced atomically, so the daemon never sees the program half-swapped.
+        staged = self.folder / "program.next"
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(standin)
+        os.replace(staged, self.program)
+
+    async def _export_fixture(self, running: RunningDaemon, name: str, spec: dict[str, Any], fixture: str,
+                              inputs: dict[str, Any], envelopes: list[Envelope]) -> FixtureResult:
+        export = spec["export"]
+        folder = self._export_folder(name)
+        for old in folder.iterdir():
+            old.unlink()
+        if fixture != "missing":
+            _write_export(folder, export, fixture)
+        result = FixtureResult(fixture)
+        for _attempt in (1, 2):
+            env = await running.call(name, inputs, wait_s=30)
+            envelopes.append(env)
+            result.runs.append(_codes(env))
+            result.problems += _judge_export(fixture, env)
+        result.problems = sorted(set(result.problems))
+        return result
+
+    def _secret_hits(self, envelopes: list[Envelope], logs: _LogCapture) -> list[str]:
+        """Every place (not already reported for an earlier tool) holding a seeded secret."""
+        values = [v.encode() for v in self.secrets.values()]
+        hits = []
+        for env in envelopes:
+            data = msgspec.json.encode(env)
+            if any(v in data for v in values):
+                hits.append(f"the envelope of call {env.call_id}")
+        if any(v.decode() in line for line in logs.lines for v in values):
+            hits.append("the daemon's log")
+        skip = {self.folder / "credentials.toml"}
+        for path in sorted(self.folder.rglob("*")):
+            if path in skip or path.is_symlink() or not path.is_file():
+                continue
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            if any(v in data for v in values):
+                hits.append(str(path.relative_to(self.folder)))
+        fresh = [h for h in hits if h not in self.seen_hits]
+        self.seen_hits |= set(hits)
+        return fresh
+
+
+def _codes(env: Envelope) -> str:
+    code = env.error.code if env.error is not None else "-"
+    return f"{env.status} {env.outcome} {env.effect} {code}"
+
+
+def _runs(folder: Path, role: str) -> int:
+    try:
+        lines = (folder / "runs.log").read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return 0
+    return sum(1 for line in lines if line.split(" ")[-1] == role)
+
+
+def _judge(fixture: str, spec: dict[str, Any], env: Envelope, acted: bool, write: bool) -> list[str]:
+    """What the contract rules out for this fixture's result (empty when it is fine)."""
+    problems = []
+    code = env.error.code if env.error is not None else None
+    size = len(msgspec.json.encode(env))
+    if size > max(int(spec.get("cap_bytes", ENVELOPE_CAP)), ENVELOPE_CAP):
+        problems.append(f"the envelope is {size} bytes, over its cap")
+    if env.status == "error" and env.error is not None and not (env.error.hint and env.next_action):
+        problems.append(f"{code} comes without a hint or next_action")
+    if env.status == "pending":
+        problems.append("still pending after the deadline and its settle read")
+    if acted and env.outcome == "not_started":
+        problems.append(f"{code or env.status}: outcome not_started, but the program had acted")
+    expected = {
+        "hang": "TIMEOUT", "hang_before": "TIMEOUT", "hang_after": "TIMEOUT",
+        "question": "PROMPT_UNEXPECTED", "noop": "UNEXPECTED_STATE",
+    }.get(fixture)
+    if expected is not None and code != expected:
+        problems.append(f"expected {expected}, got {code or env.status}")
+    if fixture in ("missing", "secret") and env.status != "error":
+        problems.append(f"expected an error, got {env.status}")
+    if fixture == "acts_dies" and env.status == "ok" and env.effect != "changed":
+        problems.append(f"the program acted and the read-back shows it, yet effect is {env.effect}")
+    if fixture == "empty" and env.status == "ok" and spec.get("parse", {}).get("kind", "none") in STRUCTURED:
+        problems.append("an empty output from a program came back as an empty ok (no matches is not 'cannot answer')")
+    return problems
+
+
+def _judge_export(fixture: str, env: Envelope) -> list[str]:
+    code = env.error.code if env.error is not None else None
+    if fixture == "missing" and env.status != "error":
+        return ["no export at all came back as ok: an export that cannot answer must be an error"]
+    if fixture == "empty" and (env.status != "ok" or (env.fields or {}).get("matched") != 0):
+        return [f"a fresh export with no rows must be ok with matched=0, got {code or env.fields}"]
+    if fixture == "changed" and code != "SURFACE_CHANGED":
+        return [f"expected SURFACE_CHANGED for a changed header, got {code or env.status}"]
+    if fixture == "flood":
+        if env.status != "ok" or not env.truncated:
+            return [f"expected ok and truncated for a large export, got {code or env.status}"]
+        if len(msgspec.json.encode(env)) > ENVELOPE_CAP:
+            return ["the envelope is over its cap"]
+    return []
+
+
+def _write_export(folder: Path, export: dict[str, Any], fixture: str) -> None:
+    """An export file for the fixture, in the tool's format and encoding, already complete."""
+    columns: dict[str, str] = export["columns"]
+    names = list(columns)
+    if fixture == "changed":
+        names = [*names[:-1], names[-1] + " (renamed)"]
+    samples = {"string": "A-1", "integer": "7", "number": "1.5", "decimal": "1.50", "boolean": "true",
+               "date": "2024-01-02", "datetime": "2024-01-02T03:04:05"}
+    rows = 0 if fixture == "empty" else 5000 if fixture == "flood" else 3
+    name = export["pattern"].replace("*", "20240102").replace("?", "x")
+    fmt = export.get("format", "csv")
+    delimiter = "\t" if fmt == "tsv" else export.get("delimiter", ",")
+    if fmt == "jsonl":
+        text = "".join(json.dumps({n: samples[columns.get(n, "string")] for n in names}) + "\n" for _ in range(rows))
+    else:
+        lines = [delimiter.join(names)]
+        lines += [delimiter.join(samples[columns.get(n, "string")] for n in names) for _ in range(rows)]
+        text = "\r\n".join(lines) + "\r\n"
+    path = folder / name
+    path.write_bytes(text.encode(export.get("encoding", "utf-8")))
+    past = time.time() - 10  # older than any stable_s: the writer is done with it
+    os.utime(path, (past, past))
+
+
+def _substitute(template: Any, values: dict[str, Any]) -> Any:
+    if isinstance(template, str) and template.startswith("{") and template.endswith("}") \
+            and template[1:-1] in values:
+        return values[template[1:-1]]
+    return template.format_map(values) if isinstance(template, str) else template
+
+
+def _other(value: Any) -> Any:
+    """A value of the same kind that differs: the state before the change."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    return "x" if str(value) != "x" else "y"
+
+
+def _toml(data: dict[str, Any]) -> str:
+    """Write a tool file back as TOML: tables as headers, every value inline.
+
+    JSON's string, number, boolean and array syntax is valid TOML for the values tool files
+    hold, so each value is written with ``json.dumps``; an inline table spells ``k = v``.
+    """
+    out = []
+    for table, body in data.items():
+        if table == "tools":
+            for name, spec in body.items():
+                out.append(f"[tools.{json.dumps(name)}]")
+                out += [f"{json.dumps(k)} = {_inline(v)}" for k, v in spec.items()]
+        else:
+            out.append(f"[{json.dumps(table)}]")
+            out += [f"{json.dumps(k)} = {_inline(v)}" for k, v in body.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+def _inline(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_inline(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_inline(v) for v in value) + "]"
+    if value is None:
+        raise CheckError("a tool file value is null, which TOML cannot hold")
+    return json.dumps(value)

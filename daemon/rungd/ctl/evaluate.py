@@ -1,0 +1,43 @@
+"""``rungctl eval``: run a task file through a model the user plugs in (``rungd.evalharness``)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from rungd.ctl.registry import EXIT_OK, Context, UsageError, arg, command
+from rungd.evalharness import EvalError, command_model, evaluate, format_text, load_tasks, module_model
+
+
+@command(
+    "eval",
+    "hand a model the tool definitions and a task file; record what it calls",
+    arg("tasks", type=Path, metavar="TASKS.toml", help="the task file, e.g. examples/tasks/demo.toml"),
+    arg("--model", metavar="'CMD ARGS'", help="a program that reads a JSON request on stdin and prints a JSON reply"),
+    arg("--model-module", metavar="PKG.MOD:FUNC", help="a Python function request -> reply"),
+    arg("--format", default="anthropic", choices=["anthropic", "openai", "mcp", "jsonschema"],
+        help="the shape of the definitions the model gets (default: anthropic)"),
+    arg("--max-turns", type=int, default=6, help="model replies per task before giving up (default: 6)"),
+)
+def eval_tasks(ctx: Context) -> int:
+    """Run each task of TASKS.toml once with your model against the running daemon.
+
+    The model gets the exported definitions and the conversation; every call it asks for
+    runs once, as asked. Per task: the tools chosen, arguments, call count, payload bytes,
+    whether a BAD_INPUT was repaired, the final outcome, and wrong-tool picks, missing
+    arguments, invented fields and repeated calls against the task's expectation. The
+    numbers describe the model you plugged in, on these tasks; nothing is a model of ours.
+    """
+    args = ctx.args
+    if bool(args.model) == bool(args.model_module):
+        raise UsageError("give exactly one of --model 'CMD ARGS' or --model-module pkg.mod:func")
+    try:
+        # shlex only splits the words; the program is then started with that argv, no shell.
+        model = command_model(shlex.split(args.model)) if args.model else module_model(args.model_module)
+        tasks = load_tasks(args.tasks)
+        report = evaluate(ctx.client, tasks, model, fmt=args.format, max_turns=args.max_turns)
+    except EvalError as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps(report.as_dict(), indent=2) if ctx.json else format_text(report))
+    return EXIT_OK

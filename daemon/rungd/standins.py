@@ -1,0 +1,292 @@
+"""Adverse stand-ins for a legacy program, as ``rungctl check`` uses them.
+
+A stand-in is a small executable Python script, one per fixture, written into a throw-away
+folder: it behaves the way the fixture says (hangs, floods, asks a question nobody declared,
+prints a secret, acts and then dies, exits 0 having done nothing) for whatever argv it gets,
+and a person can run it by hand. The role it plays (the write, or the read that verifies it)
+comes from ``RUNGD_CHECK_ROLE`` in its environment, which the checked copy of the tool file
+sets per tool; whether it has "acted" is a file beside it, so the read-back sees the change.
+
+It also builds the text a stand-in prints so that a tool's parser accepts it:
+``sample_text`` writes a string a regex (or a key/value, JSON or lines parser) reads back as
+the wanted fields, so "the read-back shows the change" is a real read, not a shortcut.
+
+    sample_text(parse, {"installed": "(none)"})  ->  "  Installed: (none)\\n  Candidate: x"
+    write_standin(folder, "hang_after", script)   ->  folder / "hang_after"
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+try:  # Python 3.11 moved the regex parser; both names exist there, only _parser later.
+    from re import _parser as sre_parse  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - older Pythons
+    import sre_parse  # type: ignore[no-redef]
+
+ROLE_ENV = "RUNGD_CHECK_ROLE"
+QUESTION = "Enter the name of your first pet: "
+
+# Characters tried, in order, when a pattern asks for "one character of this class".
+_CANDIDATES = "x0a1Z_-./: \t"
+
+
+class CannotSynthesize(ValueError):
+    """No text was found that the tool's parser reads back as the wanted fields."""
+
+
+def sample_text(parse: dict[str, Any], want: dict[str, Any]) -> str:
+    """Text a tool's ``[parse]`` table turns into fields holding ``want`` (others: any value).
+
+    Args:
+        parse: the tool file's ``parse`` table as read (``kind``, ``pattern``, ``fields``,
+            ``separator``); absent means kind ``none``.
+        want: field name -> the value the parsed field must have.
+
+    Returns:
+        The text, ending in a newline.
+
+    Raises:
+        CannotSynthesize: the pattern has a construct this generator does not follow, or
+            what it built does not parse back to ``want`` (checked, never assumed).
+    """
+    kind = parse.get("kind", "none")
+    fields: dict[str, str] = parse.get("fields", {})
+    values = {name: want.get(name, _typed_sample(kind_of)) for name, kind_of in fields.items()}
+    if kind == "none":
+        return "done\n"
+    if kind == "lines":
+        return "".join(f"{v}\n" for v in want.values()) or "line\n"
+    if kind == "json":
+        document: dict[str, Any] = {}
+        for name, value in values.items():
+            node = document
+            *path, last = name.split(".")
+            for part in path:
+                node = node.setdefault(part, {})
+            node[last] = value
+        return json.dumps(document) + "\n"
+    if kind == "key_value":
+        separator = parse.get("separator", ":")
+        return "".join(f"{name}{separator} {value}\n" for name, value in values.items())
+    if kind == "columns":
+        names = list(fields)
+        return " ".join(names) + "\n" + " ".join(str(values[n]) for n in names) + "\n"
+    pattern = parse.get("pattern")
+    if kind != "regex" or not pattern:
+        raise CannotSynthesize(f"parse kind {kind!r} without a pattern")
+    text = _generate(pattern, {k: str(v) for k, v in want.items()})
+    match = re.search(pattern, text, re.MULTILINE)
+    if match is None or any(str(match.groupdict().get(k)) != str(v) for k, v in want.items()):
+        raise CannotSynthesize(f"no text found that {pattern!r} reads as {want}")
+    return text if text.endswith("\n") else text + "\n"
+
+
+def confirmation_text(pattern: str) -> str:
+    """A question (no trailing newline) that a ``confirm`` pattern recognises.
+
+    Raises:
+        CannotSynthesize: see ``sample_text``.
+    """
+    text = _generate(pattern, {})
+    if re.search(pattern, text, re.MULTILINE) is None:
+        raise CannotSynthesize(f"no question found that {pattern!r} recognises")
+    return text.rstrip("\n")
+
+
+def _typed_sample(kind: str) -> Any:
+    return {"integer": 1, "number": 1.5, "boolean": "true"}.get(kind, "x")
+
+
+def _generate(pattern: str, groups: dict[str, str]) -> str:
+    try:
+        parsed = sre_parse.parse(pattern, re.MULTILINE)
+    except re.error as exc:
+        raise CannotSynthesize(f"{pattern!r} does not compile: {exc}") from None
+    names = {index: name for name, index in parsed.state.groupdict.items()}
+    return "".join(_emit(parsed, names, groups))
+
+
+def _emit(items: Any, names: dict[int, str], groups: dict[str, str]) -> list[str]:
+    """The shortest text each node matches, a named group replaced by its wanted value."""
+    out: list[str] = []
+    for op, arg in items:
+        name = str(op)
+        if name == "LITERAL":
+            out.append(chr(arg))
+        elif name in ("NOT_LITERAL", "ANY", "IN", "CATEGORY"):
+            out.append(_one_char(op, arg))
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            low, _high, inner = arg
+            out.extend(_emit(inner, names, groups) * max(low, 0))
+            if low == 0 and _needs_one(inner, names, groups):
+                out.extend(_emit(inner, names, groups))
+        elif name == "SUBPATTERN":
+            group, _add, _del, inner = arg
+            if group is not None and names.get(group) in groups:
+                out.append(groups[names[group]])
+            else:
+                out.extend(_emit(inner, names, groups))
+        elif name == "BRANCH":
+            out.extend(_emit(arg[1][0], names, groups))
+        elif name in ("AT", "ASSERT", "ASSERT_NOT"):
+            continue  # anchors and lookarounds consume nothing; the final re.search checks
+        elif name == "ATOMIC_GROUP":
+            out.extend(_emit(arg, names, groups))
+        else:
+            raise CannotSynthesize(f"regex construct {name} is not followed")
+    return out
+
+
+def _needs_one(inner: Any, names: dict[int, str], groups: dict[str, str]) -> bool:
+    # An optional part holding a wanted group must appear, or the group stays empty.
+    for op, arg in inner:
+        if str(op) == "SUBPATTERN" and arg[0] is not None and names.get(arg[0]) in groups:
+            return True
+    return False
+
+
+def _one_char(op: Any, arg: Any) -> str:
+    for ch in _CANDIDATES:
+        if _single_matches([(op, arg)], ch):
+            return ch
+    raise CannotSynthesize("a character class no sample character fits")
+
+
+def _single_matches(items: list[Any], ch: str) -> bool:
+    code = ord(ch)
+    for op, arg in items:
+        name = str(op)
+        if name == "LITERAL":
+            return code == arg
+        if name == "NOT_LITERAL":
+            return code != arg and ch != "\n"
+        if name == "ANY":
+            return ch != "\n"
+        if name == "CATEGORY":
+            return _category(str(arg), ch)
+        if name == "IN":
+            negate = any(str(o) == "NEGATE" for o, _ in arg)
+            hit = any(_in_item(o, a, ch) for o, a in arg if str(o) != "NEGATE")
+            # "[^:]" matches a newline too, but no sample line should hold one
+            return (not hit and ch != "\n") if negate else hit
+    return False
+
+
+def _in_item(op: Any, arg: Any, ch: str) -> bool:
+    name = str(op)
+    if name == "LITERAL":
+        return ord(ch) == arg
+    if name == "RANGE":
+        return arg[0] <= ord(ch) <= arg[1]
+    if name == "CATEGORY":
+        return _category(str(arg), ch)
+    return False
+
+
+def _category(name: str, ch: str) -> bool:
+    checks = {
+        "CATEGORY_DIGIT": ch.isdigit(), "CATEGORY_NOT_DIGIT": not ch.isdigit(),
+        "CATEGORY_SPACE": ch.isspace(), "CATEGORY_NOT_SPACE": not ch.isspace(),
+        "CATEGORY_WORD": ch.isalnum() or ch == "_", "CATEGORY_NOT_WORD": not (ch.isalnum() or ch == "_"),
+    }
+    return checks.get(name, False) and ch != "\n"
+
+
+# --- the stand-in scripts -------------------------------------------------------------------
+
+# What every stand-in shares: it notes each run (so a repeat that reruns the program is seen),
+# knows its role, and reads the "acted" mark. Plain Python, no imports beyond the stdlib.
+_PROLOGUE = '''\
+import json, os, signal, sys, time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = json.loads({script!r})
+ROLE = os.environ.get("{role_env}", "")
+ACTED = HERE / "acted"
+with open(HERE / "runs.log", "a", encoding="utf-8") as log:
+    log.write(f"{{SCRIPT['fixture']}} {{ROLE}}\\n")
+me = SCRIPT["roles"].get(ROLE, {{}})
+
+
+def say(text):
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def hang():
+    while True:  # ignores nothing: the daemon's kill at the deadline ends it
+        time.sleep(60)
+
+
+def confirm():
+    # The program's own "are you sure": asked, then answered by the daemon (or not at all).
+    if me.get("confirm") is not None:
+        say(me["confirm"])
+        if not sys.stdin.readline():
+            sys.exit(1)
+
+
+def read_role():
+    say(me["after"] if ACTED.exists() else me["before"])
+    sys.exit(0)
+
+
+def secrets():
+    for var in SCRIPT.get("secret_env", []):
+        value = os.environ.get(var, "")
+        say(f"debug: token={{value}}\\n")
+        sys.stderr.write(f"error: auth with {{value}} failed\\n")
+    for var in SCRIPT.get("secret_files", []):
+        try:
+            value = Path(os.environ.get(var, "/nonexistent")).read_text()
+        except OSError:
+            continue
+        say(f"debug: file token={{value}}\\n")
+        sys.stderr.write(f"error: {{value}}\\n")
+    sys.stderr.flush()
+
+'''
+
+# Per fixture: what the role under test does. A read role of a write (the verify tool) always
+# answers truthfully from the "acted" mark, whatever the fixture.
+BEHAVIOUR: dict[str, str] = {
+    "hang": "hang()",
+    "hang_before": "hang()",
+    "hang_after": "confirm()\nACTED.touch()\nhang()",
+    "question": f"say({QUESTION!r})\nsys.stdin.readline()\nsay(me.get('ok', ''))\nsys.exit(0)",
+    "flood": "line = 'flood ' * 15 + '\\n'\nfor _ in range(80000):\n    sys.stdout.write(line)\nsys.stdout.flush()\n"
+             "sys.exit(0)",
+    "secret": "secrets()\nsys.exit(1)",
+    "acts_dies": "confirm()\nACTED.touch()\nos.kill(os.getpid(), signal.SIGKILL)",
+    "noop": "confirm()\nsay(me.get('ok', ''))\nsys.exit(0)",
+    "empty": "sys.exit(0)",
+}
+
+
+def write_standin(folder: Path, fixture: str, script: dict[str, Any]) -> Path:
+    """Write the stand-in for ``fixture`` as an executable file named after it.
+
+    Args:
+        folder: the throw-away folder; ``runs.log`` and the ``acted`` mark go beside it.
+        fixture: a key of ``BEHAVIOUR``.
+        script: ``{"fixture": name, "target": role under test, "roles": {role: {...}},
+            "secret_env": [...], "secret_files": [...]}``; each role's dict holds ``before``,
+            ``after``, ``ok`` (texts) and ``confirm`` (a question, or None).
+
+    Returns:
+        The script's path.
+    """
+    body = _PROLOGUE.format(script=json.dumps(script), role_env=ROLE_ENV)
+    body += "if ROLE != SCRIPT['target'] and 'before' in me:\n    read_role()\n"
+    body += "if ROLE != SCRIPT['target']:\n    say(me.get('ok', ''))\n    sys.exit(0)\n"
+    body += BEHAVIOUR[fixture] + "\n"
+    path = folder / fixture
+    path.write_text("#!/usr/bin/env python3\n" + textwrap.dedent(body), encoding="utf-8")
+    path.chmod(0o755)
+    return path

@@ -1,0 +1,83 @@
+"""`rungctl check`: every built-in tool file holds up against adverse stand-ins for its
+program, and a tool file that would answer any question is caught."""
+
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import trio
+
+from rungd.check import check_files
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILT_IN = sorted((ROOT / "configs" / "tools").glob("*.toml")) + sorted((ROOT / "configs" / "examples").glob("*.toml"))
+LINE = re.compile(r"^PASS (\S+)  fixtures=(\d+) stableCodes=(\d+) secretHits=0 unknownWriteRetries=0 "
+                  r"verifiedFromSkipped=false$")
+
+
+async def test_built_in_tool_files_pass_every_adverse_fixture() -> None:
+    receipts = await check_files(BUILT_IN)
+    assert receipts, "no built-in tool files found"
+    for receipt in receipts:
+        assert receipt.passed, (receipt.line(), receipt.problems)
+        match = LINE.match(receipt.line())
+        assert match and match[2] == match[3], receipt.line()
+    by_tool = {r.tool: r for r in receipts}
+    # A write is checked against every fixture, acting-then-dying and doing nothing included.
+    fixtures = {f.fixture: f.runs[0] for f in by_tool["apt_package_remove"].fixtures}
+    assert len(fixtures) == 8
+    assert fixtures["noop"].endswith("UNEXPECTED_STATE")
+    assert fixtures["hang_after"].split()[1] != "not_started"  # it acted before it hung
+    assert fixtures["acts_dies"].split()[1] != "not_started"
+    # "no matches" vs "cannot answer": an empty export is ok, a missing one is an error.
+    export = {f.fixture: f.runs[0] for f in by_tool["erp_stock_list"].fixtures}
+    assert export["empty"].startswith("ok ")
+    assert export["missing"].startswith("error ")
+    # A program that printed nothing is never an empty ok for a parsing read.
+    assert {f.fixture: f.runs[0] for f in by_tool["host_disk_usage_show"].fixtures}["empty"].endswith("SURFACE_CHANGED")
+
+
+async def test_a_tool_that_takes_a_failure_for_success_fails_its_receipt(short_tmp: Path) -> None:
+    tool_file = short_tmp / "echoer.toml"
+    tool_file.write_text(textwrap.dedent("""\
+        [program]
+        name = "echoer"
+        command = "echo"
+
+        [tools.echoer_text_show]
+        argv = ["hello"]
+        deadline_s = 5
+        ok_exit = [0, 1]   # the defect: exit status 1 (a failure) counted as success
+
+        [tools.echoer_text_show.description]
+        does = "Prints a greeting. Changes nothing."
+        use_when = "you need a greeting."
+        do_not_use_when = "never otherwise."
+        returns = "nothing parsed."
+        on_error = "TIMEOUT (retry once)."
+        if_unknown = "ask the user."
+    """), encoding="utf-8")
+    [receipt] = await check_files([tool_file])
+    assert not receipt.passed
+    assert receipt.line().startswith("FAIL echoer_text_show  fixtures=6 ")
+    assert any(p.startswith("secret: expected an error, got ok") for p in receipt.problems), receipt.problems
+
+
+async def test_rungctl_check_prints_receipts_and_skips_python_plugin_tools(short_tmp: Path) -> None:
+    config = short_tmp / "rungd.toml"
+    config.write_text(f'[server]\nsocket = "{short_tmp}/s.sock"\n[state]\ndir = "{short_tmp}/state"\n'
+                      f'[plugins]\ntool_dirs = ["{ROOT}/configs/tools"]\n[plugins.settings.demo]\n',
+                      encoding="utf-8")
+    done = await trio.run_process([sys.executable, "-m", "rungd.ctl", "--config", str(config), "check"],
+                                  capture_stdout=True, capture_stderr=True, check=False)
+    out = done.stdout.decode()
+    assert done.returncode == 0, (out, done.stderr.decode())
+    assert LINE.match(next(line for line in out.splitlines() if "host_disk_usage_show" in line))
+    assert "SKIP inventory_item_show  a tool of the Python plugin 'demo'" in out
+    unknown = await trio.run_process([sys.executable, "-m", "rungd.ctl", "--config", str(config), "check",
+                                      "no_such_tool"], capture_stdout=True, capture_stderr=True, check=False)
+    assert unknown.returncode == 2
+    assert "no_such_tool: no such tool in this config; hint:" in unknown.stderr.decode()
