@@ -116,7 +116,7 @@ async def test_lists_and_calls_only_what_the_bridges_own_uid_may_use(nursery, sh
         denied = await session.call_tool("inventory_count_set", {"item": "widget", "count": 1, "request_id": "u1"})
         read = await session.call_tool("inventory_item_show", {"item": "widget"})
     assert "inventory_item_show" in names and "inventory_count_set" not in names
-    assert denied.isError is True and "ERROR DENIED" in text_of(denied)
+    assert denied.isError is True and "ERROR UNKNOWN_TOOL" in text_of(denied)
     assert read.isError is False
     daemon.daemon.stop()
 

@@ -215,7 +215,9 @@ uids = [0]
     )
     result = await trio.run_process([sys.executable, "-c", script], capture_stdout=True)
     status, code, next_action, visible = msgspec.json.decode(result.stdout)
-    assert (status, code, next_action) == ("error", "DENIED", "request_authority")
+    # A tool the caller may not use answers as one that does not exist: it learns nothing
+    # about what it may not call.
+    assert (status, code, next_action) == ("error", "UNKNOWN_TOOL", "repair")
     assert "test_text_echo" not in visible and "inventory_item_show" in visible
     daemon.stop()
 

@@ -387,9 +387,12 @@ class Tool:
             raise BadInput(_describe_validation(exc), hint=self._example_hint(exc)) from None
 
     def example_inputs(self) -> dict[str, Any]:
-        """A valid call's inputs, from the first example of every field."""
+        """A valid call's inputs, from the first example of every field; a field that may be
+        left out (its default is None, like an ``expected_*`` check) is left out."""
         example = {}
         for name, field in self.inputs.model_fields.items():
+            if not field.is_required() and field.default is None:
+                continue
             if field.examples:
                 example[name] = field.examples[0]
             elif field.is_required():

@@ -125,3 +125,26 @@ async def test_a_non_operator_learns_nothing_from_approving_anothers_call(shared
         print(json.dumps(out))
     """)
     assert codes == ["UNKNOWN_CALL"] * 4  # the same answer whether the call exists or not
+
+
+async def test_a_tool_you_may_not_call_looks_like_one_that_does_not_exist(nursery, short_tmp) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to connect as another uid")
+    config = load_config(write_config(short_tmp, "[access]\nuids = [0]\n\n[access.tools.inventory_item_show]\n"
+                                                 f"uids = [0, {NOBODY}]\n"))
+    config = config.model_copy(update={"server": config.server.model_copy(update={"socket_mode": "0666"})})
+    short_tmp.chmod(0o755)
+    daemon = await start_daemon(nursery, config)
+    answers = await trio.to_thread.run_sync(as_nobody, daemon.socket, """
+        out = []
+        for name in ("inventory_count_set", "inventory_count_sat"):   # exists (not allowed), does not
+            env = c.call(name, {"item": "widget", "count": 1}, request_id="r")
+            try:
+                c.describe(name); described = "visible"
+            except RequestRejected as e:
+                described = [e.code, str(e).replace(name, "NAME")]
+            out.append([env.error.code, env.error.message.replace(name, "NAME"), env.error.hint, described])
+        print(json.dumps(out))
+    """)
+    real, made_up = answers
+    assert real[0] == "UNKNOWN_TOOL" and real == made_up  # word for word the same

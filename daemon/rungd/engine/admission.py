@@ -2,7 +2,8 @@
 
 The first stage of every call, decided before anything is recorded or run:
 
-    lookup       UNKNOWN_TOOL (with the closest names the caller may use) or DENIED
+    lookup       UNKNOWN_TOOL (with the closest names the caller may use), also for a tool
+                 this caller may not use: it learns nothing about what it may not call
     validate     BAD_INPUT, naming the field and a valid example
     digest       the input digest the ledger, the idempotency index and approvals share
 """
@@ -18,7 +19,7 @@ from rungd_ledgers import input_digest
 
 from rungd.config import Config
 from rungd.contract import Caller, Tool, ToolInputs
-from rungd.errors import Denied, UnknownTool
+from rungd.errors import UnknownTool
 from rungd.plugins import RegisteredTool
 
 
@@ -59,28 +60,26 @@ class Admission:
         """The tool called ``name``, if this caller may use it.
 
         Raises:
-            UnknownTool: no such tool; the hint lists the closest names the caller may
-                use. Nothing near is ever run.
-            Denied: the tool exists and the caller is not on its allow-list.
+            UnknownTool: no such tool, or one the caller is not allowed (the same answer);
+                the hint lists the closest names the caller may use. Nothing near is ever run.
         """
         reg = self.tools.get(name)
-        if reg is None:
+        if reg is None or not self._allowed(name, caller):
+            # One answer for a tool that does not exist and one this caller may not use: a
+            # caller learns nothing about what it may not call.
             names = [r.tool.name for r in self.visible_tools(caller)]
             close = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
-            hint = f"did you mean: {', '.join(close)}?" if close else "list the tools to see what exists"
-            raise UnknownTool(f"no tool named {name!r}", hint=hint + " Nothing was run.")
-        if not self._allowed(name, caller):
-            raise Denied(
-                f"uid {caller.uid} may not call {name}",
-                hint="ask the operator to add your uid or group to the tool's access list",
-            )
+            hint = f"did you mean: {', '.join(close)}?" if close else "list the tools to see what you may call"
+            raise UnknownTool(f"no tool named {name!r} that you may call",
+                              hint=hint + "; if you need one that is not listed, ask the operator for access. "
+                              "Nothing was run.")
         return reg
 
     def admit(self, name: str, raw: Mapping[str, Any], caller: Caller) -> Admitted:
         """Look the tool up and validate the inputs.
 
         Raises:
-            UnknownTool, Denied: as ``lookup``.
+            UnknownTool: as ``lookup``.
             BadInput: the inputs do not validate.
         """
         tool = self.lookup(name, caller).tool
