@@ -12,8 +12,11 @@ from rungd.config import embedded_configs, load_config
 from rungd.contract import (
     Description,
     ErrorRule,
+    Heading,
     Result,
+    RuledOut,
     SettleSpec,
+    StepDown,
     Timing,
     Tool,
     ToolInputs,
@@ -185,6 +188,8 @@ def tool(**overrides: Any) -> Tool:
         "outputs": {"item": "the item", "counted": "whether it is marked counted"}, "handler": handler,
         "side_effect": "reversible", "errors": ERRORS, "cap_bytes": 1024,
         "timing": Timing(deadline_s=10, settle=SettleSpec("test_item_show", {"item": "$item"})),
+        # A well-made write names the observation that steps it down (issue 16).
+        "heading": Heading(2, (RuledOut(1, "present"),), (StepDown("SURFACE_CHANGED", count=3),)),
     }
     fields.update(overrides)
     return Tool(**fields)

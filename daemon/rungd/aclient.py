@@ -67,6 +67,8 @@ from rungd.protocol import (
     Message,
     Pending,
     Reconcile,
+    Resume,
+    Resumed,
     Response,
     Status,
     ToolDefinition,
@@ -183,6 +185,10 @@ class AsyncClient:
 
     async def deny(self, call_id: str, reason: str = "") -> Decision:
         return await self._ask(Deny(call_id=call_id, reason=reason))
+
+    async def resume(self, tool: str) -> Resumed:
+        """Lift a tool's step-down mark and suspension (operators only)."""
+        return await self._ask(Resume(tool=tool))
 
     async def reconcile(self, tool: str, request_id: str, found: bool | None = None) -> Envelope:
         """Settle a request whose outcome is unknown (see ``Dispatcher.reconcile``)."""

@@ -6,17 +6,25 @@ from the same ``Tool`` declarations, so what lint checks is what a caller is han
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rungd.contract import Tool
 from rungd.protocol import ToolDefinition, ToolSummary
 
-
-def summary(tool: Tool, plugin: str) -> ToolSummary:
-    """Name, side effect, the ``does`` slot, and the plugin that registered it."""
-    return ToolSummary(name=tool.name, side_effect=tool.side_effect, summary=tool.description.does, plugin=plugin)
+if TYPE_CHECKING:
+    from rungd.stepdown import Mark
 
 
-def describe(tool: Tool, plugin: str) -> ToolDefinition:
-    """The full definition of a tool: what a model reads plus what an operator checks."""
+def summary(tool: Tool, plugin: str, mark: Mark | None = None) -> ToolSummary:
+    """Name, side effect, the ``does`` slot, the plugin that registered it, and its
+    step-down mark when an observation fired (``rungd.stepdown``)."""
+    return ToolSummary(name=tool.name, side_effect=tool.side_effect, summary=tool.description.does, plugin=plugin,
+                       step_down=mark.text() if mark else None, suspended=bool(mark and mark.suspended))
+
+
+def describe(tool: Tool, plugin: str, mark: Mark | None = None) -> ToolDefinition:
+    """The full definition of a tool: what a model reads plus what an operator checks (the
+    heading, the credentials it declares, its step-down mark)."""
     definition = tool.definition()
     return ToolDefinition(
         name=tool.name,
@@ -34,4 +42,8 @@ def describe(tool: Tool, plugin: str) -> ToolDefinition:
         cap_bytes=tool.cap_bytes,
         plugin=plugin,
         lint_waivers=dict(tool.lint_waivers),
+        heading=tool.heading.as_dict() if tool.heading else None,
+        credentials=list(tool.credentials),
+        step_down=mark.text() if mark else None,
+        suspended=bool(mark and mark.suspended),
     )

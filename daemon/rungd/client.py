@@ -52,6 +52,8 @@ from rungd.protocol import (
     Pending,
     ProtocolError,
     Reconcile,
+    Resume,
+    Resumed,
     Response,
     Status,
     ToolDefinition,
@@ -235,6 +237,10 @@ class Client:
 
     def deny(self, call_id: str, reason: str = "") -> Decision:
         return self._ask(Deny(call_id=call_id, reason=reason))
+
+    def resume(self, tool: str) -> Resumed:
+        """Lift a tool's step-down mark and suspension (operators only)."""
+        return self._ask(Resume(tool=tool))
 
     def reconcile(self, tool: str, request_id: str, found: bool | None = None) -> Envelope:
         """Settle a request whose outcome is unknown (see ``Dispatcher.reconcile``)."""

@@ -124,6 +124,17 @@ class GatesConfig(_Section):
     allowed_signers: Path | None = Field(None, examples=["/etc/rungd/allowed_signers"])
 
 
+class StepDownConfig(_Section):
+    """What the daemon does when a tool's step-down observation fires (its program's
+    surface changed: "3 SURFACE_CHANGED in a row"). It always logs a warning and marks the
+    tool in ``describe`` and ``rungctl tools``; an operator lifts the mark with
+    ``rungctl resume TOOL``."""
+
+    # Also refuse the tool's calls with TOOL_SUSPENDED until an operator resumes it, so no
+    # agent keeps spending attempts on a wrapper that no longer fits its program.
+    suspend: bool = Field(False, examples=[True])
+
+
 class CredentialsConfig(_Section):
     file: Path | None = Field(None, examples=["/etc/rungd/credentials.toml"])
 
@@ -137,6 +148,7 @@ class Config(_Section):
     ledger: LedgerConfig = LedgerConfig()
     evidence: EvidenceConfig = EvidenceConfig()
     gates: GatesConfig = GatesConfig()
+    step_down: StepDownConfig = StepDownConfig()
     source: str = Field("<embedded default>", exclude=True)
 
     @property

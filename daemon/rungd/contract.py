@@ -12,6 +12,8 @@ written twice.
     ├── errors        3. the tool's own error rules, beside the core codes
     ├── side_effect   4. read | reversible | visible | irreversible (+ a stricter gate)
     ├── timing        5. deadline, commit point, settle read (one attempt: rungd never retries)
+    ├── heading       the rung, what was ruled out, step down / climb, budget, session
+    ├── credentials   the credential names the tool uses (the session may name only these)
     └── handler       async (CallContext, inputs) -> Result
 """
 
@@ -141,6 +143,169 @@ class Precondition:
     def lock_key(self, call_inputs: Mapping[str, Any]) -> str | None:
         """The lock's name for one call, or None without a lock."""
         return self.lock.format_map({k: str(v) for k, v in call_inputs.items()}) if self.lock else None
+
+
+# The ladder of seed 000: the surfaces an operation can be reached through, highest first.
+RUNGS: dict[int, str] = {1: "API", 2: "command line", 3: "file", 4: "recorded script", 5: "structured UI",
+                         6: "screen"}
+RungTest = Literal["present", "unattended", "readable back"]
+RUNG_TESTS: tuple[RungTest, ...] = ("present", "unattended", "readable back")
+_CODE = re.compile(r"^[A-Z][A-Z0-9_]{2,40}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class RuledOut:
+    """A higher rung this operation does not use, and the test it fails.
+
+    Attributes:
+        rung: the rung ruled out (1 API ... 6 screen), higher than the tool's own.
+        fails: ``present`` (the surface lacks the operation), ``unattended`` (it needs a
+            person mid-run) or ``readable back`` (its result cannot be read back).
+        why: one line of evidence, e.g. "the vendor's API has no restart call".
+    """
+
+    rung: int
+    fails: RungTest
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        if self.rung not in RUNGS:
+            raise ValueError(f"ruled out rung {self.rung}: rungs are 1 to 6 ({_rung_list()})")
+        if self.fails not in RUNG_TESTS:
+            raise ValueError(f"ruled out rung {self.rung}: fails {self.fails!r}; one of {', '.join(RUNG_TESTS)}")
+
+    def text(self) -> str:
+        return f"{self.rung} {RUNGS[self.rung]} fails \"{self.fails}\"" + (f": {self.why}" if self.why else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepDown:
+    """An observation that moves this operation to the next rung below: ``count`` results
+    with one of ``codes``, either in a row (``within_s`` None: a result of any other code
+    breaks the row) or within a sliding window of ``within_s`` seconds.
+
+    The daemon watches for it in the ledger's ``finished`` records as calls finish
+    (``rungd.stepdown``): "3 SURFACE_CHANGED in a row" is
+    ``StepDown(("SURFACE_CHANGED",), count=3)``; "PROMPT_UNEXPECTED twice in 24 h" is
+    ``StepDown(("PROMPT_UNEXPECTED",), count=2, within_s=86400)``; "UNEXPECTED_STATE
+    once" is ``StepDown(("UNEXPECTED_STATE",))``.
+
+    Attributes:
+        codes: the error codes observed (one string is taken as a one-code tuple).
+        count: how many results it takes (1 = once).
+        within_s: the window, or None for "in a row".
+        to: where the operation moves, for the person told, e.g. "rung 4, the dashboard's button".
+    """
+
+    codes: tuple[str, ...]
+    count: int = 1
+    within_s: float | None = None
+    to: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.codes, str):
+            object.__setattr__(self, "codes", (self.codes,))
+        if not self.codes or any(not _CODE.match(code) for code in self.codes):
+            raise ValueError(f"step down codes {self.codes!r}: give error codes like SURFACE_CHANGED")
+        if self.count < 1:
+            raise ValueError(f"step down count {self.count}: at least 1 (1 means once)")
+        if self.within_s is not None and self.within_s <= 0:
+            raise ValueError(f"step down window {self.within_s} s: positive, or None for 'in a row'")
+
+    def text(self) -> str:
+        """The observation in words: "SURFACE_CHANGED 3 times in a row -> rung 4, ..."."""
+        times = {1: "once", 2: "twice"}.get(self.count, f"{self.count} times")
+        span = "" if self.count == 1 and self.within_s is None else (
+            " in a row" if self.within_s is None else f" within {span_text(self.within_s)}")
+        return f"{' or '.join(self.codes)} {times}{span}" + (f" -> {self.to}" if self.to else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    """Who is signed in for the tool: the credentials it uses, who provides them, and what
+    the tool returns when they expire.
+
+    Attributes:
+        credentials: credential names, each one the tool declares (``Tool.credentials``).
+        provided_by: who provides them and where they live, e.g. "the operator, in
+            /etc/rungd/credentials.toml" or "none: the daemon's own user".
+        on_expiry: the error code a call returns when they expire (AUTH_REQUIRED).
+    """
+
+    provided_by: str
+    credentials: tuple[str, ...] = ()
+    on_expiry: str = "AUTH_REQUIRED"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "credentials", tuple(self.credentials))
+        if not _CODE.match(self.on_expiry):
+            raise ValueError(f"session on_expiry {self.on_expiry!r}: give an error code like AUTH_REQUIRED")
+
+
+@dataclasses.dataclass(frozen=True)
+class Heading:
+    """The heading of seed 000's WRAPPER CONTRACT: the rung the operation is reached
+    through, the higher rungs ruled out, the observations that move it down and back up,
+    the attempt budget, and the session.
+
+    For operators and auditors: ``describe`` and the exports carry it beside the
+    definition; it never enters the description a model reads.
+
+    Attributes:
+        rung: 1 API, 2 command line, 3 file, 4 recorded script, 5 structured UI, 6 screen.
+        ruled_out: each higher rung and the test it fails.
+        step_down: the observations that move the operation down a rung; the daemon
+            watches for them and tells a person (and may suspend the tool).
+        climb: the observation that moves it back up, in words.
+        attempts: the most attempts a caller should spend on one request (rungd itself
+            never retries: a call is one attempt).
+        session: who is signed in, or None for a tool that uses no credential.
+    """
+
+    rung: int
+    ruled_out: tuple[RuledOut, ...] = ()
+    step_down: tuple[StepDown, ...] = ()
+    climb: str = ""
+    attempts: int = 1
+    session: Session | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ruled_out", tuple(self.ruled_out))
+        object.__setattr__(self, "step_down", tuple(self.step_down))
+        if self.rung not in RUNGS:
+            raise ValueError(f"rung {self.rung}: rungs are 1 to 6 ({_rung_list()})")
+        for out in self.ruled_out:
+            if out.rung >= self.rung:
+                raise ValueError(f"ruled out rung {out.rung}: only rungs above rung {self.rung} are ruled out")
+        if self.attempts < 1:
+            raise ValueError(f"attempts {self.attempts}: at least 1")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for ``describe`` and the exports, with each observation's words."""
+        return {
+            "rung": self.rung,
+            "rung_name": RUNGS[self.rung],
+            "ruled_out": [{"rung": r.rung, "fails": r.fails, "why": r.why} for r in self.ruled_out],
+            "step_down": [{"codes": list(s.codes), "count": s.count, "within_s": s.within_s, "to": s.to,
+                           "text": s.text()} for s in self.step_down],
+            "climb": self.climb,
+            "attempts": self.attempts,
+            "session": None if self.session is None else {
+                "credentials": list(self.session.credentials), "provided_by": self.session.provided_by,
+                "on_expiry": self.session.on_expiry},
+        }
+
+
+def span_text(seconds: float) -> str:
+    """A window in the units a person says it in: 90 -> "90s", 3600 -> "1h", 86400 -> "24h"."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0 and not (unit == "d" and seconds < 7 * 86400):
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def _rung_list() -> str:
+    return ", ".join(f"{n} {name}" for n, name in RUNGS.items())
 
 
 def shows(fields: Mapping[str, Any], expect: Mapping[str, Any]) -> bool | None:
@@ -337,7 +502,14 @@ class Tool:
     # A write's expected revision and resource lock (see Precondition).
     precondition: Precondition | None = None
 
+    # The contract's heading (rung, step down, session); None until its author writes one.
+    heading: Heading | None = None
+    # The credential names the tool may obtain (``CallContext.credentials``, a Program's
+    # env, file, prompt or askpass credentials); the heading's session names only these.
+    credentials: tuple[str, ...] = ()
+
     def __post_init__(self) -> None:
+        object.__setattr__(self, "credentials", tuple(self.credentials))
         if not issubclass(self.inputs, ToolInputs):
             raise TypeError(f"tool {self.name}: inputs must subclass rungd.contract.ToolInputs")
         unknown = set(self.log_fields) - set(self.inputs.model_fields)

@@ -20,15 +20,16 @@ import trio
 from rungd import proctree, sdnotify
 from rungd.audit import Audit
 from rungd.config import Config
-from rungd.contract import Caller
+from rungd.contract import Caller, Tool
 from rungd.credentials import CredentialStore
 from rungd.engine import Dispatcher
 from rungd.engine.recovery import recover
 from rungd.envelope import Envelope
 from rungd.evidence import EvidenceStore
-from rungd.gates import check_gates
+from rungd.gates import check_gates, is_operator
 from rungd.plugins import Hooks
 from rungd.server import Connection, ConnectionLimits, Replies, bind_unix_socket
+from rungd.stepdown import StepDownWatch
 
 log = logging.getLogger("rungd")
 
@@ -56,6 +57,7 @@ class Daemon:
         self.socket_path = config.server.socket
         self.dispatcher: Dispatcher | None = None
         self.evidence: EvidenceStore | None = None
+        self.step_downs: StepDownWatch | None = None
         self._stop = trio.Event()
         self._replies = Replies()
         self._limits = ConnectionLimits(config.server.max_connections, config.server.max_connections_per_uid)
@@ -105,6 +107,14 @@ class Daemon:
                 # in threads of its own; serving does not wait for the first prune.
                 self.evidence = EvidenceStore(self.config, self.dispatcher.calls, max_frame=server.max_frame_bytes)
                 await housekeeping.start(self.evidence.run)
+                # Step-down observations: rebuilt from the ledger's finished records, then
+                # fed every final result (_observe); admission refuses a suspended tool.
+                self.step_downs = StepDownWatch(
+                    self._tool_named, self.audit, suspend=self.config.step_down.suspend,
+                    is_operator=lambda caller: is_operator(caller, self.config))
+                await trio.to_thread.run_sync(self.step_downs.replay, state / "ledger")
+                await housekeeping.start(self.step_downs.run)
+                self.dispatcher.admission.step_downs = self.step_downs
                 async with trio.open_nursery() as connections:
                     accepting = trio.CancelScope()
                     connections.start_soon(self._accept, accepting, listener, connections)
@@ -160,6 +170,16 @@ class Daemon:
     def _observe(self, tool: str, envelope: Envelope, caller: Caller) -> None:
         # Through self.hooks at call time: a reload swaps them.
         self.hooks.observe_result(tool, envelope, caller)
+        if self.step_downs is not None:
+            try:
+                self.step_downs.observe(tool, envelope)
+            except Exception:  # a bug here must cost a step-down signal, never a caller's answer
+                log.exception("step-down evaluation failed", extra={"tool": tool, "call_id": envelope.call_id})
+
+    def _tool_named(self, name: str) -> Tool | None:
+        reg = self.tools.get(name)  # through self.tools at call time: a reload swaps them
+        return reg.tool if reg is not None else None
+
 
     def reload(self) -> None:
         """Load the plugins and tool files again (SIGHUP, ``systemctl reload rungd``).

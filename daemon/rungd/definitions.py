@@ -123,9 +123,15 @@ def to_jsonschema(d: ToolDefinition) -> dict[str, Any]:
 
     The tool's name is the ``title`` and the six-slot description the ``description``, for
     frameworks that take a bare schema and read the tool's name and purpose from it.
+
+    The contract's heading (rung, step down, session), when the tool declares one, rides
+    along as ``x-rungd-heading``: an unknown keyword, which JSON Schema keeps as an
+    annotation and validators ignore, so an operator's tooling can read it and a model's
+    description does not grow.
     """
     schema = model_schema(d)
-    return {"$schema": JSON_SCHEMA_DIALECT, "title": d.name, "description": d.description, **schema}
+    heading = {"x-rungd-heading": d.heading} if d.heading else {}
+    return {"$schema": JSON_SCHEMA_DIALECT, "title": d.name, "description": d.description, **schema, **heading}
 
 
 def to_mcp(d: ToolDefinition) -> dict[str, Any]:

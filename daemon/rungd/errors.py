@@ -25,6 +25,7 @@ happened and the hint says what a correct call looks like or what to try next.
     ├── LedgerUnavailable           LEDGER_UNAVAILABLE
     ├── Failed                      FAILED
     ├── Conflict                    CONFLICT
+    ├── ToolSuspended               TOOL_SUSPENDED (a step-down fired; an operator resumes it)
     ├── ToolError                   any code a tool declares in its own error table
     ├── UnknownCall                 UNKNOWN_CALL (a protocol error: no call to put it in)
     ├── UnknownEvidence             UNKNOWN_EVIDENCE (a protocol error, as UnknownCall)
@@ -75,6 +76,8 @@ CORE_ERRORS: dict[str, tuple[Retry, NextAction, str]] = {
     "FAILED": ("no", "stop", "an exit status no table names; hint is the stderr tail, redacted"),
     "CONFLICT": ("no", "repair", "a write's precondition failed: what the caller read is no longer true; "
                  "outcome not_started; fields carry the current value"),
+    "TOOL_SUSPENDED": ("no", "stop", "the program's surface changed (a step-down observation fired); an operator "
+                                     "was told and must resume the tool; nothing was run"),
 }
 
 
@@ -207,6 +210,13 @@ class Conflict(RungdError):
     """
 
     code = "CONFLICT"
+
+
+class ToolSuspended(RungdError):
+    """The tool is suspended: a step-down observation fired and the operator's
+    configuration suspends such tools until someone runs ``rungctl resume TOOL``."""
+
+    code = "TOOL_SUSPENDED"
 
 
 class ToolError(RungdError):

@@ -188,6 +188,7 @@ def lint(definitions: Iterable[ToolDefinition], known_tools: Iterable[str] | Non
             *_check_output(d),
             *_check_size(d),
             *_check_placeholders(d),
+            *_check_heading(d),
         ]
         waived = d.lint_waivers
         findings += [f for f in found if f.code not in waived]
@@ -691,6 +692,67 @@ def _check_write(d: ToolDefinition, by_name: Mapping[str, ToolDefinition], known
                 d.name, "should-fix", "write.settle_inputs_incomplete",
                 f"the settle read {target} needs {', '.join(sorted(needed))}, which the settle spec does not bind",
                 "bind every required input of the settle read",
+            ))
+    return out
+
+
+def _check_heading(d: ToolDefinition) -> list[Finding]:
+    """The contract's heading: a write names the observation that steps it down (else nobody
+    learns the wrapper stopped fitting its program until an agent complains), the session
+    names only credentials the tool declares, and the codes it names are ones it returns."""
+    out = []
+    heading = d.heading or {}
+    table = {str(row.get("code", "")) for row in d.errors} | set(CORE_ERRORS)
+    if d.side_effect != "read" and not heading.get("step_down"):
+        out.append(Finding(
+            d.name, "should-fix", "heading.step_down_missing",
+            f"{_a(d.side_effect)} write with no step-down observation: nothing tells an operator when its "
+            "program's surface changes",
+            "declare Heading(step_down=(StepDown(('SURFACE_CHANGED', 'PROMPT_UNEXPECTED'), count=3),)) or in a "
+            "tool file [tools.NAME.heading] step_down = [{ codes = [\"SURFACE_CHANGED\"], count = 3 }]",
+        ))
+    for observation in heading.get("step_down") or ():
+        for code in observation.get("codes") or ():
+            if code not in table:
+                out.append(Finding(
+                    d.name, "should-fix", "heading.step_down_code_unknown",
+                    f"the step-down observation names {code}, which the tool never returns: it cannot fire",
+                    f"name a code of its error table ({', '.join(sorted(c for c in table if c)[:8])}, ...)",
+                ))
+    session = heading.get("session")
+    if session:
+        undeclared = sorted(set(session.get("credentials") or ()) - set(d.credentials))
+        if undeclared:
+            out.append(Finding(
+                d.name, "should-fix", "session.credential_undeclared",
+                f"the session names {', '.join(undeclared)}, which the tool does not declare "
+                f"(it declares {', '.join(d.credentials) or 'none'})",
+                "name only credentials the tool uses (Tool.credentials; in a tool file: credentials, "
+                "credential_files, credential_prompt, askpass), or declare the one it needs",
+            ))
+        expiry = str(session.get("on_expiry") or "")
+        if expiry not in table:
+            out.append(Finding(
+                d.name, "should-fix", "session.expiry_code_unknown",
+                f"the session says expiry returns {expiry}, which is not in the tool's error table",
+                "name the code a call returns when the credential expires, usually AUTH_REQUIRED",
+            ))
+    elif d.credentials and heading:
+        out.append(Finding(
+            d.name, "consider", "session.missing",
+            f"the tool uses {', '.join(d.credentials)} but its heading names no session",
+            "declare Session(provided_by='who signs in, where the credential lives', credentials=(...))",
+        ))
+    rung = heading.get("rung")
+    if isinstance(rung, int):
+        ruled = {r.get("rung") for r in heading.get("ruled_out") or ()}
+        missing = [n for n in range(1, rung) if n not in ruled]
+        if missing:
+            out.append(Finding(
+                d.name, "consider", "heading.ruled_out_incomplete",
+                f"rung {rung}, but higher rung{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
+                "not ruled out",
+                "for each higher rung, name the test it fails: present, unattended or readable back",
             ))
     return out
 

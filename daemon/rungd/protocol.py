@@ -118,7 +118,16 @@ class Evidence(Message, tag="evidence"):
     max_bytes: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
 
-Request = Hello | ListTools | Describe | Call | Status | Wait | Pending | Approve | Deny | Reconcile | Evidence
+class Resume(Message, tag="resume"):
+    """Lift a tool's step-down mark, and its suspension if it was suspended (operators only).
+
+    Evidence before the resume no longer counts toward the tool's step-down observations.
+    """
+
+    tool: Name
+
+
+Request = Hello | ListTools | Describe | Call | Status | Wait | Pending | Approve | Deny | Reconcile | Evidence | Resume
 
 
 # --- responses -----------------------------------------------------------------------------
@@ -138,6 +147,10 @@ class ToolSummary(msgspec.Struct, forbid_unknown_fields=True):
     side_effect: str
     summary: str
     plugin: str
+    # Set when a step-down observation fired (what, when, the evidence): the wrapper may have
+    # stopped fitting its program. Omitted when unset, so older clients still decode it.
+    step_down: str | None = None
+    suspended: bool = False
 
 
 class Tools(Message, tag="tools"):
@@ -158,6 +171,12 @@ class ToolDefinition(Message, tag="tool"):
     cap_bytes: int = 4096
     plugin: str = ""
     lint_waivers: dict[str, str] = {}
+    # The contract's heading (``rungd.contract.Heading.as_dict``) and the credential names
+    # the tool declares; for operators and lint, never part of the model's description.
+    heading: dict[str, Any] | None = None
+    credentials: list[str] = []
+    step_down: str | None = None  # as ToolSummary.step_down
+    suspended: bool = False
 
 
 class Result(Message, tag="result"):
@@ -224,7 +243,16 @@ class EvidenceSlice(Message, tag="evidence_slice"):
     next: EvidenceNext | None = None
 
 
-Response = Welcome | Tools | ToolDefinition | Result | HeldCalls | Decision | EvidenceSlice | ProtocolError
+class Resumed(Message, tag="resumed"):
+    """A ``resume`` done: the mark it lifted (None when the tool was not marked)."""
+
+    tool: str
+    lifted: str | None
+    was_suspended: bool
+    by_uid: int
+
+
+Response = Welcome | Tools | ToolDefinition | Result | HeldCalls | Decision | EvidenceSlice | Resumed | ProtocolError
 
 #: For each request type, the response type that answers it. Any request may instead get a
 #: ``ProtocolError``. Both clients check replies against this table, so a client method is
@@ -241,6 +269,7 @@ REPLY_TO: Final[dict[type[Message], type[Message]]] = {
     Deny: Decision,
     Reconcile: Result,
     Evidence: EvidenceSlice,
+    Resume: Resumed,
 }
 
 #: How long a ``reconcile`` may take in the daemon: its settle read runs under the settle

@@ -24,6 +24,14 @@ The tool contract (``Tool`` and its five parts)
     CORE_ERRORS         the core codes: code -> (retry, next_action, meaning)
     shows(fields, expect)   the one rule a read-back and reconcile judge "it happened" by
 
+The contract's heading (``Tool(heading=..., credentials=(...))``)
+    Heading             rung, ruled_out, step_down, climb, attempts (the budget), session
+    RuledOut            a higher rung and the test it fails: present, unattended, readable back
+    StepDown            an observation the daemon watches for: codes, count, in a row or within_s
+    Session             credential names (declared in ``Tool.credentials``), who provides
+                        them, the code returned on expiry
+    RUNGS               rung number -> name (1 API ... 6 screen)
+
 Errors a plugin raises (failures are raised, never returned)
     ToolError(code, message, hint=...)  a code of the tool's own error table
     SurfaceChanged, UnexpectedState, AuthRequired, PromptUnexpected, Locked, StaleExport,
@@ -62,11 +70,16 @@ from rungd.contract import (
     Description,
     ErrorRule,
     Gate,
+    Heading,
     NoInputs,
     Precondition,
     Result,
+    RuledOut,
+    RUNGS,
+    Session,
     SettleSpec,
     SideEffect,
+    StepDown,
     Timing,
     Tool,
     ToolInputs,
@@ -141,6 +154,7 @@ __all__ = [
     "NOT_A_FILE",
     "OUTSIDE_ROOTS",
     "PATTERN_HINT",
+    "RUNGS",
     "STEM_LCK_LOCK",
     "AsOf",
     "AuthRequired",
@@ -166,6 +180,7 @@ __all__ = [
     "Filter",
     "FixedWidth",
     "Gate",
+    "Heading",
     "ImportOutcome",
     "ImportPartial",
     "ImportSpec",
@@ -185,12 +200,15 @@ __all__ = [
     "Retry",
     "Roots",
     "RowSchema",
+    "RuledOut",
     "RungdError",
+    "Session",
     "SettleSpec",
     "Precondition",
     "Conflict",
     "SideEffect",
     "StaleExport",
+    "StepDown",
     "SurfaceChanged",
     "Taken",
     "Timing",

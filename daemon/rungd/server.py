@@ -53,6 +53,8 @@ from rungd.protocol import (
     Request,
     Response,
     Result,
+    Resume,
+    Resumed,
     Status,
     ToolDefinition,
     Tools,
@@ -294,7 +296,7 @@ class Connection:
         self._handlers = {
             Hello: self._hello, ListTools: self._list_tools, Describe: self._describe, Call: self._call,
             Status: self._status, Wait: self._wait, Pending: self._pending, Approve: self._approve,
-            Deny: self._deny, Reconcile: self._reconcile, Evidence: self._evidence,
+            Deny: self._deny, Reconcile: self._reconcile, Evidence: self._evidence, Resume: self._resume,
         }
 
     async def refuse(self, why: str) -> None:
@@ -383,11 +385,15 @@ class Connection:
                        pid=caller.pid, max_frame=self.max_frame)
 
     async def _list_tools(self, request: ListTools) -> Response:
-        return Tools(tools=[summary(r.tool, r.plugin) for r in self.dispatcher.admission.visible_tools(self.caller)])
+        admission = self.dispatcher.admission
+        marks = admission.step_downs.marks() if admission.step_downs is not None else {}
+        return Tools(tools=[summary(r.tool, r.plugin, marks.get(r.tool.name))
+                            for r in admission.visible_tools(self.caller)])
 
     async def _describe(self, request: Describe) -> Response:
-        reg = self.dispatcher.admission.lookup(request.tool, self.caller)
-        return describe(reg.tool, reg.plugin)
+        admission = self.dispatcher.admission
+        reg = admission.lookup(request.tool, self.caller)
+        return describe(reg.tool, reg.plugin, admission.step_downs.mark(reg.tool.name) if admission.step_downs else None)
 
     async def _call(self, request: Call) -> Response:
         if _depth(request.inputs) > MAX_NESTING:
@@ -422,6 +428,14 @@ class Connection:
     async def _reconcile(self, request: Reconcile) -> Response:
         envelope = await self.dispatcher.reconcile(request.tool, request.request_id, self.caller, request.found)
         return Result(envelope=envelope)
+
+    async def _resume(self, request: Resume) -> Response:
+        watch = self.dispatcher.admission.step_downs
+        if watch is None:  # a Connection built without a daemon (tests of the framing)
+            return _error("UNKNOWN_TOOL", f"no step-down watch here to resume {request.tool}", "")
+        lifted, was_suspended = await watch.resume(request.tool, self.caller, self.dispatcher.admission.tools)
+        return Resumed(tool=request.tool, lifted=lifted.observation if lifted else None,
+                       was_suspended=was_suspended, by_uid=self.caller.uid)
 
     async def _evidence(self, request: Evidence) -> Response:
         if self.evidence is None:  # a Connection built without a store (tests of the framing)

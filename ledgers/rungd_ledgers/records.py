@@ -33,6 +33,11 @@ EVENTS: Final = frozenset(
         "answered",
         "finished",
         "reconciled",
+        # Not events of a call but of a tool, named by the last call observed: a step-down
+        # observation fired (note: which, and the calls), and an operator lifted it
+        # (approver_uid). Older readers decode them as strings and skip them.
+        "step_down",
+        "resumed",
         # Not an event of a call: whole old files were deleted (``retention``). ``pruned``
         # names them, so ``verify`` can prove the files left still continue that chain.
         "pruned",

@@ -9,6 +9,7 @@
     rungctl pending | approve CALL_ID [--key KEY] | deny CALL_ID [--reason TEXT]
     rungctl export-tools --format openai|anthropic|mcp|jsonschema [--tools a,b]
     rungctl lint [--json] [--tools a,b] [--offline]
+    rungctl health [TOOL] [--since 24h] [--json] | resume TOOL
     rungctl mcp [--wait S]                      an MCP server on stdio, forwarding to rungd
     rungctl new-plugin NAME [--python] [--dir DIR]
     rungctl ledger verify [PATH]
@@ -24,6 +25,7 @@ Modules:
     commands   the commands that talk to the daemon, and lint / export-tools / mcp / new-plugin
     ledger     tail and ledger verify: they read the ledger files
     evidence   evidence: a call's full, redacted output, read through the daemon
+    health     health (reads the ledger files) and resume (lifts a step-down mark)
     show       human output: envelopes, definitions, ledger lines
     cli        what rungd and rungctl share: --version, the last-resort error line
     app        the parser built from the table, and main: the one error boundary

@@ -87,6 +87,8 @@ def tools(ctx: Context) -> int:
     width = max((len(t.name) for t in found), default=0)
     for t in found:
         print(f"{t.name:<{width}}  {t.side_effect:12}  {t.summary}")
+        if t.step_down:  # the wrapper may no longer fit its program: say so under its line
+            print(f"{'':<{width}}  {'STEP DOWN':12}  {t.step_down}; `rungctl resume {t.name}` once checked")
     return EXIT_OK
 
 

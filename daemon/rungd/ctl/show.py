@@ -58,6 +58,8 @@ def print_envelope(env: Envelope) -> None:
 
 def print_definition(d: ToolDefinition) -> None:
     print(f"{d.name}  ({d.side_effect}, plugin {d.plugin})")
+    if d.step_down:
+        print(f"  STEP DOWN: {d.step_down}; `rungctl resume {d.name}` once checked")
     print()
     for line in d.description.splitlines():
         print(f"  {line}")
@@ -73,9 +75,30 @@ def print_definition(d: ToolDefinition) -> None:
         print("  errors:")
         for err in d.errors:
             print(f"    {err['code']:22} retry={err['retry']:11} next={err['next_action']}")
+    print_heading(d)
     print("  input schema:")
     for line in json.dumps(d.input_schema, indent=2, ensure_ascii=False).splitlines():
         print(f"    {line}")
+
+
+def print_heading(d: ToolDefinition) -> None:
+    """The contract's heading as seed 000's WRAPPER CONTRACT writes it."""
+    h = d.heading
+    if not h:
+        print("  rung:    not declared (the tool has no heading)")
+        return
+    print(f"  rung:    {h['rung']} {h['rung_name']}")
+    for out in h.get("ruled_out") or ():
+        print(f"    ruled out  {out['rung']} fails \"{out['fails']}\"" + (f": {out['why']}" if out.get("why") else ""))
+    for step in h.get("step_down") or ():
+        print(f"    step down  {step['text']}")
+    if h.get("climb"):
+        print(f"    climb      {h['climb']}")
+    print(f"    budget     {h['attempts']} attempt{'s' if h['attempts'] != 1 else ''}")
+    session = h.get("session")
+    if session:
+        names = ", ".join(session.get("credentials") or ()) or "no credential"
+        print(f"  session: {session['provided_by']} ({names}; on expiry {session['on_expiry']})")
 
 
 def record_details(record: Record | dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ The first stage of every call, decided before anything is recorded or run:
 
     lookup       UNKNOWN_TOOL (with the closest names the caller may use), also for a tool
                  this caller may not use: it learns nothing about what it may not call
+    suspended    TOOL_SUSPENDED: a step-down observation fired and the config suspends (stepdown.py)
     validate     BAD_INPUT, naming the field and a valid example
     digest       the input digest the ledger, the idempotency index and approvals share
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rungd_ledgers import input_digest
 
@@ -21,6 +22,9 @@ from rungd.config import Config
 from rungd.contract import Caller, Tool, ToolInputs
 from rungd.errors import UnknownTool
 from rungd.plugins import RegisteredTool
+
+if TYPE_CHECKING:
+    from rungd.stepdown import StepDownWatch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +55,8 @@ class Admission:
     def __init__(self, tools: Mapping[str, RegisteredTool], config: Config) -> None:
         self.tools = tools
         self._config = config
+        # The daemon's step-down watch, once serving: it marks tools and may suspend them.
+        self.step_downs: StepDownWatch | None = None
 
     def visible_tools(self, caller: Caller) -> list[RegisteredTool]:
         """The tools this caller may call, in name order."""
@@ -80,9 +86,12 @@ class Admission:
 
         Raises:
             UnknownTool: as ``lookup``.
+            ToolSuspended: a step-down observation fired and the tool is suspended.
             BadInput: the inputs do not validate.
         """
         tool = self.lookup(name, caller).tool
+        if self.step_downs is not None:
+            self.step_downs.refuse_if_suspended(name)
         inputs = tool.validate(raw)
         # Digest and logged fields come from the validated inputs, so whatever a frame
         # carried (bytes, extension types) was refused before it reached the ledger.

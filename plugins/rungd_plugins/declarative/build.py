@@ -26,10 +26,14 @@ from rungd.sdk import (
     CredentialPrompt,
     Description,
     ErrorRule,
+    Heading,
     Limits,
     Program,
     Result,
+    RuledOut,
+    Session,
     SettleSpec,
+    StepDown,
     SurfaceChanged,
     Timing,
     Tool,
@@ -119,9 +123,43 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
                 gate=spec.gate,
                 log_fields=tuple(spec.log_fields),
                 lint_waivers=spec.lint_waivers,
+                heading=_heading(path, key, spec),
+                credentials=_credentials(file, spec),
             )
         )
     return Loaded(path, built)
+
+
+_SPAN_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _heading(path: Path, key: str, spec: ToolSpec) -> Heading | None:
+    """The tool's heading as the contract holds it; a rung ruled out at or below the
+    tool's own is a mistake in the file."""
+    h = spec.heading
+    if h is None:
+        return None
+    try:
+        return Heading(
+            rung=h.rung,
+            ruled_out=tuple(RuledOut(r.rung, r.fails, r.why) for r in h.ruled_out),
+            step_down=tuple(StepDown(tuple(s.codes), s.count,
+                                     float(s.within[:-1]) * _SPAN_S[s.within[-1]] if s.within else None, s.to)
+                            for s in h.step_down),
+            climb=h.climb,
+            attempts=h.attempts,
+            session=Session(h.session.provided_by, tuple(h.session.credentials), h.session.on_expiry)
+            if h.session else None,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"{path}: key {key}.heading: {exc}") from None
+
+
+def _credentials(file: ToolFile, spec: ToolSpec) -> tuple[str, ...]:
+    """Every credential name the tool may obtain: environment, files, prompts, askpass."""
+    names = {*file.program.credentials.values(), *spec.credentials.values(), *spec.credential_files.values(),
+             *(c.credential for c in spec.credential_prompt), *(c.credential for c in spec.askpass)}
+    return tuple(sorted(names))
 
 
 def _counter(command: Path, file: ToolFile, specs: dict[str, ToolSpec], count: Any,

@@ -6,7 +6,7 @@ Every key is checked; a misspelled key is an error, not a silently ignored setti
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -180,6 +180,46 @@ class LimitsSpec(_Strict):
     file_size_bytes: int | None = Field(None, ge=0)
 
 
+class RuledOutSpec(_Strict):
+    """A higher rung and the test it fails: ``{ rung = 1, fails = "present", why = "no API" }``."""
+
+    rung: int = Field(ge=1, le=6)
+    fails: Literal["present", "unattended", "readable back"]
+    why: str = ""
+
+
+class StepDownSpec(_Strict):
+    """An observation that moves the operation a rung down:
+    ``{ codes = ["SURFACE_CHANGED"], count = 3 }`` (3 in a row), or with
+    ``within = "24h"`` (that many within a sliding window)."""
+
+    codes: list[Annotated[str, Field(pattern=CODE)]] = Field(min_length=1)
+    count: int = Field(1, ge=1, le=1000)
+    within: str | None = Field(None, pattern=r"^[0-9]+(\.[0-9]+)?(s|m|h|d)$",
+                               description="a window such as 30m, 24h, 7d; left out: in a row")
+    to: str = ""
+
+
+class SessionSpec(_Strict):
+    """Who is signed in: credential names (each declared by the tool), who provides them,
+    and the code a call returns when they expire."""
+
+    provided_by: str = Field(min_length=1)
+    credentials: list[str] = []
+    on_expiry: str = Field("AUTH_REQUIRED", pattern=CODE)
+
+
+class HeadingSpec(_Strict):
+    """The WRAPPER CONTRACT's heading: ``[tools.NAME.heading]``."""
+
+    rung: int = Field(ge=1, le=6)
+    ruled_out: list[RuledOutSpec] = []
+    step_down: list[StepDownSpec] = []
+    climb: str = ""
+    attempts: int = Field(1, ge=1, le=100)
+    session: SessionSpec | None = None
+
+
 class ToolSpec(_Strict):
     description: DescriptionSpec
     side_effect: Literal["read", "reversible", "visible", "irreversible"] = "read"
@@ -209,6 +249,7 @@ class ToolSpec(_Strict):
     log_fields: list[str] = []
     lint_waivers: dict[str, str] = {}
     limits: LimitsSpec | None = None
+    heading: HeadingSpec | None = None
     errors: list[Literal["AUTH_REQUIRED", "PROMPT_UNEXPECTED", "SURFACE_CHANGED", "TIMEOUT", "UNEXPECTED_STATE",
                          "BUSY", "LOCKED"]] = []
 

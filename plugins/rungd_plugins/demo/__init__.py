@@ -21,11 +21,15 @@ from rungd.sdk import (
     Confirmation,
     Description,
     ErrorRule,
+    Heading,
     PluginSettings,
     Precondition,
     Program,
     Result,
+    RuledOut,
+    Session,
     SettleSpec,
+    StepDown,
     SurfaceChanged,
     Timing,
     Tool,
@@ -127,6 +131,17 @@ class Inventory:
 
 def tools(db: Path) -> list[Tool]:
     inventory = Inventory(db)
+    session = Session("nobody signs in: the demo inventory runs as the daemon's user")
+    ruled_out = (RuledOut(1, "present", "the demo inventory has no API, only its command line"),)
+    show_heading = Heading(2, ruled_out, (StepDown("SURFACE_CHANGED", count=3, to="stop: a person checks the "
+                                                   "inventory program's output"),),
+                           climb="the inventory gains an API", session=session)
+    set_heading = Heading(
+        2, ruled_out,
+        (StepDown("SURFACE_CHANGED", count=3, to="stop: a person sets counts by hand until the wrapper is fixed"),
+         StepDown("PROMPT_UNEXPECTED", count=2, within_s=86400, to="stop: the program asks something new"),
+         StepDown("UNEXPECTED_STATE", to="stop: something else changes counts")),
+        climb="the inventory gains an API -> rung 1", attempts=1, session=session)
     show = Tool(
         name="inventory_item_show",
         description=Description(
@@ -146,6 +161,7 @@ def tools(db: Path) -> list[Tool]:
         timing=Timing(deadline_s=10, commit_point="spawn"),
         cap_bytes=1024,
         log_fields=("item",),
+        heading=show_heading,
     )
     set_count = Tool(
         name="inventory_count_set",
@@ -174,6 +190,7 @@ def tools(db: Path) -> list[Tool]:
         cap_bytes=1024,
         concurrency=1,
         log_fields=("item", "count"),
+        heading=set_heading,
     )
     return [show, set_count]
 

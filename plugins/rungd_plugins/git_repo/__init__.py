@@ -27,10 +27,14 @@ from rungd.sdk import (
     CredentialPrompt,
     Description,
     ErrorRule,
+    Heading,
     PluginSettings,
     Program,
     Result,
+    RuledOut,
+    Session,
     SettleSpec,
+    StepDown,
     SurfaceChanged,
     Timing,
     Tool,
@@ -163,6 +167,20 @@ def _tools(settings: Settings, command: str) -> list[Tool]:
 
     errors = (ErrorRule.core("AUTH_REQUIRED"), ErrorRule.core("SURFACE_CHANGED"), ErrorRule.core("TIMEOUT"),
               NOT_A_REPO)
+    credentials = (settings.askpass_credential,) if settings.askpass_credential else ()
+    session = Session("the operator, in rungd's credential store (askpass answers git's question)"
+                      if credentials else "nobody: the daemon's own user reads the repository", credentials)
+    ruled_out = (RuledOut(1, "present", "no API moves or reads a local work tree; git's command line is its door"),)
+    # Porcelain output and git's questions are what a new git version changes first.
+    read_heading = Heading(2, ruled_out, (StepDown("SURFACE_CHANGED", count=3, to="stop: a person checks the "
+                                                   "git version; there is no lower rung worth taking"),),
+                           climb="a forge API that reports the deployed commit", session=session)
+    pull_heading = Heading(
+        2, ruled_out,
+        (StepDown(("SURFACE_CHANGED", "PROMPT_UNEXPECTED"), count=2, within_s=86400,
+                  to="stop: a person pulls by hand and checks the git version"),
+         StepDown("UNEXPECTED_STATE", to="stop: something else moves the work tree")),
+        climb="a deploy API that fast-forwards the checkout", attempts=1, session=session)
     return [
         Tool(
             name="git_repo_status_show",
@@ -178,6 +196,7 @@ def _tools(settings: Settings, command: str) -> list[Tool]:
             inputs=RepoInputs, outputs={"head": "current commit id", "clean": "no changed or untracked files",
                                         "behind": "commits upstream has that HEAD lacks (as of the last fetch)"},
             handler=status, errors=errors, timing=Timing(deadline_s=30), cap_bytes=1024, log_fields=("repo",),
+            heading=read_heading, credentials=credentials,
         ),
         Tool(
             name="git_repo_log_show",
@@ -191,6 +210,7 @@ def _tools(settings: Settings, command: str) -> list[Tool]:
             ),
             inputs=LogInputs, outputs={"commits": "newest first"}, handler=log, errors=errors,
             timing=Timing(deadline_s=30), cap_bytes=4096, log_fields=("repo", "count"),
+            heading=read_heading, credentials=credentials,
         ),
         Tool(
             name="git_repo_pull",
@@ -212,7 +232,7 @@ def _tools(settings: Settings, command: str) -> list[Tool]:
             errors=(*errors, DIVERGED, NO_UPSTREAM, ErrorRule.core("UNEXPECTED_STATE")),
             timing=Timing(deadline_s=120, commit_point="callback",
                           settle=SettleSpec("git_repo_status_show", {"repo": "$repo"})),
-            cap_bytes=1024, concurrency=1, log_fields=("repo",),
+            cap_bytes=1024, concurrency=1, log_fields=("repo",), heading=pull_heading, credentials=credentials,
         ),
     ]
 

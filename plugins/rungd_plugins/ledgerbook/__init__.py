@@ -41,13 +41,16 @@ from rungd.sdk import (
     Export,
     ExportSpec,
     Filter,
+    Heading,
     Importer,
     ImportSpec,
     PluginSettings,
     Program,
     Result,
     Roots,
+    RuledOut,
     SettleSpec,
+    StepDown,
     Taken,
     Timing,
     Tool,
@@ -236,6 +239,19 @@ class Ledgerbook:
 def tools(root: Path) -> list[Tool]:
     """The ledgerbook tools for a Ledgerbook kept under ``root``."""
     book = Ledgerbook(root)
+    # A desktop accounting program: no API and no command line that adds invoices; its
+    # export and its watched inbox are the doors that work with nobody at its screen.
+    ruled_out = (RuledOut(1, "present", "Ledgerbook has no API"),
+                 RuledOut(2, "present", "its command line only converts files; it cannot list or add invoices"))
+    list_heading = Heading(3, ruled_out, (StepDown("SURFACE_CHANGED", count=2, to="stop: a person checks the "
+                                                   "export's columns after a Ledgerbook update"),),
+                           climb="a Ledgerbook release with an invoice API")
+    import_heading = Heading(
+        3, ruled_out,
+        (StepDown(("SURFACE_CHANGED", "IMPORT_PARTIAL"), count=2, within_s=86400,
+                  to="rung 5, Ledgerbook's import dialog, under review"),
+         StepDown("UNEXPECTED_STATE", to="stop: something else changes the batch")),
+        climb="a Ledgerbook release with an invoice API -> rung 1", attempts=2)
     list_tool = Tool(
         name="ledgerbook_invoices_list",
         description=Description(
@@ -262,6 +278,7 @@ def tools(root: Path) -> list[Tool]:
         timing=Timing(deadline_s=30, commit_point="callback"),
         cap_bytes=4096,
         log_fields=("customer", "status", "batch", "fresh"),
+        heading=list_heading,
         lint_waivers={"errors.auth_required_missing": "Ledgerbook runs as the daemon's user and never asks for a credential"},
     )
     import_tool = Tool(
@@ -294,6 +311,7 @@ def tools(root: Path) -> list[Tool]:
         cap_bytes=2048,
         concurrency=1,
         log_fields=("batch",),
+        heading=import_heading,
         lint_waivers={"errors.auth_required_missing": "Ledgerbook runs as the daemon's user and never asks for a credential"},
     )
     return [list_tool, import_tool]

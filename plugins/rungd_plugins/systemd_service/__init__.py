@@ -26,10 +26,14 @@ from rungd.sdk import (
     ConfigError,
     Description,
     ErrorRule,
+    Heading,
     PluginSettings,
     Program,
     Result,
+    RuledOut,
+    Session,
     SettleSpec,
+    StepDown,
     SurfaceChanged,
     Timing,
     Tool,
@@ -144,6 +148,17 @@ def _tools(settings: Settings, command: str) -> list[Tool]:
 
     errors = (NOT_FOUND, ErrorRule.core("AUTH_REQUIRED"), ErrorRule.core("SURFACE_CHANGED"),
               ErrorRule.core("TIMEOUT"))
+    # Seed 000's worked example "service_restart": rung 2, rung 1 not present for these owners.
+    session = Session("nobody signs in: the daemon's own service credential (polkit or sudo rules)")
+    ruled_out = (RuledOut(1, "present", "D-Bus is reachable, but the owners expose no restart-and-health API"),)
+    status_heading = Heading(2, ruled_out, (StepDown("SURFACE_CHANGED", count=3, to="stop: a person checks "
+                                                     "systemctl's output format"),),
+                             climb="the owners expose health as an API", session=session)
+    restart_heading = Heading(
+        2, ruled_out,
+        (StepDown(("PROMPT_UNEXPECTED", "SURFACE_CHANGED"), count=2, within_s=86400,
+                  to="rung 4, the dashboard's restart button (ask the owners for an API first)"),),
+        climb="the owners expose restart and health as an API -> rung 1", attempts=1, session=session)
     return [
         Tool(
             name="service_status_show",
@@ -158,6 +173,7 @@ def _tools(settings: Settings, command: str) -> list[Tool]:
             ),
             inputs=StatusInputs, outputs={"healthy": "active_state is active", "main_pid": "its main process"},
             handler=status, errors=errors, timing=Timing(deadline_s=15), cap_bytes=1024, log_fields=("service",),
+            heading=status_heading,
         ),
         Tool(
             name="service_restart",
@@ -180,7 +196,7 @@ def _tools(settings: Settings, command: str) -> list[Tool]:
             errors=(*errors, UNHEALTHY, ErrorRule.core("PROMPT_UNEXPECTED")),
             timing=Timing(deadline_s=settings.healthy_within_s + 60, commit_point="spawn",
                           settle=SettleSpec("service_status_show", {"service": "$service"})),
-            cap_bytes=1024, concurrency=1, log_fields=("service", "reason"),
+            cap_bytes=1024, concurrency=1, log_fields=("service", "reason"), heading=restart_heading,
         ),
     ]
 

@@ -1,0 +1,86 @@
+"""rungctl health: what the ledger says about each tool, read from the files alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from rungd.health import compute, format_text, sparkline
+
+from tests.test_ctl_tail import NOW, write_ledger
+
+TOOL = "inventory_count_set"
+
+
+def _call(n: int, ago: float, took: float, code: str | None = None, *, held_s: float | None = None,
+          answered: bool = False) -> list[dict]:
+    call_id = f"c{n:016d}"
+    base = {"call_id": call_id, "tool": TOOL}
+    events = [{"ago": ago, "event": "received", **base}]
+    start = ago
+    if held_s is not None:
+        events.append({"ago": ago, "event": "held", **base})
+        events.append({"ago": ago - held_s, "event": "approved", "approver_uid": 0, **base})
+        start = ago - held_s
+    if answered:
+        events.append({"ago": start - took / 2, "event": "answered", "note": "confirmation", **base})
+    events.append({"ago": start - took, "event": "finished", "outcome": "not_started" if code else "done",
+                   "effect": "none" if code else "changed", "code": code, **base})
+    return events
+
+
+def _ledger(short_tmp: Path) -> Path:
+    events = [
+        *_call(1, 30 * 3600, 0.1),  # before the 24h span: not counted
+        *_call(2, 5000, 0.010),
+        *_call(3, 4000, 0.020, answered=True),
+        *_call(4, 3000, 0.030, "SURFACE_CHANGED"),
+        *_call(5, 2000, 2.000, "PROMPT_UNEXPECTED", held_s=60),
+        *_call(6, 100, 0.040, "SURFACE_CHANGED"),
+        {"ago": 99, "event": "step_down", "call_id": f"c{6:016d}", "tool": TOOL, "code": "SURFACE_CHANGED",
+         "note": "SURFACE_CHANGED twice in a row; calls c4, c6"},
+    ]
+    return write_ledger(short_tmp / "state" / "ledger", events)
+
+
+def test_health_counts_calls_codes_latency_prompts_approvals_and_step_downs(short_tmp: Path) -> None:
+    report = compute(_ledger(short_tmp), NOW - 24 * 3600, now=NOW)
+    t = report["tools"][TOOL]
+    assert (t["calls"], t["ok"]) == (5, 2)
+    assert t["codes"] == {"SURFACE_CHANGED": 2, "PROMPT_UNEXPECTED": 1}
+    assert t["outcomes"] == {"done": 2, "not_started": 3}
+    # received -> finished: 10, 20, 30, 40 ms and the held call's 60 s wait plus 2 s.
+    assert t["latency_ms"]["p50"] == 30.0 and t["latency_ms"]["p95"] == 62000.0
+    assert t["prompts"] == {"caught": 1, "answered": 1}
+    assert t["approvals"]["approved"] == 1 and t["approvals"]["wait_s_p50"] == 60.0
+    assert t["step_downs"]["fired"] == 1 and "twice in a row" in t["step_downs"]["last"]
+    assert sum(t["calls_per_hour"]) == 5 and len(t["calls_per_hour"]) == 24
+    assert t["calls_per_hour"][-2:] == [2, 3]  # 83 and 67 min ago; 50, 34 and 2 min ago
+
+
+def test_health_text_is_aligned_with_a_trend_and_json_is_for_machines(short_tmp: Path) -> None:
+    folder = _ledger(short_tmp)
+    text = format_text(compute(folder, NOW - 24 * 3600, now=NOW), folder)
+    header, row = text.splitlines()[2:4]
+    assert header.startswith("tool") and row.startswith(TOOL)
+    assert header.index("calls") + len("calls") == row.index(" 5 ") + 2  # right-aligned under its title
+    assert "codes: SURFACE_CHANGED 2, PROMPT_UNEXPECTED 1" in text
+    assert "step down: SURFACE_CHANGED twice in a row" in text
+    done = subprocess.run([sys.executable, "-m", "rungd.ctl", "health", TOOL, "--since", "24h", "--json",
+                           "--ledger", str(folder)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tools"][TOOL]["calls"] == 5
+
+
+def test_health_says_in_one_line_when_the_ledger_cannot_be_read(short_tmp: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "rungd.ctl", "health", "--ledger", str(short_tmp / "nowhere")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert len(done.stderr.strip().splitlines()) == 1 and "hint" in done.stderr
+
+
+def test_sparkline_scales_to_the_busiest_hour_and_fits_its_width() -> None:
+    assert sparkline([0, 1, 8]) == " ▁█"
+    assert len(sparkline(list(range(168)), width=48)) == 42  # 4 hours a bar
