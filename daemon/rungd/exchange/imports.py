@@ -254,7 +254,7 @@ class Importer:
                 await safe.run(os.fsync, folder, what="sync the import folder", abandon=False)
             if after_write is not None:
                 await after_write()
-            taken_by = await self._wait_taken(ctx, target, before, count, indexes)
+            taken_by = await self._wait_taken(ctx, target, folder, before, count, indexes)
             after = await count(ctx)
             settled_by = trio.current_time() + spec.taken.settle_s
             while after - before < len(rows) and trio.current_time() < settled_by:
@@ -275,7 +275,7 @@ class Importer:
         if found:
             raise locks.locked_error(target, found)
 
-    async def _wait_taken(self, ctx: CallContext, target: Path, before: int, count: CountFn,
+    async def _wait_taken(self, ctx: CallContext, target: Path, folder: int, before: int, count: CountFn,
                           indexes: list[FolderIndex]) -> str:
         taken = self.spec.taken
         processed = taken.processed / target.name if taken.processed else None
@@ -289,7 +289,8 @@ class Importer:
                 return "receipt"
             if processed is not None and processed.exists():
                 return "processed"
-            if taken.gone and not os.path.lexists(target):
+            # Looked up in the held folder: a folder swapped since cannot fake "gone".
+            if taken.gone and safe.kind_of(target.name, dir_fd=folder) is None:
                 return "gone"
             return None
 

@@ -3,14 +3,19 @@
 Nothing an operator writes in a tool file and nothing a program prints may hold the event
 loop or outlive the call: a regular expression that can backtrack catastrophically is
 refused when the tool file loads (``check_patterns``, with the file and key) and again
-before it is used (``parse_output``), and ``parse_off_loop`` runs parsing in a worker
-thread of its own limiter, bounded in time.
+before it is used (``parse_output``), and ``parse_off_loop`` bounds the rest in time. A
+regular expression runs in a short-lived child process killed at the bound: Python's
+``re`` holds the GIL while it backtracks (measured: a polynomial pattern on 6,000
+characters froze every other thread, the event loop included), so a worker thread would
+not keep the loop free. The other parsers are linear and run in a worker thread.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -66,27 +71,60 @@ def check_patterns(path: Path, key: str, spec: ToolSpec) -> None:
             check_pattern(path, f"{key}.{where}", pattern)
 
 
+# The child that runs one regular expression search: fixed code, no shell, its input on
+# stdin as JSON, its answer (the named groups, or null) on stdout.
+_SEARCH = ("import json,re,sys;a=json.load(sys.stdin);m=re.search(a['p'],a['s'],re.MULTILINE);"
+           "json.dump(m.groupdict() if m else None,sys.stdout)")
+
+
 async def parse_off_loop(spec: ParseSpec, stdout: str, *, timeout_s: float = PARSE_S) -> dict[str, Any]:
-    """``parse_output`` in a worker thread of the parsers' own limiter, bounded in time.
+    """``parse_output``, never in the event loop and never longer than ``timeout_s``.
+
+    A ``regex`` parse searches in a child process killed at the bound; the other kinds
+    run in a worker thread of the parsers' own limiter (never Trio's default one).
 
     Raises:
         SurfaceChanged: as ``parse_output``, or the parse took longer than ``timeout_s``.
 
-    Cancellation: the thread is abandoned at once (it only reads ``stdout``); it holds one
-    of ``PARSE_THREADS`` tokens until it ends, so a runaway parse can slow other parses,
-    never the loop, the ledger or file exchange.
+    Cancellation: the child is killed (and reaped) or the thread abandoned at once; an
+    abandoned thread only reads ``stdout`` and holds one of ``PARSE_THREADS`` tokens
+    until it ends.
     """
-    try:
-        limiter = _LIMITER.get()
-    except LookupError:
-        limiter = trio.CapacityLimiter(PARSE_THREADS)
-        _LIMITER.set(limiter)
     with trio.move_on_after(timeout_s):
+        if spec.kind == "regex":
+            return _fields(spec, await _search_in_child(spec, stdout), stdout)
+        try:
+            limiter = _LIMITER.get()
+        except LookupError:
+            limiter = trio.CapacityLimiter(PARSE_THREADS)
+            _LIMITER.set(limiter)
         return await trio.to_thread.run_sync(parse_output, spec, stdout, abandon_on_cancel=True, limiter=limiter)
     raise SurfaceChanged(
-        f"parsing the program's output took longer than {timeout_s:.0f} s and was abandoned",
+        f"parsing the program's output took longer than {timeout_s:.0f} s and was stopped",
         hint=f"the tool file's parse pattern backtracks on this output; {HINT}",
     )
+
+
+async def _search_in_child(spec: ParseSpec, stdout: str) -> dict[str, Any] | None:
+    assert spec.pattern is not None  # checked when the file was loaded
+    _refuse(spec.pattern)
+    done = await trio.run_process(
+        [sys.executable, "-I", "-S", "-c", _SEARCH], stdin=json.dumps({"p": spec.pattern, "s": stdout}).encode(),
+        capture_stdout=True, stderr=subprocess.DEVNULL, check=False)
+    if done.returncode != 0:
+        raise SurfaceChanged("the tool file's parse pattern could not be run on the program's output",
+                             hint=f"a person must check the tool file's parse pattern; {HINT}")
+    found = json.loads(done.stdout)
+    if found is None:
+        raise _changed(f"output matching {spec.pattern!r}", stdout)
+    return found
+
+
+def _refuse(pattern: str) -> None:
+    if reason := refused(pattern):
+        # Also refused here, for a tool built without the load-time check: never run it.
+        raise SurfaceChanged(f"the tool file's parse pattern is refused: {reason}",
+                             hint=f"a person must fix the tool file: {HINT}")
 
 _TRUE = {"true", "yes", "on", "1", "enabled", "active"}
 _FALSE = {"false", "no", "off", "0", "disabled", "inactive"}
@@ -124,14 +162,17 @@ def parse_output(spec: ParseSpec, stdout: str) -> dict[str, Any]:
                 found.setdefault(key.strip(), value.strip())
     else:
         assert spec.pattern is not None  # checked when the file was loaded
-        if reason := refused(spec.pattern):
-            # Also refused here, for a tool built without the load-time check: never run it.
-            raise SurfaceChanged(f"the tool file's parse pattern is refused: {reason}",
-                                 hint=f"a person must fix the tool file: {HINT}")
+        _refuse(spec.pattern)
         match = re.search(spec.pattern, stdout, re.MULTILINE)
         if match is None:
             raise _changed(f"output matching {spec.pattern!r}", stdout)
-        found = {k: v for k, v in match.groupdict().items() if v is not None}
+        found = match.groupdict()
+    return _fields(spec, found, stdout)
+
+
+def _fields(spec: ParseSpec, found: dict[str, Any], stdout: str) -> dict[str, Any]:
+    """The declared fields out of what a parser found, typed; SurfaceChanged if one is missing."""
+    found = {k: v for k, v in found.items() if v is not None}
     missing = [name for name in spec.fields if found.get(name) is None]
     if missing:
         raise _changed(f"the fields {', '.join(spec.fields)} (missing: {', '.join(missing)})", stdout)
