@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
+from rungd import expectations
 from rungd.envelope import DEFAULT_CAP_BYTES, Effect
 from rungd.errors import CORE_ERRORS, BadInput, NextAction, Outcome, Retry
 
@@ -103,11 +104,13 @@ class SettleSpec:
     at_once: bool = True
 
     def bind(self, call_inputs: Mapping[str, Any]) -> dict[str, Any]:
+        def one(value: Any) -> Any:
+            return call_inputs.get(value[1:]) if isinstance(value, str) and value.startswith("$") else value
+
         def fill(mapping: Mapping[str, Any]) -> dict[str, Any]:
-            return {
-                key: call_inputs.get(value[1:]) if isinstance(value, str) and value.startswith("$") else value
-                for key, value in mapping.items()
-            }
+            # An expectation may be a test table ({"equals": "$name"}): its argument binds too.
+            return {key: {k: one(v) for k, v in value.items()} if isinstance(value, Mapping) else one(value)
+                    for key, value in mapping.items()}
 
         return {"tool": self.tool, "inputs": fill(self.inputs), "expect": fill(self.expect)}
 
@@ -308,14 +311,21 @@ def _rung_list() -> str:
     return ", ".join(f"{n} {name}" for n, name in RUNGS.items())
 
 
-def shows(fields: Mapping[str, Any], expect: Mapping[str, Any]) -> bool | None:
-    """Whether a read's fields show every expected value (compared as text, since a
-    parsed "7" and an input 7 mean the same); None when the read cannot say: an expected
-    field is missing, or an expectation is unbound. The one rule read-backs and reconcile
-    both judge by."""
-    if any(v is None or k not in fields for k, v in expect.items()):
-        return None
-    return all(str(fields[k]) == str(v) for k, v in expect.items())
+def shows(fields: Mapping[str, Any], expect: Mapping[str, Any],
+          before: Mapping[str, Any] | None = None) -> bool | None:
+    """Whether a read's fields show every expected value: a literal (compared as text, since
+    a parsed "7" and an input 7 mean the same) or a test table such as ``{"present": True}``
+    or ``{"before_plus": 1}`` (``rungd.expectations`` lists them). The one rule read-backs
+    and reconcile both judge by.
+
+    Args:
+        before: the same read made before the act, for tests that compare with it.
+
+    Returns:
+        None when the read cannot say: an expected field is missing, an expectation is
+        unbound, or a test needs the read before and there is none (a settle read).
+    """
+    return expectations.judge(fields, expect, before)
 
 
 @dataclasses.dataclass(frozen=True)

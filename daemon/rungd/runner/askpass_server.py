@@ -54,8 +54,13 @@ class AskpassServer:
             start-up sweeps every work folder after a crash: credentials never land in /tmp.
     """
 
-    def __init__(self, work_dir: Path) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix=".rungd-", dir=work_dir))  # unique per run
+    def __init__(self, work_dir: Path, owner: tuple[int, int] | None = None) -> None:
+        # A program run as another user (``owner``: its uid and gid) cannot reach the state
+        # folder (0700): its folder is made where that user can reach it, and is that user's
+        # alone (0700). It holds no secret either way (credential files are in memory).
+        where = None if owner is not None else work_dir
+        self.folder = Path(tempfile.mkdtemp(prefix=".rungd-", dir=where))  # unique per run
+        self.owner = owner
         self.socket_path = self.folder / "s"
         self.script = self.folder / "askpass"
         self.script.write_text(_HELPER)
@@ -72,6 +77,10 @@ class AskpassServer:
             with askpass.socket_address(str(self.socket_path)) as address:
                 self._sock._sock.bind(address)
             self.socket_path.chmod(0o666)
+            if owner is not None:
+                os.chown(self.folder, *owner)
+                os.chown(self.socket_path, *owner)
+                self.folder.chmod(0o700)
             self._sock.listen(8)
         except OSError:
             self.close()
@@ -101,6 +110,8 @@ class AskpassServer:
         try:
             os.write(fd, secret.encode())
             os.fchmod(fd, 0o600)
+            if self.owner is not None:
+                os.fchown(fd, *self.owner)  # /dev/fd/N is opened anew, as the program's user
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
                         | fcntl.F_SEAL_WRITE)
             # A number well above what programs use, and the same in the child (pass_fds keeps it).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 from collections.abc import Mapping
 
 from rungd import proctree
@@ -41,6 +42,10 @@ def child_env(
     """The child's whole environment: the quiet defaults, a few names passed through, the
     askpass helper, the tool's own values, its credentials, and the call tag."""
     env = {name: os.environ[name] for name in PASS_THROUGH if name in os.environ}
+    if program.user is not None:
+        # A program run as another user finds its own home and name, never the daemon's.
+        account = pwd.getpwnam(program.user)
+        env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
     env.setdefault("PATH", DEFAULT_PATH)
     env.update(QUIET_ENV)
     env.update(askpass)

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import pwd
 import signal
 import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import trio
@@ -41,14 +44,18 @@ class _Scratch:
     evidence: list[str]
 
     @classmethod
-    def open(cls, ctx: CallContext) -> _Scratch:
-        """Raises Failed when the state folder cannot hold them (a full disk, say)."""
+    def open(cls, ctx: CallContext, owner: tuple[int, int] | None = None) -> _Scratch:
+        """Raises Failed when the state folder cannot hold them (a full disk, say).
+
+        Args:
+            owner: uid and gid of the user the program runs as, when not the daemon's.
+        """
         out_id, out_path = ctx.evidence_path("stdout")
         err_id, err_path = ctx.evidence_path("stderr")
         opened: list[Any] = []
         try:
             ctx.work_dir.mkdir(parents=True, exist_ok=True)
-            helper = AskpassServer(ctx.work_dir)
+            helper = AskpassServer(ctx.work_dir, owner)
             opened.append(helper)
             out_file = open(out_path, "wb")
             opened.append(out_file)
@@ -69,8 +76,34 @@ class _Scratch:
         self.err_file.close()
 
 
+def _as_user(user: str | None) -> dict[str, Any]:
+    """Popen's switch to ``user``: setgid, setgroups (initgroups' list), setuid, done in the
+    child before exec (and before a preexec function, so limits apply to that user)."""
+    if user is None:
+        return {}
+    account = pwd.getpwnam(user)
+    return {"user": account.pw_uid, "group": account.pw_gid,
+            "extra_groups": os.getgrouplist(account.pw_name, account.pw_gid)}
+
+
+def _owner(user: str | None) -> tuple[int, int] | None:
+    """uid and gid of ``user``, or None for the daemon's own.
+
+    Raises:
+        Failed: the account is gone since the tool file was loaded; nothing was run.
+    """
+    if user is None:
+        return None
+    try:
+        account = pwd.getpwnam(user)
+    except KeyError:
+        raise Failed(f"the account {user!r} the tool runs as does not exist; nothing was run",
+                     hint="the operator must create it again or fix the tool file's user") from None
+    return account.pw_uid, account.pw_gid
+
+
 async def _spawn(ctx: CallContext, program: Program, credentials: Mapping[str, str],
-                 askpass: Mapping[str, str], pass_fds: list[int]) -> trio.Process:
+                 askpass: Mapping[str, str], pass_fds: list[int], cwd: Path) -> trio.Process:
     reaper = ctx.reaper
     with reaper.spawning() if reaper else contextlib.nullcontext():
         proc = await trio.lowlevel.open_process(
@@ -80,9 +113,10 @@ async def _spawn(ctx: CallContext, program: Program, credentials: Mapping[str, s
             stderr=subprocess.PIPE,
             start_new_session=True,
             env=child_env(ctx, program, credentials, askpass),
-            cwd=str(program.cwd or ctx.work_dir),
+            cwd=str(program.cwd or cwd),
             preexec_fn=preexec(program.limits) if program.limits else None,
             pass_fds=tuple(pass_fds),
+            **_as_user(program.user),
         )
         if reaper:
             reaper.owned.add(proc.pid)
@@ -93,7 +127,10 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
                  scratch: _Scratch) -> trio.Process:
     """Spawn the child; on failure close what the call opened and raise Failed."""
     try:
-        proc = await _spawn(ctx, program, credentials, scratch.helper.env, scratch.helper.pass_fds)
+        # A program run as another user works in its own private folder: the call's work
+        # folder is the daemon's alone.
+        cwd = scratch.helper.folder if program.user is not None else ctx.work_dir
+        proc = await _spawn(ctx, program, credentials, scratch.helper.env, scratch.helper.pass_fds, cwd)
     except OSError as exc:
         scratch.close()
         raise Failed(
@@ -130,7 +167,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     credentials = {var: credential(ctx, name) for var, name in program.env_credentials.items()}
     secret_files = {var: credential(ctx, name) for var, name in program.file_credentials.items()}
     secrets = [*credentials.values(), *secret_files.values()]
-    scratch = _Scratch.open(ctx)
+    scratch = _Scratch.open(ctx, _owner(program.user))
     for var, secret in secret_files.items():
         scratch.helper.env[var] = scratch.helper.secret_file(var, secret)
     proc = await _start(ctx, program, credentials, scratch)

@@ -45,6 +45,12 @@ class Program:
     # inherits, and ENV_VAR names it as /dev/fd/N (PGPASSFILE, a --password-file argument...).
     file_credentials: Mapping[str, str] = dataclasses.field(default_factory=dict)
     stdin: Literal["none", "eof"] | bytes = "none"
+    # With bytes: close stdin once they are sent. An end the tool declared (crontab -,
+    # sqlite3, chpasswd read to end-of-file), never an implicit one.
+    stdin_eof: bool = False
+    # The account to run as (setgid, initgroups, setuid before exec; HOME, USER, LOGNAME set
+    # for it). None: the daemon's own. The caller checks the daemon may switch to it.
+    user: str | None = None
     confirmations: tuple[Confirmation, ...] = ()
     credential_prompts: tuple[CredentialPrompt, ...] = ()
     askpass: tuple[CredentialPrompt, ...] = ()

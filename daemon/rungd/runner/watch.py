@@ -36,13 +36,15 @@ class Watch:
         self._left = {id(c): c.times for c in (*program.confirmations, *program.credential_prompts, *program.askpass)}
         self._stdin_ino = procwatch.pipe_inode(proc.stdin.fileno())  # type: ignore[union-attr]
         self._checked_at = 0.0
+        self._stdin_closed = False
         self.refused: AuthRequired | None = None
         self._tty_words: str | None = None  # what the program said about /dev/tty
         self._tty_question = ""
         streams[1].on_tty = self.tty_tried  # stderr: where programs complain
 
     async def feed_stdin(self) -> None:
-        """Send the declared stdin data, then close stdin only if the tool said ``eof``.
+        """Send the declared stdin data, then close stdin only if the tool said ``eof`` (or
+        ``stdin_eof``: data, then the end).
 
         Cancellation: stops sending at once; stdin stays open.
         """
@@ -53,8 +55,9 @@ class Watch:
                 await stdin.send_all(self.program.stdin)
         except trio.BrokenResourceError:
             return  # it exited without reading: its exit status will tell
-        if self.program.stdin == "eof":
+        if self.program.stdin == "eof" or self.program.stdin_eof:
             await stdin.aclose()
+            self._stdin_closed = True  # a reader now gets end-of-file: it cannot be waiting for us
 
     def _protect(self, secret: str) -> None:
         """Redact a credential given mid-call from everything kept from now on."""
@@ -162,7 +165,7 @@ class Watch:
                 await self._check_for_question(quiet_since)
 
     async def _check_for_question(self, quiet_since: float) -> None:
-        if self.proc.stdin is None or self.program.stdin == "eof":
+        if self.proc.stdin is None or self.program.stdin == "eof" or self._stdin_closed:
             return
         pids = [self.proc.pid, *(pid for pid, _ in self.tracker.members())]
         if procwatch.waiting_for_input(pids, self._stdin_ino) is None:

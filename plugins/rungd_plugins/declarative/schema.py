@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 NAME = r"^[a-z][a-z0-9]*(_[a-z0-9]+){1,5}$"
 CODE = r"^[A-Z][A-Z0-9_]{2,40}$"
@@ -109,6 +109,8 @@ class InputSpec(_Strict):
     minimum: float | None = None
     maximum: float | None = None
     allow_dash: bool = False
+    # Text of several lines (\n, \r, \t allowed): only for the input a tool feeds on stdin.
+    multiline: bool = False
     filter: FilterSpec | None = None
 
 
@@ -137,6 +139,9 @@ class ParseSpec(_Strict):
     pattern: str | None = None
     fields: dict[str, FieldType] = {}
     max_lines: int = Field(100, ge=1)
+    # Where the program prints what is parsed: some (debconf tools) answer on stderr only.
+    # "both" parses stdout, then stderr, as one text.
+    stream: Literal["stdout", "stderr", "both"] = "stdout"
 
 
 class ConfirmSpec(_Strict):
@@ -153,12 +158,47 @@ class CredentialPromptSpec(_Strict):
     times: int = Field(1, ge=1, le=10)
 
 
+class ExpectSpec(_Strict):
+    """One test a read-back field must pass, instead of a literal value (exactly one key):
+    ``{ present = true }``, ``{ equals = "{name}" }``, ``{ before_plus = "{n}" }``...
+    The rule itself is ``rungd.expectations``."""
+
+    equals: str | int | float | bool | None = None
+    present: bool | None = None
+    absent: bool | None = None
+    contains: str | int | None = None
+    lacks: str | int | None = None
+    matches: str | None = None
+    before_plus: str | int | float | None = None
+    greater_than_before: bool | None = None
+    less_than_before: bool | None = None
+    differs_from_before: bool | None = None
+
+    @model_validator(mode="after")
+    def _one_test(self) -> ExpectSpec:
+        named = [k for k, v in self.model_dump().items() if v is not None]
+        if len(named) != 1:
+            raise ValueError("an expectation table names exactly one test, e.g. { present = true } "
+                             f"or {{ before_plus = 1 }}; this one names {', '.join(named) or 'none'}")
+        return self
+
+    def plain(self) -> dict[str, Any]:
+        """The test as the engine keeps it: ``{"present": True}``."""
+        return self.model_dump(exclude_none=True)
+
+
+# Tests that compare with the read made before the act (rungd.expectations.RELATIVE).
+RELATIVE_TESTS = frozenset({"before_plus", "greater_than_before", "less_than_before", "differs_from_before"})
+# A read-back field's expectation: a literal (or "{input}"), or one test.
+Expectation = str | int | float | bool | ExpectSpec
+
+
 class ReadBackSpec(_Strict):
     """A read (another tool of this file) and the fields it must show after the change."""
 
     tool: str
     inputs: dict[str, Any] = {}
-    expect: dict[str, Any] = {}
+    expect: dict[str, Expectation] = {}
     wait_s: float = Field(5.0, ge=0, le=600)
 
 
@@ -167,7 +207,7 @@ class SettleSpec(_Strict):
 
     tool: str
     inputs: dict[str, Any] = {}
-    expect: dict[str, Any] = {}
+    expect: dict[str, Expectation] = {}
     # Run it in the same call as soon as the outcome is unknown (false: leave it to reconcile).
     at_once: bool = True
 
@@ -231,6 +271,13 @@ class ToolSpec(_Strict):
     ok_exit: list[int] = [0]
     stdin: Literal["none", "eof"] = "none"
     stdin_input: str | None = None
+    # Close stdin after the stdin_input data is sent: an end the author declared, for
+    # programs that read to end-of-file (crontab -, sqlite3, chpasswd, bc).
+    stdin_eof: bool = False
+    # Which of the file's programs this tool runs: a key of [programs.NAME] (default: [program]).
+    program: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]*$")
+    # The account the program runs as (the daemon must be root or hold CAP_SETUID).
+    user: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")
     confirm: list[ConfirmSpec] = []
     credential_prompt: list[CredentialPromptSpec] = []
     askpass: list[CredentialPromptSpec] = []
@@ -255,12 +302,19 @@ class ToolSpec(_Strict):
 
 
 class ProgramSpec(_Strict):
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    # Required in [program]; a [programs.NAME] table is named by its key.
+    name: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]*$")
     command: str = Field(min_length=1)
     env: dict[str, str] = {}
     credentials: dict[str, str] = {}
+    # The account every tool of this program runs as, unless the tool names its own.
+    user: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")
 
 
 class ToolFile(_Strict):
-    program: ProgramSpec
+    """A tool file: one program in ``[program]``, or several in ``[programs.NAME]`` (a write
+    and the program its read-back needs: rm and stat, useradd and getent), or both."""
+
+    program: ProgramSpec | None = None
+    programs: dict[str, ProgramSpec] = {}
     tools: dict[str, ToolSpec] = Field(min_length=1)

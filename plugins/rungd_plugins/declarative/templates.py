@@ -29,3 +29,28 @@ def substitute(template: Any, values: dict[str, Any]) -> Any:
     if name is not None:
         return values.get(name)
     return template.format_map({k: "" if v is None else v for k, v in values.items()})
+
+
+def template_problem(template: str) -> str | None:
+    """Why ``template`` cannot be filled at call time, or None when it can.
+
+    Only ``{name}`` (a declared input, checked by the caller) and ``{{``/``}}`` (a literal
+    brace) are allowed: ``{}`` or ``{0}`` would fail with a format error at call time, and
+    ``{name.attr}``, ``{name[0]}``, ``{name!r}`` or ``{name:>9}`` would reach into a value
+    or reshape it, which no tool file needs.
+    """
+    try:
+        parts = list(_FORMATTER.parse(template))
+    except ValueError as exc:
+        return (f"{template!r} is not a template ({exc}); write {{{{ and }}}} for a literal brace, "
+                "e.g. \"{{}}\" for find's -exec")
+    for _, name, spec, conversion in parts:
+        if name is None:
+            continue
+        if name == "" or name.isdigit():
+            return (f"{template!r} has a placeholder with no input name; write {{{{}}}} for a literal "
+                    "\"{}\" (find -exec ... {{}} +), or {name} for an input")
+        if not name.isidentifier() or spec or conversion:
+            return (f"{template!r}: {{{name}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}} "
+                    "is not a plain {input}; write {name} (a whole input) or {{ }} for literal braces")
+    return None

@@ -1,0 +1,329 @@
+"""The programs of a tool file, and what each tool would really execute.
+
+A tool file names one program in ``[program]`` and, when a write needs another program to
+read its effect back (rm and stat, useradd and getent, crontab and crontab -l), more in
+``[programs.NAME]``; a tool picks one with ``program = "NAME"``.
+
+No shell, ever: that is judged by what the kernel would run, not by the first word. The
+command's path is resolved and its symlinks followed (``/bin/sh`` may be busybox), and a
+program that runs another program is looked into: exec wrappers (``nice``, ``env``,
+``timeout``, ``xargs``...) are refused outright, since the only thing they add is a second
+program a tool file can now name directly; ``sudo -u USER`` and ``runuser -u USER --`` are
+accepted only with a literal target user, and the command they run is checked the same way;
+options that make a program run a command (``find -exec``, ``tar --to-command``, ``man -P``,
+``rsync -e``...) must name a literal program, which is checked too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pwd
+import re
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from rungd.sdk import ConfigError
+
+from rungd_plugins.declarative.schema import ProgramSpec, ToolFile, ToolSpec
+from rungd_plugins.declarative.templates import placeholders
+
+# Programs that read their arguments as code. The tool's inputs would become a script.
+SHELLS = re.compile(r"(ba|rba|da|z|k|mk|pdk|c|tc|fi|a|ya|o|x)?sh|busybox|toybox|rc|es|elvish|nu|xonsh|oil")
+INTERPRETERS = re.compile(
+    r"(python|pypy|perl|ruby|php|lua|luajit|tclsh|wish|expect|guile|gawk|mawk|nawk|awk|node|nodejs|deno|bun"
+    r"|Rscript|julia|pwsh|racket|sbcl|clisp|ocaml|ghci|runghc|jshell|groovy|scala|osascript)[0-9.]*")
+# Programs whose whole job is to run another program given on their command line.
+EXEC_WRAPPERS = frozenset("""
+    env nice ionice chrt taskset stdbuf timeout setsid nohup flock unbuffer script xargs parallel watch time
+    strace ltrace nsenter unshare chroot setpriv capsh systemd-run prlimit numactl cgexec firejail bwrap
+    fakeroot fakechroot doas pkexec su sg newgrp run-parts start-stop-daemon daemonize catchsegv valgrind gdb
+    faketime torsocks proxychains proxychains4 eatmydata sshpass dbus-launch dbus-run-session xvfb-run runcon
+    chpst softlimit setuidgid envdir envuidgid setlock sudoedit ssh-agent flatpak-spawn rlwrap tini dumb-init
+    catatonit linux32 linux64 setarch uname26 busybox-static systemd-nspawn machinectl schroot
+""".split())
+# Accepted only with a literal target user; the command after their options is checked.
+TARGET_WRAPPERS = {
+    # option -> takes a value (True) or not; a refused option maps to a reason
+    "sudo": ({"-u", "--user", "-g", "--group", "-h", "--host", "-p", "--prompt", "-C", "--close-from", "-D",
+              "--chdir", "-R", "--chroot", "-T", "--command-timeout", "-U", "--other-user", "-r", "--role",
+              "-t", "--type"},
+             {"-s": "runs a shell", "--shell": "runs a shell", "-i": "runs a login shell",
+              "--login": "runs a login shell", "-e": "runs an editor", "--edit": "runs an editor"}),
+    "runuser": ({"-u", "--user", "-g", "--group", "-G", "--supp-group", "-w", "--whitelist-environment"},
+                {"-c": "runs its command through a shell", "--command": "runs its command through a shell",
+                 "-l": "runs a login shell", "--login": "runs a login shell", "-": "runs a login shell",
+                 "-s": "runs a shell", "--shell": "runs a shell", "--session-command": "runs a shell"}),
+}
+_USER_OPTIONS = ("-u", "--user")
+# Options that make a program run another one: the value (or, for find, the words up to
+# ";" or "+") names the program, which must be literal and is checked like a command.
+EXEC_OPTIONS: dict[str, tuple[str, ...]] = {
+    "find": ("-exec", "-execdir", "-ok", "-okdir"),
+    "tar": ("--to-command", "--use-compress-program", "-I", "--checkpoint-action", "--info-script", "-F",
+            "--new-volume-script", "--rsh-command", "--rmt-command"),
+    "rsync": ("-e", "--rsh", "--rsync-path"),
+    "zip": ("-TT", "--unzip-command"),
+    "man": ("-P", "--pager", "-H", "--html"),
+    "git": ("--upload-pack", "--receive-pack", "--exec"),
+    "ssh": ("-oProxyCommand", "-oLocalCommand", "-oKnownHostsCommand"),
+    "scp": ("-S",),
+    "dpkg": ("--pre-invoke", "--post-invoke"),
+    "apt-get": ("-oDPkg::Pre-Invoke", "-oDPkg::Post-Invoke", "-oAPT::Update::Pre-Invoke"),
+}
+_FIND_END = (";", "+", "\\;")
+_CAP_SETUID, _CAP_SETGID = 7, 6
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """One program of a tool file, resolved: what ``Program.argv[0]`` will be."""
+
+    key: str  # "program" or "programs.NAME", for messages
+    command: Path
+    spec: ProgramSpec
+
+
+def resolve_all(path: Path, file: ToolFile) -> dict[str | None, Resolved]:
+    """Every program of the file, keyed by its name in ``[programs]`` (None for ``[program]``).
+
+    Raises:
+        ConfigError: no program at all, a ``[program]`` without a name, a command that is not
+            an executable file, or one that is a shell, an interpreter or an exec wrapper.
+    """
+    found: dict[str | None, Resolved] = {}
+    if file.program is not None:
+        if file.program.name is None:
+            raise ConfigError(f"{path}: key program.name: missing; e.g. name = \"accounts\"")
+        found[None] = Resolved("program", resolve_command(path, "program.command", file.program.command),
+                               file.program)
+    for name, spec in file.programs.items():
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+            raise ConfigError(f"{path}: key programs.{name}: program names are lower case, e.g. [programs.stat]")
+        found[name] = Resolved(f"programs.{name}", resolve_command(path, f"programs.{name}.command", spec.command),
+                               spec)
+    if not found:
+        raise ConfigError(f"{path}: key program: missing; a tool file names its program: "
+                          "[program] name = \"...\" command = \"/usr/bin/...\" (or [programs.NAME] tables)")
+    return found
+
+
+def program_for(path: Path, key: str, spec: ToolSpec, programs: dict[str | None, Resolved]) -> Resolved:
+    """The program a tool runs: its ``program`` key, else ``[program]``, else the only one.
+
+    Raises:
+        ConfigError: the name is not a ``[programs.NAME]`` of the file, or the file has several
+            and the tool names none.
+    """
+    named = [n for n in programs if n is not None]
+    if spec.program is not None:
+        if spec.program not in programs:
+            raise ConfigError(f"{path}: key {key}.program: {spec.program!r} is not a [programs.NAME] of this file "
+                              f"({', '.join(named) or 'none'})")
+        return programs[spec.program]
+    if None in programs:
+        return programs[None]
+    if len(named) == 1:
+        return programs[named[0]]
+    raise ConfigError(f"{path}: key {key}.program: missing; this file has several programs "
+                      f"({', '.join(named)}): name one, e.g. program = \"{named[0]}\"")
+
+
+def resolve_command(path: Path, key: str, command: str) -> Path:
+    """The executable ``command`` names, refused when it would run code from its arguments.
+
+    Raises:
+        ConfigError: ``<file>: key <key>: ...`` when it is not on PATH, not an executable file,
+            or is a shell, an interpreter or an exec wrapper (itself or through symlinks).
+    """
+    if "/" in command:
+        resolved = Path(command) if os.path.isabs(command) else (path.parent / command).resolve()
+    else:
+        found = shutil.which(command)
+        if found is None:
+            raise ConfigError(f"{path}: key {key}: {command!r} is not on PATH; "
+                              "hint: install it or give its absolute path, e.g. command = \"/usr/bin/df\"")
+        resolved = Path(found)
+    if not (resolved.is_file() and os.access(resolved, os.X_OK)):
+        raise ConfigError(f"{path}: key {key}: {resolved} is not an executable file")
+    problem = refused_program(resolved)
+    if problem:
+        raise ConfigError(f"{path}: key {key}: {problem}")
+    return resolved
+
+
+def refused_program(command: Path) -> str | None:
+    """Why ``command`` may never be a tool's program, judged by its name and by what its
+    symlinks finally point at; None when it may be."""
+    names = {command.name, Path(os.path.realpath(command)).name}
+    for name in sorted(names):
+        if SHELLS.fullmatch(name):
+            return (f"{command} is (or links to) {name}, a shell or script interpreter; rungd never runs one, "
+                    "since it would read inputs as code: wrap the program itself")
+        if INTERPRETERS.fullmatch(name):
+            return (f"{command} is (or links to) {name}, a shell or script interpreter (-c/-e read code): "
+                    "wrap the program itself, or the script by its own path")
+        if name in EXEC_WRAPPERS:
+            return (f"{command} is (or links to) {name}, which runs another program: name that program "
+                    "instead, in [programs.NAME] if the file already has one (nice/env/timeout-like wrappers "
+                    "add nothing a tool file cannot say; run as another user with user = \"NAME\")")
+    return None
+
+
+def check_argv(path: Path, key: str, program: Resolved, spec: ToolSpec, *, user: str | None) -> None:
+    """Refuse a tool whose argv would make its program run a command rungd cannot see.
+
+    Args:
+        user: the account the tool runs as (its own ``user`` or its program's), if any.
+
+    Raises:
+        ConfigError: naming the file and ``<key>.argv[i]``.
+    """
+    dashed = {name for name, inp in spec.inputs.items() if inp.allow_dash}
+    _check_words(path, key, program.command, list(spec.argv), 0, dashed)
+
+
+def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: int, dashed: set[str]) -> None:
+    def fail(i: int, problem: str) -> ConfigError:
+        return ConfigError(f"{path}: key {key}.argv[{offset + i}]: {problem}")
+
+    names = {command.name, Path(os.path.realpath(command)).name}
+    wrapper = next((n for n in names if n in TARGET_WRAPPERS), None)
+    if wrapper is not None:
+        inner, start = _wrapped(argv, wrapper, fail)
+        _check_words(path, key, inner, argv[start + 1:], offset + start + 1, dashed)
+        return
+    options = next((EXEC_OPTIONS[n] for n in names if n in EXEC_OPTIONS), ())
+    if not options:
+        return
+    for i, word in enumerate(argv):
+        if whole_dash := [ref for ref in placeholders(word) if ref in dashed]:
+            raise fail(i, f"the input {whole_dash[0]!r} may start with '-' (allow_dash), and this program has "
+                          f"options that run commands ({', '.join(options)}): an input could add one")
+        value = _option_value(word, argv, i, options)
+        if value is None:
+            continue
+        text, at = value
+        if placeholders(text):
+            raise fail(at, f"{word!r} runs a command, and the command would come from an input: name a literal "
+                           "program")
+        if command.name == "find" or Path(os.path.realpath(command)).name == "find":
+            end = next((j for j in range(i + 1, len(argv)) if argv[j] in _FIND_END), None)
+            if end is None:
+                raise fail(i, f"{word} needs its command ended by \";\" or \"+\"")
+            inner = _which(text, lambda p: fail(at, p))
+            _check_words(path, key, inner, argv[i + 2:end], offset + i + 2, dashed)
+        else:
+            # The value is a program (man and git run it through a shell): its first word
+            # must be a program rungd would accept, with nothing shell-like around it.
+            if re.search(r"[;&|`$<>(){}\\'\"*?]", text):
+                raise fail(at, f"{text!r} is run through a shell by this program: give one plain program name")
+            _which(text.split()[0] if text.split() else text, lambda p: fail(at, p))
+
+
+def _option_value(word: str, argv: list[str], i: int, options: Iterable[str]) -> tuple[str, int] | None:
+    """The value of an exec option at ``argv[i]`` and where it sits, or None if it is none."""
+    for option in options:
+        if word == option:
+            if i + 1 >= len(argv):
+                return "", i
+            return argv[i + 1], i + 1
+        if option.startswith("--") and word.startswith(option + "="):
+            return word[len(option) + 1:], i
+        if option.startswith("-o") and word.startswith(option + "="):  # ssh -oProxyCommand=...
+            return word[len(option) + 1:], i
+        if len(option) == 2 and word.startswith(option) and not word.startswith("--"):
+            return word[2:], i
+    if word in ("-o",) and i + 1 < len(argv):  # ssh/apt-get -o NAME=VALUE as two words
+        nxt = argv[i + 1]
+        for option in options:
+            if option.startswith("-o") and nxt.lower().startswith(option[2:].lower() + "="):
+                return nxt.split("=", 1)[1], i + 1
+    return None
+
+
+def _wrapped(argv: list[str], wrapper: str, fail) -> tuple[Path, int]:  # type: ignore[no-untyped-def]
+    """The program ``sudo``/``runuser`` would run, and its index in ``argv``."""
+    with_value, refused = TARGET_WRAPPERS[wrapper]
+    target = None
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        option, _, inline = word.partition("=")
+        if word == "--":
+            i += 1
+            break
+        if placeholders(word):
+            raise fail(i, f"{word!r}: the options of {wrapper} and the program it runs are literal, never an input")
+        if not word.startswith("-") or word == "-" and wrapper != "runuser":
+            break
+        if option in refused:
+            raise fail(i, f"{wrapper} {word} {refused[option]}; rungd never runs one")
+        flags = [f"-{c}" for c in word[1:]] if not word.startswith("--") and len(word) > 2 else []
+        if flags and flags[0] in with_value:  # -upostgres
+            option, inline = flags[0], word[2:]
+        elif flags:  # -nH, -nu USER: several flags in one word, the last may take a value
+            bad = next((f for f in flags if f in refused), None)
+            if bad:
+                raise fail(i, f"{wrapper} {word} {refused[bad]}; rungd never runs one")
+            option = flags[-1]
+        if option in with_value:
+            value = inline if inline else (argv[i + 1] if i + 1 < len(argv) else "")
+            if placeholders(value):
+                raise fail(i if inline else i + 1, f"{value!r}: {wrapper}'s {option} is literal, never an input: "
+                                                    "the model would choose whom the program runs as")
+            if option in _USER_OPTIONS:
+                target = value
+            i += 1 if inline else 2
+            continue
+        i += 1
+    if not target:
+        raise fail(0, f"{wrapper} needs a declared target user: {wrapper} -u USER -- PROGRAM ... "
+                      "(or drop it and set user = \"USER\" on the tool)")
+    if i >= len(argv):
+        raise fail(len(argv) - 1 if argv else 0, f"{wrapper} runs no program here; name one after its options")
+    if placeholders(argv[i]):
+        raise fail(i, f"the program {wrapper} runs would come from an input; name it literally")
+    return _which(argv[i], lambda p: fail(i, p)), i
+
+
+def _which(name: str, fail) -> Path:  # type: ignore[no-untyped-def]
+    found = name if "/" in name else shutil.which(name)
+    if not found or not os.access(found, os.X_OK):
+        raise fail(f"{name!r} is not an executable on PATH")
+    problem = refused_program(Path(found))
+    if problem:
+        raise fail(problem)
+    return Path(found)
+
+
+def check_user(path: Path, key: str, user: str) -> None:
+    """Refuse ``user = "NAME"`` unless the account exists and the daemon can switch to it.
+
+    Raises:
+        ConfigError: no such account, or the daemon is neither root nor holds CAP_SETUID and
+            CAP_SETGID (it could not start the program as that user).
+    """
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise ConfigError(f"{path}: key {key}: no account {user!r} on this host; create it first "
+                          "(useradd --system ...) or name an existing one") from None
+    if os.geteuid() == 0:
+        return
+    if not (_has_capability(_CAP_SETUID) and _has_capability(_CAP_SETGID)):
+        raise ConfigError(f"{path}: key {key}: running a program as {user!r} needs rungd to run as root or "
+                          "hold CAP_SETUID and CAP_SETGID (systemd: AmbientCapabilities=CAP_SETUID CAP_SETGID); "
+                          f"it runs as uid {os.geteuid()} without them")
+
+
+def _has_capability(bit: int) -> bool:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> bit & 1)
+    except OSError:
+        return False
+    return False

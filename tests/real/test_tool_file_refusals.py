@@ -1,0 +1,97 @@
+"""What a tool file may not say, refused when it loads with its file and key: programs that
+would run a command rungd cannot see (judged by what would be executed, through symlinks
+and wrappers' argv), literal braces that would crash a call, and expectations that could
+not be judged. Real programs of this host are resolved; nothing is run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rungd.errors import ConfigError
+from rungd_plugins.declarative import read_tool_file
+
+BASE = """
+[program]
+name = "x"
+command = "{cmd}"
+
+[tools.x_item_show]
+argv = {argv}
+{more}
+
+[tools.x_item_show.description]
+does = "a"
+use_when = "a"
+do_not_use_when = "a"
+returns = "a"
+on_error = "a"
+if_unknown = "a"
+
+[tools.x_item_show.inputs.v]
+description = "v"
+example = "a"
+"""
+
+
+def load(tmp_path: Path, cmd: str, argv: str, more: str = "") -> None:
+    path = tmp_path / "x.toml"
+    path.write_text(BASE.replace("{cmd}", cmd).replace("{argv}", argv).replace("{more}", more))
+    read_tool_file(path)
+
+
+@pytest.mark.parametrize(("cmd", "argv", "key", "words"), [
+    ("nice", '["bash", "-c", "{v}"]', "program.command", "runs another program"),
+    ("/usr/bin/env", '["{v}"]', "program.command", "runs another program"),
+    ("timeout", '["5", "id"]', "program.command", "runs another program"),
+    ("xargs", '["rm"]', "program.command", "runs another program"),
+    ("sh", '["-c", "{v}"]', "program.command", "shell or script interpreter"),
+    ("perl", '["-e", "{v}"]', "program.command", "shell or script interpreter"),
+    ("sudo", '["id"]', "tools.x_item_show.argv[0]", "declared target user"),
+    ("sudo", '["-u", "{v}", "id"]', "tools.x_item_show.argv[1]", "never an input"),
+    ("sudo", '["-u", "nobody", "-s"]', "tools.x_item_show.argv[2]", "runs a shell"),
+    ("sudo", '["-u", "nobody", "--", "nice", "id"]', "tools.x_item_show.argv[3]", "runs another program"),
+    ("runuser", '["nobody", "-c", "id"]', "tools.x_item_show.argv[0]", "declared target user"),
+    ("find", '[".", "-exec", "sh", "-c", "x", ";"]', "tools.x_item_show.argv[2]", "shell"),
+    ("find", '[".", "-exec", "{v}", ";"]', "tools.x_item_show.argv[2]", "from an input"),
+    ("find", '[".", "-exec", "rm", "{}", "+"]', "tools.x_item_show.argv[3]", "write {{}}"),
+    ("tar", '["--to-command=sh -c x", "-xf", "a"]', "tools.x_item_show.argv[0]", "shell"),
+    ("man", '["-P", "sh -c x", "{v}"]', "tools.x_item_show.argv[1]", "shell"),
+    ("ls", '["{v.__class__}"]', "tools.x_item_show.argv[0]", "not a plain {input}"),
+])
+def test_a_program_that_would_run_a_hidden_command_is_refused_at_load(tmp_path, cmd, argv, key, words) -> None:
+    with pytest.raises(ConfigError, match=r".*") as caught:
+        load(tmp_path, cmd, argv)
+    message = str(caught.value)
+    assert f"{tmp_path / 'x.toml'}: key {key}:" in message and words in message, message
+
+
+@pytest.mark.parametrize(("cmd", "argv"), [
+    ("find", '[".", "-maxdepth", "1", "-name", "*.tmp", "-exec", "rm", "--", "{{}}", "+"]'),
+    ("sudo", '["-n", "-u", "nobody", "--", "id", "-un"]'),
+    ("runuser", '["-u", "nobody", "--", "id"]'),
+    ("man", '["-P", "cat", "{v}"]'),
+])
+def test_wrappers_with_a_declared_target_and_literal_programs_load(tmp_path, cmd, argv) -> None:
+    load(tmp_path, cmd, argv)
+
+
+@pytest.mark.parametrize(("more", "key", "words"), [
+    ('stdin_input = "v"\nstdin = "eof"\nstdin_eof = true', "tools.x_item_show.stdin", "sends no data"),
+    ("stdin_eof = true", "tools.x_item_show.stdin_eof", "without data"),
+    ('program = "other"', "tools.x_item_show.program", "not a [programs.NAME]"),
+    ('user = "no-such-account-rungd"', "tools.x_item_show.user", "no account"),
+])
+def test_stdin_program_and_user_keys_are_checked_at_load(tmp_path, more, key, words) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, "ls", '["{v}"]', more)
+    assert f"key {key}:" in str(caught.value) and words in str(caught.value), str(caught.value)
+
+
+def test_multiline_is_only_for_the_input_fed_on_stdin(tmp_path) -> None:
+    path = tmp_path / "x.toml"
+    path.write_text(BASE.replace("{cmd}", "ls").replace("{argv}", '["{v}"]').replace("{more}", "")
+                    + "multiline = true\n")
+    with pytest.raises(ConfigError, match=r"key tools\.x_item_show\.inputs\.v\.multiline: only the input fed"):
+        read_tool_file(path)
