@@ -68,6 +68,20 @@ class LedgerConfig(_Section):
     # Kept allocated past the end of the ledger, so calls already running can always record
     # how they finished; when it cannot be kept, new calls get LEDGER_UNAVAILABLE.
     reserve_bytes: int = Field(1 << 20, ge=0, le=1 << 30, examples=[1048576])
+    # Anchors: the chain's head (seq, hash, time) goes to the journal, which ships off-host,
+    # at start, at stop and every anchor_every_s when it moved; `rungctl ledger verify
+    # --anchors` checks a copy against them. 0 sends none.
+    anchor_every_s: float = Field(300.0, ge=0, le=86400, examples=[300])
+    # Each anchor is signed with this SSH private key (ssh-keygen -Y sign, namespace
+    # rungd-ledger-anchor) when set; verify checks it with --allowed-signers.
+    anchor_key: Path | None = Field(None, examples=["/etc/rungd/anchor_key"])
+    # Retention of whole files (a `pruned` record names each file deleted). A file goes once
+    # its last record is older than keep_days, or, oldest first, while all files pass
+    # max_total_bytes; never one with a record inside retention_days or of a call still
+    # running, held or unknown. None: no bound of that kind.
+    keep_days: float | None = Field(90.0, gt=0, examples=[90])
+    max_total_bytes: int | None = Field(None, ge=1 << 20, examples=[4294967296])
+    prune_every_s: float = Field(3600.0, ge=1, le=86400, examples=[3600])
 
 
 class EvidenceConfig(_Section):
@@ -265,8 +279,12 @@ def _resolve_paths(config: Config, base: Path, shipped: Path) -> Config:
     credentials = config.credentials.model_copy(
         update={"file": under(config.credentials.file) if config.credentials.file else None}
     )
+    ledger = config.ledger.model_copy(
+        update={"anchor_key": under(config.ledger.anchor_key) if config.ledger.anchor_key else None}
+    )
     return config.model_copy(
-        update={"server": server, "state": state, "plugins": plugins, "credentials": credentials, "gates": gates}
+        update={"server": server, "state": state, "plugins": plugins, "credentials": credentials, "gates": gates,
+                "ledger": ledger}
     )
 
 

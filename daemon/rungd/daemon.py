@@ -27,6 +27,7 @@ from rungd.engine.recovery import recover
 from rungd.envelope import Envelope
 from rungd.evidence import EvidenceStore
 from rungd.gates import check_gates, is_operator
+from rungd.ledger_upkeep import LedgerUpkeep
 from rungd.plugins import Hooks
 from rungd.server import Connection, ConnectionLimits, Replies, bind_unix_socket
 from rungd.stepdown import StepDownWatch
@@ -107,6 +108,8 @@ class Daemon:
                 # in threads of its own; serving does not wait for the first prune.
                 self.evidence = EvidenceStore(self.config, self.dispatcher.calls, max_frame=server.max_frame_bytes)
                 await housekeeping.start(self.evidence.run)
+                # Ledger anchors to the journal and retention of old ledger files.
+                await housekeeping.start(LedgerUpkeep(self.audit, self.config.ledger).run)
                 # Step-down observations: rebuilt from the ledger's finished records, then
                 # fed every final result (_observe); admission refuses a suspended tool.
                 self.step_downs = StepDownWatch(
@@ -162,7 +165,7 @@ class Daemon:
         try:
             await connection.serve()
         except Exception:  # a bug may cost this connection, never the daemon or another caller
-            log.exception("connection of uid %d failed", uid)
+            log.exception("connection of uid %d failed", uid, extra={"caller_uid": uid})
             await trio.aclose_forcefully(stream)
         finally:
             self._limits.leave(uid)

@@ -16,11 +16,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import msgspec
-from rungd_ledgers import EVENTS, LedgerCorrupt, Record, follow, iter_records, verify
-from rungd_ledgers.verify import Problem
+from rungd_ledgers import EVENTS, Anchor, AnchorFileError, LedgerCorrupt, Record, follow, iter_records, read_anchors, verify
+from rungd_ledgers.verify import Problem, VerifyReport
 
 from rungd.ctl.registry import EXIT_ERROR_RESULT, EXIT_OK, CommandFailed, Context, UsageError, arg, command
 from rungd.ctl.show import as_json, ledger_line
+from rungd.ledger_upkeep import check_anchor_signature
 
 FOLLOW_LINES = 10  # what `-f` shows of the past, as journalctl and tail do
 _AGO = re.compile(r"-?\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)\s*(?:ago)?")
@@ -94,28 +95,90 @@ def describe_problem(problem: Problem) -> str:
     return f"{problem.file} line {problem.line} ({seq}): {problem.kind.replace('_', ' ')}: {problem.explanation}"
 
 
-@command("ledger verify", "check the ledger's hash chain (reads the files, not the socket)",
+@command("ledger verify", "check the ledger's hash chain, and against published anchors (reads the files, "
+         "not the socket)",
          arg("path", nargs="?", type=Path, metavar="PATH",
-             help="a ledger folder, e.g. a shipped copy (default: the config's state folder)"))
+             help="a ledger folder, e.g. a shipped copy (default: the config's state folder)"),
+         arg("--anchors", type=Path, metavar="FILE",
+             help="anchors the daemon sent to the journal, as JSON lines: journalctl -o json "
+                  "_SYSTEMD_UNIT=rungd.service RUNGD_LEDGER_ANCHOR=1 > FILE"),
+         arg("--allowed-signers", type=Path, metavar="FILE",
+             help="with --anchors: accept only anchors signed by a key in this ssh allowed_signers file"))
 def ledger_verify(ctx: Context) -> int:
     """Check every record of the ledger: parse, hash, seq, and link to the record before.
+
+    A ledger pruned by retention starts after seq 1: a pruned record in the files left
+    must name the file that ended just before, with the hash the first record left links
+    to. With --anchors, each anchor's seq must have the anchor's hash: a chain rewritten
+    after the anchor left the host contradicts it.
 
     Exit 0 when sound, 1 at the first problem, named in one line: file, line, seq and
     what is wrong.
     """
     folder = ledger_folder(ctx, ctx.args.path)
+    anchors = read_anchor_file(ctx.args.anchors, ctx.args.allowed_signers) if ctx.args.anchors else []
     try:
-        report = verify(folder)
+        report = verify(folder, anchors)
     except OSError as exc:
         raise unreadable(folder, exc) from None
     if ctx.json:
-        print(as_json({"ok": report.ok, "folder": str(folder), **msgspec.to_builtins(report)}))
+        print(as_json({"ok": report.ok, "folder": str(folder), "anchors": len(anchors),
+                       **msgspec.to_builtins(report)}))
     elif report.problem is None:
-        print(f"ledger ok: {report.records} records in {folder}")
+        print(f"ledger ok: {report.records} records in {folder}{_pruned_text(report)}{_anchor_text(report, anchors)}")
     else:
         print(f"ledger BROKEN: {describe_problem(report.problem)}; {report.records} records before it are sound "
               f"({folder})")
     return EXIT_OK if report.ok else EXIT_ERROR_RESULT
+
+
+def read_anchor_file(path: Path, allowed_signers: Path | None) -> list[Anchor]:
+    """The anchors in ``path``; with ``allowed_signers``, each must carry a good signature.
+
+    Raises:
+        UsageError: the file cannot be read, a line is not an anchor, or the file holds none.
+        CommandFailed: an anchor is unsigned or not signed by an allowed key.
+    """
+    try:
+        with open(path, "rb") as file:
+            anchors = read_anchors(file)
+    except OSError as exc:
+        raise UsageError(f"--anchors {path}: {exc.strerror or exc}; hint: export them with journalctl -o json "
+                         "_SYSTEMD_UNIT=rungd.service RUNGD_LEDGER_ANCHOR=1 > FILE") from None
+    except AnchorFileError as exc:
+        raise UsageError(f"--anchors {path}: {exc}; hint: give journalctl -o json output (one entry a line) or "
+                         'lines like {"seq": 12, "hash": "<64 hex>"}') from None
+    if not anchors:
+        raise UsageError(f"--anchors {path}: no anchors in it (no entry with RUNGD_LEDGER_ANCHOR=1); hint: is "
+                         "ledger.anchor_every_s 0, or was the export filtered to another unit?")
+    if allowed_signers is not None:
+        for anchor in anchors:
+            try:
+                signer = check_anchor_signature(allowed_signers, anchor)
+            except OSError as exc:
+                raise UsageError(f"cannot check anchor signatures: {exc}; hint: install openssh-client") from None
+            if signer is None:
+                raise CommandFailed(f"{anchor.describe()} (seq {anchor.seq}) is not signed by a key in "
+                                    f"{allowed_signers}; hint: an anchor anyone on the host could have logged "
+                                    "proves nothing: set ledger.anchor_key, or export only the daemon's entries")
+    return anchors
+
+
+def _pruned_text(report: VerifyReport) -> str:
+    if report.first_seq <= 1:
+        return ""
+    files = len(report.pruned)
+    return (f"; seq 1 to {report.first_seq - 1} were pruned by retention (the pruned records left name {files} "
+            f"file(s), the last ending at seq {report.first_seq - 1}), and the files left continue that chain")
+
+
+def _anchor_text(report: VerifyReport, anchors: list[Anchor]) -> str:
+    if not anchors:
+        return ""
+    text = f"; {report.anchors_checked} of {len(anchors)} anchors agree"
+    if report.anchors_pruned:
+        text += f", {report.anchors_pruned} fall inside pruned files and cannot be checked"
+    return text
 
 
 @command(
