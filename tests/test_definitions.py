@@ -58,7 +58,7 @@ from rungd.testing import write_config
 NAME_PATTERN = "^[a-zA-Z0-9_-]{1,64}$"
 # Keywords strict mode does not accept, and the two rungd must never leave in (default, oneOf).
 STRICT_UNSUPPORTED = [
-    "minLength", "maxLength", "patternProperties", "unevaluatedProperties", "propertyNames", "minProperties",
+    "patternProperties", "unevaluatedProperties", "propertyNames", "minProperties", "prefixItems",
     "maxProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "uniqueItems", "default", "oneOf",
 ]
 
@@ -180,12 +180,27 @@ JSONSCHEMA_DOC: dict[str, Any] = {
     },
 }
 
-SHAPES = {"openai": OPENAI_TOOL, "anthropic": ANTHROPIC_TOOL, "mcp": MCP_TOOL, "jsonschema": JSONSCHEMA_DOC}
+# The Responses API's FunctionToolParam (openai-python types/responses/function_tool_param.py):
+# the Chat Completions function's fields, flat beside "type".
+OPENAI_RESPONSES_TOOL: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "name", "parameters", "strict"],
+    "additionalProperties": False,
+    "properties": {
+        "type": {"const": "function"},
+        **OPENAI_TOOL["properties"]["function"]["properties"],
+    },
+    "$defs": OPENAI_TOOL["$defs"],
+}
+
+SHAPES = {"openai": OPENAI_TOOL, "openai-responses": OPENAI_RESPONSES_TOOL, "anthropic": ANTHROPIC_TOOL,
+          "mcp": MCP_TOOL, "jsonschema": JSONSCHEMA_DOC}
 
 
 def input_schema_of(exported: dict[str, Any], fmt: str) -> dict[str, Any]:
     return {
         "openai": lambda e: e["function"]["parameters"],
+        "openai-responses": lambda e: e["parameters"],
         "anthropic": lambda e: e["input_schema"],
         "mcp": lambda e: e["inputSchema"],
         "jsonschema": lambda e: e,
@@ -258,11 +273,13 @@ def test_the_exported_schema_accepts_a_valid_call_and_refuses_an_extra_key(defin
     by_name = {definition_name(e): e for e in export(definitions, fmt)}
     schema = input_schema_of(by_name["inventory_count_set"], fmt)
     call = {"item": "widget", "count": 15, REQUEST_ID: "r-1"}
+    if fmt.startswith("openai"):  # strict mode: a model sends every property, null for an optional one
+        call = {**{name: None for name in schema["properties"]}, **call}
     jsonschema.validate(call, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**call, "force": True}, schema)
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"item": "widget", "count": 15}, schema)  # a write without its request_id
+        jsonschema.validate({k: v for k, v in call.items() if k != REQUEST_ID}, schema)  # a write without its request_id
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -276,6 +293,11 @@ def test_every_format_carries_name_description_and_a_closed_object_schema(defini
     if fmt == "openai":
         assert all(e["type"] == "function" and e["function"]["strict"] is True for e in export(definitions, fmt))
         assert set(export(definitions, fmt)[0]["function"]) == {"name", "description", "parameters", "strict"}
+    elif fmt == "openai-responses":
+        assert all(set(e) == {"type", "name", "description", "parameters", "strict"} and e["strict"] is True
+                   for e in export(definitions, fmt))
+        chat = export(definitions, "openai")
+        assert [{"type": "function", **c["function"]} for c in chat] == export(definitions, fmt)
     elif fmt == "anthropic":
         assert all(set(e) == {"name", "description", "input_schema"} for e in export(definitions, fmt))
     elif fmt == "mcp":
@@ -327,9 +349,11 @@ def test_strict_mode_makes_optional_inputs_nullable_and_says_what_null_means() -
     nested = params["$defs"]["Filter"]
     assert nested["additionalProperties"] is False and nested["required"] == ["key", "level", "note"]
     assert nested["properties"]["level"]["type"] == ["integer", "null"]
-    # maxLength is outside strict mode's subset: it moves into the description.
-    assert "maxLength" not in props["item"] and "(maxLength 32)" in props["item"]["description"]
+    # Keywords strict mode supports stay where the model honours them (definitions.py cites
+    # the rules); none is repeated in the description.
+    assert props["item"]["maxLength"] == 32 and "maxLength" not in props["item"]["description"]
     assert props["item"]["pattern"] == r"^[a-z][a-z0-9-]{0,31}$"
+    assert nested["properties"]["level"]["minimum"] == 0 and nested["properties"]["level"]["maximum"] == 9
 
 
 def test_split_request_id_undoes_strict_nulls_so_the_daemon_applies_its_defaults() -> None:
@@ -388,7 +412,7 @@ def test_a_name_the_providers_refuse_is_refused(name) -> None:
 
 
 def test_unknown_format_is_refused_naming_the_formats() -> None:
-    with pytest.raises(ExportError, match="openai, anthropic, mcp, jsonschema"):
+    with pytest.raises(ExportError, match="openai, openai-responses, anthropic, mcp, jsonschema"):
         export([], "gemini")  # type: ignore[arg-type]
 
 

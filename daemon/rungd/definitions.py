@@ -5,6 +5,7 @@ same three parts in a provider's own wrapping. This module does the wrapping, so
 any framework, ``rungctl export-tools`` and the MCP bridge all send the same thing.
 
     export(defs, "openai")      Chat Completions function tools, strict mode
+    export(defs, "openai-responses")  Responses API function tools (flat), strict mode
     export(defs, "anthropic")   Messages API tools: name, description, input_schema
     export(defs, "mcp")         MCP ``Tool`` objects, with annotations from the side effect
     export(defs, "jsonschema")  one plain JSON Schema document per tool
@@ -21,7 +22,9 @@ Shapes, as published (checked against these sources):
 
 - OpenAI: ``ChatCompletionToolParam`` / ``FunctionDefinition`` in ``openai-python``
   (``{"type": "function", "function": {"name", "description", "parameters", "strict"}}``,
-  name ``[a-zA-Z0-9_-]{1,64}``) and the strict-mode rules of the function-calling and
+  name ``[a-zA-Z0-9_-]{1,64}``); for the Responses API, ``FunctionToolParam`` in
+  ``openai-python`` (``types/responses/function_tool_param.py``: the same fields, flat:
+  ``{"type": "function", "name", "description", "parameters", "strict"}``); and the strict-mode rules of the function-calling and
   structured-outputs guides, as implemented by ``openai-python``'s ``to_strict_json_schema``
   and the keyword handling of pydantic-ai's ``OpenAIJsonSchemaTransformer``.
 - Anthropic: ``ToolParam`` in ``anthropic-sdk-python`` (``name``, ``description``,
@@ -42,8 +45,8 @@ from typing import Any, Literal
 
 from rungd.protocol import ToolDefinition
 
-Format = Literal["openai", "anthropic", "mcp", "jsonschema"]
-FORMATS: tuple[Format, ...] = ("openai", "anthropic", "mcp", "jsonschema")
+Format = Literal["openai", "openai-responses", "anthropic", "mcp", "jsonschema"]
+FORMATS: tuple[Format, ...] = ("openai", "openai-responses", "anthropic", "mcp", "jsonschema")
 
 REQUEST_ID = "request_id"
 REQUEST_ID_SCHEMA: dict[str, Any] = {
@@ -72,7 +75,7 @@ def export(defs: Iterable[ToolDefinition], fmt: Format) -> list[dict[str, Any]]:
 
     Args:
         defs: definitions as the daemon serves them (``describe``), for the calling uid.
-        fmt: ``openai``, ``anthropic``, ``mcp`` or ``jsonschema``.
+        fmt: ``openai``, ``openai-responses``, ``anthropic``, ``mcp`` or ``jsonschema``.
 
     Returns:
         One JSON-ready dict per definition.
@@ -180,18 +183,37 @@ def to_openai(d: ToolDefinition) -> dict[str, Any]:
     }
 
 
-_EXPORTERS = {"openai": to_openai, "anthropic": to_anthropic, "mcp": to_mcp, "jsonschema": to_jsonschema}
+def to_openai_responses(d: ToolDefinition) -> dict[str, Any]:
+    """A Responses API function tool in strict mode: the Chat Completions fields, flat.
+
+    ``{"type": "function", "name", "description", "parameters", "strict": true}``, as
+    ``client.responses.create(tools=[...])`` takes it; ``parameters`` as in ``to_openai``.
+    """
+    return {"type": "function", **to_openai(d)["function"]}
+
+
+_EXPORTERS = {"openai": to_openai, "openai-responses": to_openai_responses, "anthropic": to_anthropic,
+              "mcp": to_mcp, "jsonschema": to_jsonschema}
 
 
 # --- OpenAI strict mode --------------------------------------------------------------------
 
-# Keywords outside the subset strict mode accepts (the structured-outputs guide's list of
-# unsupported keywords, as pydantic-ai keeps it). Their constraint is not lost: it moves
-# into the property's description as text, and the daemon still enforces it (BAD_INPUT).
+# What strict mode accepts, checked late 2025 / 2026:
+# - OpenAI's structured-outputs guide, "Supported schemas"
+#   (https://platform.openai.com/docs/guides/structured-outputs#supported-schemas, as quoted
+#   in pydantic/pydantic-ai#2420): strings `pattern` and `format` (date-time, time, date,
+#   duration, email, hostname, ipv4, ipv6, uuid); numbers `multipleOf`, `maximum`,
+#   `exclusiveMaximum`, `minimum`, `exclusiveMinimum`; arrays `minItems`, `maxItems`;
+#   composition `anyOf` only (not `allOf`, `not`, `if`/`then`/`else`, `dependent*`).
+# - `minLength` / `maxLength`: not in the guide's list, but accepted and enforced in strict
+#   mode (live-probed in pydantic/pydantic-ai#7315, 2026-08; the OpenAI Node SDK's strict
+#   checks leave them in), so they stay in the schema where the model sees them.
+# - `prefixItems`: refused in strict mode (same issue), so it is described in words.
+# Everything else below is outside the subset. Such a constraint is not lost: it moves into
+# the property's description as text, and the daemon still enforces it (BAD_INPUT).
 _STRICT_UNSUPPORTED = (
-    "minLength", "maxLength", "patternProperties", "unevaluatedProperties", "propertyNames",
-    "minProperties", "maxProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
-    "uniqueItems",
+    "patternProperties", "unevaluatedProperties", "propertyNames", "minProperties", "maxProperties",
+    "unevaluatedItems", "contains", "minContains", "maxContains", "uniqueItems", "prefixItems",
 )
 _STRICT_FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"})
 _LOOKAROUND = re.compile(r"(?<!\\)\(\?<?[=!]")
@@ -210,8 +232,10 @@ def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     daemon sees the call a non-strict model would have sent and applies its own default.
 
     Also, as strict mode requires: ``default`` is removed (it is in the description
-    instead); unsupported keywords (``maxLength`` and the like, a ``format`` outside the
-    supported list, a ``pattern`` with look-around) move into the description as text;
+    instead); unsupported keywords (``uniqueItems``, ``prefixItems`` and the like, a ``format``
+    outside the supported list, a ``pattern`` with look-around) move into the description as
+    text, while supported ones (``pattern``, ``format``, ``minimum``/``maximum``,
+    ``minLength``/``maxLength``, ``minItems``/``maxItems``) stay where the model honours them;
     ``oneOf`` becomes ``anyOf``; a ``$ref`` with sibling keywords is wrapped in ``anyOf``.
     The root stays an object. Nothing here loosens validation: the daemon validates every
     call against the tool's own schema.

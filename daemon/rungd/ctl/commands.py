@@ -248,8 +248,9 @@ def _chosen_definitions(ctx: Context) -> tuple[list[ToolDefinition], list[str]]:
 
 
 @command("export-tools", "tool definitions in a model provider's shape, with their sizes",
-         arg("--format", required=True, choices=["openai", "anthropic", "mcp", "jsonschema"],
-             help="the provider's shape"),
+         arg("--format", required=True, choices=list(definitions.FORMATS),
+             help="the provider's shape: openai (Chat Completions), openai-responses (Responses API), "
+                  "anthropic, mcp, jsonschema"),
          TOOL_LIST)
 def export_tools(ctx: Context) -> int:
     """Print tool definitions as JSON in a provider's shape; their sizes go to stderr."""
