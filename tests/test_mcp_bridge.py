@@ -1,9 +1,16 @@
 """The MCP bridge, driven by the MCP SDK's own client over stdio against a real daemon.
 
-The daemon serves in the test's Trio nursery; the bridge is a real child process speaking
-MCP on its stdin and stdout, exactly as an MCP host starts ``rungctl mcp``; the client is
-``mcp.client.stdio.stdio_client`` with ``ClientSession``. The SDK is written on anyio, so it
-runs here on anyio's Trio backend, in the test's own task.
+The daemon is a real ``rungd serve`` process (``daemon_process``); the bridge is a real child
+process speaking MCP on its stdin and stdout, exactly as an MCP host starts ``rungctl mcp``;
+the client is ``mcp.client.stdio.stdio_client`` with ``ClientSession``. The SDK is written on
+anyio, so it runs here on anyio's Trio backend, in the test's own task.
+
+Why the daemon runs in a process of its own here, and not in the test's nursery as elsewhere:
+a daemon makes its process a child subreaper and kills the children of that process that
+no call claims and that live in a session of their own (``proctree.Reaper``), and the SDK's
+``stdio_client`` starts the bridge in a new session. In the test process the bridge would be
+such a child and die before it answered ``initialize``. In production the daemon and the
+bridge are separate processes too.
 """
 
 from __future__ import annotations
@@ -11,11 +18,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -25,12 +35,12 @@ pytest.importorskip("mcp", reason="the MCP bridge is the optional extra rungd[mc
 
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
-from rungd.client import Client
-from rungd.config import load_config
+from rungd.client import Client, ClientError
+from rungd.config import Config, load_config
 from rungd.definitions import to_mcp
 from rungd.envelope import Envelope
 from rungd.mcp_bridge import EVIDENCE_TOOL, WAIT_TOOL, Bridge, envelope_result
-from rungd.testing import start_daemon, write_config
+from rungd.testing import write_config
 
 from tests.conftest import TEST_PLUGINS
 
@@ -41,6 +51,68 @@ def rungd_config_toml() -> str:
 [plugins]
 files = ["{TEST_PLUGINS / 'echo_tools.py'}"]
 """
+
+
+class DaemonProcess:
+    """A ``rungd serve`` child serving ``config``, and a helper that calls it (as ``RunningDaemon``)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.socket = config.server.socket
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(client, *args)`` with a fresh client in a worker thread."""
+
+        def blocking() -> Any:
+            with Client(self.socket) as client:
+                return fn(client, *args)
+
+        return await trio.to_thread.run_sync(blocking)
+
+
+@asynccontextmanager
+async def daemon_process(config_path: Path) -> AsyncIterator[DaemonProcess]:
+    """``rungd serve --config config_path`` as a child of the test, ready once it answers hello.
+
+    It stays in the test's session, so a daemon running in the test process would not take
+    it for a stray. Stopped with SIGTERM on exit, as systemd stops it; the wait is bounded.
+    """
+    config = load_config(config_path)
+    errpath = config_path.with_suffix(".stderr")
+    with open(errpath, "wb") as errlog:
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-c", "import sys; from rungd.main import main; sys.exit(main())",
+             "serve", "--config", str(config_path)],
+            stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog)
+        try:
+            running = DaemonProcess(config)
+            with trio.fail_after(20):
+                while True:
+                    try:
+                        await running.run(Client.hello)
+                        break
+                    except ClientError:
+                        if process.poll() is not None:
+                            raise RuntimeError(f"rungd serve exited {process.returncode}: "
+                                               f"{errpath.read_text(errors='replace')}") from None
+                        await trio.sleep(0.05)
+            yield running
+        finally:
+            with trio.CancelScope(shield=True):
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+                    with trio.move_on_after(15):
+                        await process.wait()
+                    if process.poll() is None:
+                        process.kill()
+                        await process.wait()
+
+
+@pytest.fixture
+async def rungd_daemon(rungd_config: Config) -> AsyncIterator[DaemonProcess]:
+    """This module's daemon: the configuration of ``rungd_config_toml``, in a process of its own."""
+    async with daemon_process(Path(rungd_config.source)) as running:
+        yield running
 
 
 @asynccontextmanager
@@ -99,7 +171,7 @@ async def test_lists_rungd_tools_with_rungds_own_schema(rungd_daemon, short_tmp)
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to run the bridge as a second uid")
-async def test_lists_and_calls_only_what_the_bridges_own_uid_may_use(nursery, short_tmp) -> None:
+async def test_lists_and_calls_only_what_the_bridges_own_uid_may_use(short_tmp) -> None:
     other = 65534
     path = write_config(short_tmp, f"""
         [access]
@@ -110,15 +182,13 @@ async def test_lists_and_calls_only_what_the_bridges_own_uid_may_use(nursery, sh
         """)
     path.write_text(path.read_text().replace("[server]\n", '[server]\nsocket_mode = "0666"\n', 1))
     short_tmp.chmod(0o755)
-    daemon = await start_daemon(nursery, load_config(path))
-    async with bridge(daemon.socket, short_tmp, uid=other) as session:
+    async with daemon_process(path) as daemon, bridge(daemon.socket, short_tmp, uid=other) as session:
         names = {t.name for t in (await session.list_tools()).tools}
         denied = await session.call_tool("inventory_count_set", {"item": "widget", "count": 1, "request_id": "u1"})
         read = await session.call_tool("inventory_item_show", {"item": "widget"})
     assert "inventory_item_show" in names and "inventory_count_set" not in names
     assert denied.isError is True and "ERROR UNKNOWN_TOOL" in text_of(denied)
     assert read.isError is False
-    daemon.daemon.stop()
 
 
 async def test_read_is_ok_with_the_envelope_as_structured_content(rungd_daemon, short_tmp) -> None:

@@ -12,7 +12,7 @@ pytest.importorskip("mcp", reason="the MCP bridge is the optional extra rungd[mc
 from rungd.mcp_bridge import EVIDENCE_TOOL
 
 from tests.conftest import TEST_PLUGINS
-from tests.test_mcp_bridge import bridge, text_of
+from tests.test_mcp_bridge import bridge, rungd_daemon, text_of  # noqa: F401 (rungd_daemon: a fixture)
 
 
 @pytest.fixture

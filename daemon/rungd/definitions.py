@@ -153,6 +153,14 @@ def to_mcp(d: ToolDefinition) -> dict[str, Any]:
                         answers with the first result without running anything again.
     ``openWorldHint``   false: a rungd tool operates one declared legacy program on this host,
                         through declared roots, not an open set of outside entities.
+
+    ``visible`` counts as destructive although another call may undo it: MCP's alternative,
+    "additive updates only", is not true of an effect other people have already seen (a
+    restarted service, records deleted from a shared view), and a client that asks its user
+    before a destructive call should ask before these.
+
+    The MCP bridge adds ``title`` and ``outputSchema`` (the envelope) to this shape
+    (``rungd.mcp_bridge.bridge_tool``).
     """
     read = d.side_effect == "read"
     annotations = {

@@ -10,15 +10,34 @@ What an MCP client sees:
 
 - ``tools/list``: every tool the daemon lists for this uid, with the MCP definition from
   ``rungd.definitions.to_mcp`` (rungd's input schema, plus a required ``request_id`` for
-  a write), and two tools of the bridge's own: ``rungd_call_wait``, which picks up a call
-  that answered pending, and ``rungd_evidence_read``, which reads part of the evidence an
-  envelope names (for an agent with no access to the daemon's files).
+  a write; annotations from the side-effect class) and, added here (``bridge_tool``), a
+  ``title`` made from the name and the envelope's JSON Schema as ``outputSchema``. Two
+  tools are the bridge's own: ``rungd_call_wait``, which picks up a call that answered
+  pending, and ``rungd_evidence_read``, which reads part of the evidence an envelope names
+  (for an agent with no access to the daemon's files).
 - ``tools/call``: the arguments go to the daemon as they are, less ``request_id``, which
   travels beside the inputs (``split_request_id``). The bridge does not validate them
   (the SDK's own check is off): the daemon does, and its BAD_INPUT hint names the field
   and a valid call, which a schema library's message does not. A write without a
   ``request_id`` gets the daemon's BAD_INPUT asking for one; the bridge never mints a key,
   since a key minted per attempt would make a model's retry a second change.
+
+How long a call waits (``Bridge.follow``): the bridge asks the daemon in short steps
+(``POLL_S``) rather than one long wait, up to ``wait_s`` (25 s) in all:
+
+- a call held at a gate (pending, next_action ``wait_approval``) answers PENDING at once,
+  within about a second: an approval takes a person, not seconds;
+- a call still running is waited for, and between steps the client gets an MCP progress
+  notification (when its request carried a ``progressToken``) saying the call is running
+  and naming its call_id; past ``wait_s`` it answers PENDING;
+- ``rungd_call_wait`` waits the same way, up to its own ``wait_s``, held calls included
+  (the agent asked to wait).
+
+A client that cancels a ``tools/call`` (``notifications/cancelled``) stops the bridge's
+waiting, never the call: the daemon has it and runs it to its end, writes included. The
+agent fetches the result with ``rungd_call_wait`` and the call_id the progress messages
+gave, or repeats the call with the same ``request_id``, which the daemon answers with the
+first call's result (or PENDING with its call_id) and never runs twice.
 
 How an envelope maps onto a ``CallToolResult`` (``envelope_result``):
 
@@ -32,16 +51,30 @@ How an envelope maps onto a ``CallToolResult`` (``envelope_result``):
   result (``rungd_call_wait`` with the call_id).
 
 ``structuredContent`` is the whole envelope in every case, so a client that reads
-structured results branches on ``status`` exactly as agent code on the socket would. A
-failure is never reported as a success: if the bridge cannot tell what happened (the
-connection broke after the call was sent) it says the outcome is unknown.
+structured results branches on ``status`` exactly as agent code on the socket would, and
+it validates against the tool's ``outputSchema``. An error the bridge finds itself (the
+daemon unreachable, the connection lost, a bad ``rungd_call_wait`` argument) is an
+envelope too, with an empty call_id when no call was made. A failure is never reported as a
+success: if the bridge cannot tell what happened (the connection broke after the call was
+sent) it says the outcome is unknown.
+
+Lines the SDK cannot read (``ScreenedStdin``): the SDK drops a line that is not a JSON-RPC
+message with only a log notification, so a client waits for a reply that never comes. The
+bridge screens each line first: JSON nested deeper than ``MAX_DEPTH`` levels gets -32600
+Invalid Request (with the request's id when it can be found), a line that is not JSON -32700
+Parse error, and JSON that is no JSON-RPC message -32600; the bridge keeps serving.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import re
 import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from io import TextIOWrapper
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +82,7 @@ import msgspec
 
 try:
     import anyio
+    import pydantic
     from mcp import types
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
@@ -62,7 +96,8 @@ import rungd
 from rungd.aclient import AsyncClient
 from rungd.client import ClientError, ConnectFailed, RequestRejected, default_socket
 from rungd.definitions import ExportError, compact_json, split_request_id, to_mcp
-from rungd.envelope import Envelope
+from rungd.envelope import Envelope, ErrorInfo
+from rungd.errors import CORE_ERRORS, NextAction, Outcome, Retry
 from rungd.protocol import EvidenceSlice, ToolDefinition
 
 log = logging.getLogger("rungd.mcp_bridge")
@@ -72,6 +107,17 @@ DEFAULT_WAIT_S = 25.0
 many MCP hosts allow a tool call, so a slow call comes back as pending, not as a timeout."""
 
 MAX_WAIT_S = 60.0
+
+POLL_S = 1.0
+"""One step of waiting in the daemon. Short, so a held call answers within about a second,
+a running one reports progress every second, and a cancelled request stops waiting at once."""
+
+MAX_DEPTH = 64
+"""The deepest JSON nesting a line may have. rungd's inputs are flat, closed schemas; an MCP
+message adds three levels. Deeper lines are refused before any parser recurses into them."""
+
+Progress = Callable[[float, str], Awaitable[None]]
+"""Reports that a call is still going: seconds waited so far (growing) and a sentence."""
 
 WAIT_TOOL = "rungd_call_wait"
 EVIDENCE_TOOL = "rungd_evidence_read"
@@ -97,9 +143,67 @@ _NEXT_ACTION_WORDS = {
 }
 
 
+def tool_title(name: str) -> str:
+    """A person's title for a tool, from its name: ``inventory_count_set`` -> ``Inventory count set``.
+
+    From the name rather than the description's first slot: a name is short and always
+    there, and a client shows titles side by side in a list.
+    """
+    text = " ".join(name.replace("-", " ").replace("_", " ").split())
+    return text[:1].upper() + text[1:] if text else name
+
+
+def _root_schema(struct: type, title: str, description: str) -> dict[str, Any]:
+    """A msgspec struct's JSON Schema with the struct itself at the root, as MCP requires of an
+    ``outputSchema`` (``type: object`` at the root); the structs it refers to stay in ``$defs``."""
+    generated = msgspec.json.schema(struct)
+    defs = generated["$defs"]
+    root = defs.pop(struct.__name__)
+    root.pop("description", None)  # the struct's docstring speaks to rungd's developers
+    return {**root, "title": title, "description": description, **({"$defs": defs} if defs else {})}
+
+
+def envelope_schema() -> dict[str, Any]:
+    """The result envelope's JSON Schema (from ``rungd.envelope.Envelope``): every tool's
+    ``outputSchema``, since every result's ``structuredContent`` is an envelope."""
+    return _root_schema(
+        Envelope, "rungd result envelope",
+        "The result of one rungd call, success or failure: branch on status (ok | error | pending), "
+        "outcome (done | not_started | unknown), effect, and error.code with next_action.",
+    )
+
+
+def _evidence_schema() -> dict[str, Any]:
+    """``rungd_evidence_read``'s output: a slice when it worked, an error envelope when not."""
+    part = _root_schema(EvidenceSlice, "evidence slice", "Part of one evidence file.")
+    envelope = envelope_schema()
+    return {
+        "type": "object",
+        "title": "evidence slice or error",
+        "description": "Part of one evidence file (type evidence_slice), or an error envelope (status error).",
+        "anyOf": [{"$ref": "#/$defs/EvidenceSlice"}, {"$ref": "#/$defs/Envelope"}],
+        "$defs": {
+            **part.pop("$defs", {}), **envelope.pop("$defs", {}),
+            "EvidenceSlice": part, "Envelope": envelope,
+        },
+    }
+
+
+def bridge_tool(definition: ToolDefinition) -> types.Tool:
+    """The MCP tool for one rungd tool: ``to_mcp`` plus a ``title`` and the envelope as ``outputSchema``.
+
+    Raises:
+        ExportError: the definition cannot be exported (``rungctl lint`` says why).
+    """
+    return types.Tool.model_validate(
+        {**to_mcp(definition), "title": tool_title(definition.name), "outputSchema": envelope_schema()}
+    )
+
+
 def _wait_tool(default_wait_s: float) -> types.Tool:
     return types.Tool(
         name=WAIT_TOOL,
+        title="Wait for a rungd call",
         description=(
             "Does: fetches the result of a rungd call that answered PENDING, waiting up to wait_s "
             "seconds for it. Use when: a tool result said PENDING and gave a call_id. Do not use "
@@ -130,6 +234,7 @@ def _wait_tool(default_wait_s: float) -> types.Tool:
             "required": ["call_id"],
             "additionalProperties": False,
         },
+        outputSchema=envelope_schema(),
         annotations=types.ToolAnnotations(
             readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False
         ),
@@ -142,6 +247,7 @@ def _evidence_tool() -> types.Tool:
 
     return types.Tool(
         name=EVIDENCE_TOOL,
+        title="Read a rungd call's evidence",
         description=(
             "Does: reads part of a call's evidence, the full redacted output a result's evidence list names: "
             "a byte range (offset, length), a line range (line, count), or the lines holding a literal text "
@@ -171,6 +277,7 @@ def _evidence_tool() -> types.Tool:
             "required": ["evidence_id"],
             "additionalProperties": False,
         },
+        outputSchema=_evidence_schema(),
         annotations=types.ToolAnnotations(
             readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False
         ),
@@ -266,10 +373,41 @@ def _pending_text(env: Envelope) -> str:
     return f"{first}\n{then}"
 
 
-def bridge_error(code: str, message: str, hint: str, *, outcome: str) -> types.CallToolResult:
-    """An error the bridge itself found (no envelope): still ``isError``, still actionable."""
+def bridge_error(
+    code: str, message: str, hint: str, *, outcome: Outcome, tool: str = "", call_id: str = "",
+    request_id: str | None = None, retry: Retry | None = None, next_action: NextAction | None = None,
+) -> types.CallToolResult:
+    """An error the bridge itself found (no envelope came back): still ``isError``, still actionable.
+
+    Its ``structuredContent`` is an error envelope like the daemon's, so it validates against
+    the tool's ``outputSchema`` and a client branches on it the same way. ``call_id`` is empty
+    when no call was made (or none is known); retry and next_action default to the core
+    table's for ``code``, else ``no`` and ``stop``.
+
+    Args:
+        code: the error code (a core code, a protocol error's, or the bridge's own
+            UNREACHABLE / BRIDGE_LOST).
+        message: what happened.
+        hint: what to do next.
+        outcome: whether the effect may have begun.
+        tool: the tool called.
+        call_id: the call's id, when the daemon gave one before things went wrong.
+        request_id: the call's request_id, if any.
+        retry: overrides the default.
+        next_action: overrides the default.
+
+    Returns:
+        The MCP result: the same three lines of text as always, and the envelope.
+    """
+    default_retry, default_next, _ = CORE_ERRORS.get(code, ("no", "stop", ""))
+    envelope = Envelope(
+        call_id=call_id, tool=tool, status="error", outcome=outcome, effect="none", request_id=request_id,
+        error=ErrorInfo(code=code, message=message, retry=retry or default_retry, hint=hint),
+        next_action=next_action or default_next,
+    )
     text = f"ERROR {code}: {message}\nhint: {hint}\noutcome: {outcome}"
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], isError=True)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                structuredContent=msgspec.to_builtins(envelope), isError=True)
 
 
 # --- the server ----------------------------------------------------------------------------
@@ -280,7 +418,7 @@ class Bridge:
 
     Args:
         socket_path: the daemon's socket.
-        wait_s: how long a call waits in the daemon before the bridge answers pending.
+        wait_s: how long the bridge waits for a running call before it answers pending.
     """
 
     def __init__(self, socket_path: Path | str, *, wait_s: float = DEFAULT_WAIT_S) -> None:
@@ -311,7 +449,7 @@ class Bridge:
                 log.warning("skipping the daemon's %s: the bridge's own tool has that name", definition.name)
                 continue
             try:
-                tools.append(types.Tool.model_validate(to_mcp(definition)))
+                tools.append(bridge_tool(definition))
             except ExportError as exc:  # `rungctl lint` reports these as fix-first
                 log.warning("skipping %s: %s", definition.name, exc)
                 continue
@@ -319,19 +457,36 @@ class Bridge:
         self._definitions = known
         return [*tools, self._wait_tool, self._evidence_tool]
 
-    async def call_tool(self, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
-        """Forward one call; the envelope (or the bridge's own error) as an MCP result."""
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None, *, progress: Progress | None = None
+    ) -> types.CallToolResult:
+        """Forward one call; the envelope (or the bridge's own error) as an MCP result.
+
+        Args:
+            name: a daemon tool, ``rungd_call_wait`` or ``rungd_evidence_read``.
+            arguments: the model's arguments, as sent.
+            progress: reports a running call between steps of waiting (see ``follow``).
+
+        Returns:
+            The result; never raises for anything the daemon or the connection does.
+
+        Cancellation: the bridge stops waiting; a call the daemon received keeps running
+        there to its end (see the module docstring for what the agent does next).
+        """
         if name == WAIT_TOOL:
-            return await self._wait(arguments or {})
+            return await self._wait(arguments or {}, progress)
         if name == EVIDENCE_TOOL:
             return await self._evidence(arguments or {})
         # The cached definition lets split_request_id drop nulls that only mean "not given";
         # a tool not cached (not listed yet, or unknown) goes to the daemon as sent, and an
         # unknown one gets the daemon's UNKNOWN_TOOL with the closest names.
         inputs, request_id = split_request_id(arguments or {}, self._definitions.get(name))
-        return await self._forward(name, lambda c: c.call(name, inputs, request_id=request_id, wait_s=self.wait_s))
+        return await self.follow(
+            name, lambda c, step: c.call(name, inputs, request_id=request_id, wait_s=step),
+            budget_s=self.wait_s, progress=progress, answer_held=True, request_id=request_id,
+        )
 
-    async def _wait(self, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _wait(self, arguments: dict[str, Any], progress: Progress | None) -> types.CallToolResult:
         call_id = arguments.get("call_id")
         wait_s = arguments.get("wait_s", self.wait_s)
         unknown = sorted(set(arguments) - {"call_id", "wait_s"})
@@ -343,9 +498,11 @@ class Bridge:
                 f"{WAIT_TOOL} takes a call_id string and an optional wait_s in seconds (0 to {MAX_WAIT_S:g})"
                 + (f"; unknown arguments: {', '.join(unknown)}" if unknown else ""),
                 f'a valid call: {WAIT_TOOL} {{"call_id": "c0123456789abcdef", "wait_s": {self.wait_s:g}}}',
-                outcome="not_started",
+                outcome="not_started", tool=WAIT_TOOL,
             )
-        return await self._forward(WAIT_TOOL, lambda c: c.wait(call_id, wait_s=float(wait_s)))
+        # The agent asked to wait: a held call is waited for too, up to wait_s.
+        return await self.follow(WAIT_TOOL, lambda c, step: c.wait(call_id, wait_s=step),
+                                 budget_s=float(wait_s), progress=progress, answer_held=False)
 
     async def _evidence(self, arguments: dict[str, Any]) -> types.CallToolResult:
         """Read evidence. The daemon checks the arguments (a wrong type is its INVALID_MESSAGE)
@@ -357,46 +514,127 @@ class Bridge:
                 "BAD_INPUT", f"{EVIDENCE_TOOL} takes an evidence_id string and one of offset/length, line/count "
                 "or grep" + (f"; unknown arguments: {', '.join(unknown)}" if unknown else ""),
                 f'a valid call: {EVIDENCE_TOOL} {{"evidence_id": "c18f2a3b4c5d6e7f80.1.stdout", "line": 1, '
-                '"count": 50}', outcome="done")
+                '"count": 50}', outcome="done", tool=EVIDENCE_TOOL)
         try:
             async with AsyncClient(self.socket_path) as client:
                 part = await client.evidence(**arguments)
         except ConnectFailed as exc:
             return bridge_error("UNREACHABLE", str(exc), "the rungd daemon is not running or not reachable; "
-                                "tell the user", outcome="done")
+                                "tell the user", outcome="done", tool=EVIDENCE_TOOL, retry="yes",
+                                next_action="retry_later")
         except RequestRejected as exc:
-            return bridge_error(exc.code, str(exc), exc.hint or "check the arguments", outcome="done")
+            return bridge_error(exc.code, str(exc), exc.hint or "check the arguments", outcome="done",
+                                tool=EVIDENCE_TOOL, next_action="repair")
         except ClientError as exc:
             return bridge_error("BRIDGE_LOST", f"lost the connection to rungd: {exc}", "read it again",
-                                outcome="done")
+                                outcome="done", tool=EVIDENCE_TOOL, retry="yes", next_action="retry_later")
         return evidence_result(part, grep=arguments.get("grep") is not None)
 
-    async def _forward(self, name: str, request: Any) -> types.CallToolResult:
+    async def follow(
+        self,
+        name: str,
+        start: Callable[[AsyncClient, float], Awaitable[Envelope]],
+        *,
+        budget_s: float,
+        progress: Progress | None = None,
+        answer_held: bool = False,
+        request_id: str | None = None,
+    ) -> types.CallToolResult:
+        """Start a request, then wait for its call in steps of ``POLL_S`` until it is final.
+
+        Args:
+            name: the tool called (``rungd_call_wait`` for a wait).
+            start: sends the first request on the client with a wait of the given seconds
+                (a ``call``, or a ``wait`` by call_id) and returns its envelope.
+            budget_s: seconds to wait in all before answering PENDING.
+            progress: called between steps while the call runs (or is held, for a wait).
+            answer_held: answer at once when the call is held at a gate (a ``call``: an
+                approval takes a person, so waiting the budget out helps nobody).
+            request_id: the call's request_id, for the error envelope.
+
+        Returns:
+            The final envelope, PENDING when the budget ran out or the call is held, or the
+            bridge's own error (unreachable, rejected, connection lost).
+
+        Cancellation: the request in flight is abandoned with its connection (see
+        ``rungd.aclient``); the call goes on in the daemon, and its result stays available
+        by call_id and, for a write, by request_id.
+        """
+        began = time.monotonic()
+        call_id = ""
         try:
             async with AsyncClient(self.socket_path) as client:
-                envelope = await request(client)
+                envelope = await start(client, min(POLL_S, budget_s))
+                while envelope.status == "pending" and not (answer_held and envelope.next_action == "wait_approval"):
+                    call_id = envelope.call_id
+                    waited = time.monotonic() - began
+                    if waited >= budget_s:
+                        break
+                    if progress is not None:
+                        progress = await _report(progress, envelope, waited)
+                    envelope = await client.wait(call_id, wait_s=min(POLL_S, budget_s - waited))
         except ConnectFailed as exc:
             return bridge_error("UNREACHABLE", str(exc), "the rungd daemon is not running or not reachable; "
                                 "tell the user; repeat with the same request_id once it is back",
-                                outcome="not_started" if name != WAIT_TOOL else "unknown")
+                                outcome="not_started" if name != WAIT_TOOL else "unknown", tool=name,
+                                request_id=request_id, retry="yes", next_action="retry_later")
         except RequestRejected as exc:
             # A rejected call ran nothing; a rejected wait says nothing about the call it names
             # (its result may have expired, or the daemon restarted).
-            known = "not_started" if name != WAIT_TOOL else "unknown"
+            known: Outcome = "not_started" if name != WAIT_TOOL and not call_id else "unknown"
             hint = exc.hint or "check the call against the tool's schema"
-            if name == WAIT_TOOL:
+            if name == WAIT_TOOL or call_id:
                 hint = ("the result is no longer held; repeat the original call with the same request_id: "
                         "if it ran, rungd answers with its result and runs nothing")
-            return bridge_error(exc.code, str(exc), hint, outcome=known)
+            return bridge_error(exc.code, str(exc), hint, outcome=known, tool=name, call_id=call_id,
+                                request_id=request_id, next_action="repair" if known == "not_started" else "reconcile")
         except ClientError as exc:
             # The request may have reached the daemon: say so, and say how to find out.
-            return bridge_error(
-                "BRIDGE_LOST", f"lost the connection to rungd during {name}: {exc}",
-                "the call may have run; repeat it with the same arguments and the same request_id "
-                "to get its result (a repeat with the same request_id never runs it twice)",
-                outcome="unknown",
-            )
+            if call_id:
+                hint = (f'the call {call_id} was started and may still be running: fetch its result with '
+                        f'{WAIT_TOOL} {{"call_id": "{call_id}"}}')
+            else:
+                hint = ("the call may have run; repeat it with the same arguments and the same request_id "
+                        "to get its result (a repeat with the same request_id never runs it twice)")
+            return bridge_error("BRIDGE_LOST", f"lost the connection to rungd during {name}: {exc}", hint,
+                                outcome="unknown", tool=name, call_id=call_id, request_id=request_id,
+                                retry="after_check", next_action="reconcile")
         return envelope_result(envelope)
+
+
+async def _report(progress: Progress, envelope: Envelope, waited: float) -> Progress | None:
+    """Send one progress report; returns ``progress``, or None once the client is gone.
+
+    A report that cannot be sent (the client closed its end) must not fail the call: the
+    result is still worth answering, or at least the call still runs.
+    """
+    if envelope.next_action == "wait_approval":
+        state = "is held at a gate until an operator approves or denies it"
+    else:
+        state = f"is still running after {waited:.0f} s"
+    message = (f"call {envelope.call_id} of {envelope.tool} {state}; if you stop waiting it goes on: fetch its "
+               f'result with {WAIT_TOOL} {{"call_id": "{envelope.call_id}"}}')
+    try:
+        await progress(waited, message)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+        log.info("stopped reporting progress on %s: %r", envelope.call_id, exc)
+        return None
+    return progress
+
+
+def _progress_for(server: Server) -> Progress | None:
+    """Progress notifications for the request being handled, if its client asked for them
+    (a ``progressToken`` in the request's ``_meta``)."""
+    context = server.request_context
+    token = context.meta.progressToken if context.meta is not None else None
+    if token is None:
+        return None
+
+    async def report(waited: float, message: str) -> None:
+        await context.session.send_progress_notification(
+            token, waited, message=message, related_request_id=str(context.request_id))
+
+    return report
 
 
 def build_server(socket_path: Path | str, *, wait_s: float = DEFAULT_WAIT_S) -> Server:
@@ -412,9 +650,133 @@ def build_server(socket_path: Path | str, *, wait_s: float = DEFAULT_WAIT_S) -> 
     # valid call; the SDK's jsonschema check would answer first, with less to go on.
     @server.call_tool(validate_input=False)
     async def call_tool(name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
-        return await bridge.call_tool(name, arguments)
+        return await bridge.call_tool(name, arguments, progress=_progress_for(server))
 
     return server
+
+
+# --- stdin: lines the SDK would drop without a reply ---------------------------------------
+
+# A JSON string (escapes included) or one bracket: everything else cannot change the depth.
+_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+_ID_VALUE = re.compile(r'\s*:\s*("[^"\\]*(?:\\.[^"\\]*)*"|-?[0-9]+)\s*[,}]')
+
+
+def nesting(line: str) -> tuple[int, str | int | None]:
+    """How deep a line's JSON nests, and the id of the message at its top level, if any.
+
+    Iterative and linear: nothing recurses, so a line of any depth costs its length. The id
+    is the value of an ``"id"`` key at the top level (a string or an integer), found without
+    parsing the rest; a malformed line may yield a wrong depth, but it is refused either way.
+    """
+    depth = deepest = 0
+    request_id: str | int | None = None
+    for match in _STRUCTURE.finditer(line):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in ("]", "}"):
+            depth -= 1
+        elif depth == 1 and request_id is None and token == '"id"':
+            value = _ID_VALUE.match(line, match.end())
+            if value is not None:
+                request_id = json.loads(value.group(1))
+    return deepest, request_id
+
+
+def refusal(line: str) -> str | None:
+    """The JSON-RPC error line to answer instead of handing ``line`` to the SDK, or None to hand it on.
+
+    Too deep: -32600 Invalid Request, before any parser sees it (pydantic's JSON parser
+    refuses deep nesting only after recursing, and the SDK then answers nothing). Not JSON:
+    -32700 Parse error with id null. JSON but no JSON-RPC message: -32600 with its id when it
+    has a usable one. Each message is one line with a hint.
+    """
+    depth, request_id = nesting(line)
+    if depth > MAX_DEPTH:
+        return _error_line(request_id, types.INVALID_REQUEST,
+                           f"Invalid Request: JSON nested deeper than {MAX_DEPTH} levels; rungd's tools take flat "
+                           "arguments: send them as the tool's inputSchema describes")
+    try:
+        types.JSONRPCMessage.model_validate_json(line)
+    except pydantic.ValidationError:
+        pass
+    else:
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError as exc:
+        return _error_line(None, types.PARSE_ERROR,
+                           f"Parse error: the line is not JSON ({exc}); send one JSON-RPC 2.0 message per line")
+    found = value.get("id") if isinstance(value, dict) else None
+    usable = found if isinstance(found, str) or (isinstance(found, int) and not isinstance(found, bool)) else None
+    return _error_line(usable, types.INVALID_REQUEST,
+                       "Invalid Request: not a JSON-RPC 2.0 message; send an object with jsonrpc \"2.0\", a method "
+                       "and, for a request, an id")
+
+
+def _error_line(request_id: str | int | None, code: int, message: str) -> str:
+    # Written by hand: the SDK's JSONRPCError cannot carry the id null that JSON-RPC requires
+    # when the request's id is unknown.
+    return compact_json({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+
+
+class ScreenedStdin:
+    """This process's stdin as ``stdio_server`` reads it, less the lines the SDK would drop.
+
+    Each refused line is answered (``refusal``) through ``stdout``, the same object the SDK
+    writes its own messages through, so no two lines interleave.
+
+    Args:
+        stdout: where the answers go (a ``LockedStdout``).
+        stdin: the text stream to read; default this process's stdin, as UTF-8 (as the SDK
+            reads it: undecodable bytes become U+FFFD).
+    """
+
+    def __init__(self, stdout: LockedStdout, stdin: Any = None) -> None:
+        self._stdout = stdout
+        self._stdin = stdin if stdin is not None else anyio.wrap_file(
+            TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        """The lines to hand on. Cancellation: stops with the SDK's reader task."""
+        async for line in self._stdin:
+            if not line.strip():
+                continue  # an empty line carries no message, and the SDK would log an error for it
+            answer = refusal(line)
+            if answer is None:
+                yield line
+                continue
+            log.warning("refused a line of %d characters: %s", len(line), answer[:200])
+            await self._stdout.write(answer + "\n")
+            await self._stdout.flush()
+
+
+class LockedStdout:
+    """This process's stdout for ``stdio_server``, one whole line per write under a lock.
+
+    The SDK writes a message as one ``write`` and a ``flush``; ``ScreenedStdin`` answers
+    refused lines from another task. The lock keeps each line whole.
+    """
+
+    def __init__(self, stdout: Any = None) -> None:
+        self._stdout = stdout if stdout is not None else anyio.wrap_file(
+            TextIOWrapper(sys.stdout.buffer, encoding="utf-8"))
+        self._lock = anyio.Lock()
+
+    async def write(self, text: str) -> None:
+        """Write ``text`` (whole lines). Cancellation: as the file's own write."""
+        async with self._lock:
+            await self._stdout.write(text)
+
+    async def flush(self) -> None:
+        """Flush. Cancellation: as the file's own flush."""
+        async with self._lock:
+            await self._stdout.flush()
 
 
 async def serve_stdio(socket_path: Path | str, *, wait_s: float = DEFAULT_WAIT_S) -> None:
@@ -431,7 +793,8 @@ async def serve_stdio(socket_path: Path | str, *, wait_s: float = DEFAULT_WAIT_S
     except ClientError as exc:
         # An MCP host may start us before the daemon; serve anyway and say so on stderr.
         print(f"rungctl mcp: {exc}", file=sys.stderr, flush=True)
-    async with stdio_server() as (read_stream, write_stream):
+    stdout = LockedStdout()
+    async with stdio_server(stdin=ScreenedStdin(stdout), stdout=stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
