@@ -47,7 +47,7 @@ from rungd.sdk import run as run_program  # the method below is called run too
 
 from rungd_plugins.declarative import exports, imports, programs
 from rungd_plugins.declarative.columns import TYPES
-from rungd_plugins.declarative.parse import check_pattern, parse_output
+from rungd_plugins.declarative.parse import check_pattern, check_patterns, parse_off_loop
 from rungd_plugins.declarative.programs import Resolved
 from rungd_plugins.declarative.schema import RELATIVE_TESTS, ExpectSpec, InputSpec, ReadBackSpec, ToolFile, ToolSpec
 from rungd_plugins.declarative.templates import placeholders, substitute, template_problem, whole
@@ -234,15 +234,8 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
     for code in spec.exit:
         if not code.lstrip("-").isdigit():
             raise fail(f"exit.{code}", "keys are exit statuses, e.g. [tools.x.exit.3]")
-    patterns = [("parse.pattern", spec.parse.pattern)] if spec.parse.pattern else []
-    patterns += [(f"confirm[{i}].pattern", c.pattern) for i, c in enumerate(spec.confirm)]
-    patterns += [(f"credential_prompt[{i}].pattern", c.pattern) for i, c in enumerate(spec.credential_prompt)]
-    patterns += [(f"askpass[{i}].pattern", c.pattern) for i, c in enumerate(spec.askpass)]
-    for where, pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise fail(where, f"not a valid regular expression: {exc}") from None
+    # Every pattern compiles, and none can backtrack catastrophically on what a program prints.
+    check_patterns(path, key, spec)
     if spec.parse.kind == "regex" and not spec.parse.pattern:
         raise fail("parse.pattern", "a regex parser needs a pattern with named groups")
     if spec.commit_point == "confirmation" and not spec.confirm:
@@ -426,7 +419,8 @@ class _ProgramRunner:
                 f"the program printed {done.stdout_bytes} bytes, more than the tool keeps to parse",
                 hint=f"narrow the request; the full output is in evidence {done.evidence[0]}",
             )
-        return parse_output(self.spec.parse, _parsed_text(self.spec.parse.stream, done)), done
+        # Off the loop and bounded: a pattern can hold the interpreter lock while it backtracks.
+        return await parse_off_loop(self.spec.parse, _parsed_text(self.spec.parse.stream, done)), done
 
 
 def _parsed_text(stream: str, done: Completed) -> str:
