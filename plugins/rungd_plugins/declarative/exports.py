@@ -6,9 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rungd import exchange
-from rungd.contract import CallContext, ErrorRule, Result, ToolInputs
-from rungd.errors import ConfigError
+from rungd.sdk import CallContext, ConfigError, ErrorRule, Result, ToolInputs, exchange
 
 from rungd_plugins.declarative.columns import field_name, row_model
 from rungd_plugins.declarative.schema import ToolSpec

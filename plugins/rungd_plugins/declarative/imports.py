@@ -9,9 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
-from rungd import exchange
-from rungd.contract import CallContext, ErrorRule, Result, ToolInputs
-from rungd.errors import ConfigError
+from rungd.sdk import CallContext, ConfigError, ErrorRule, Result, ToolInputs, exchange
 
 from rungd_plugins.declarative.columns import row_model
 from rungd_plugins.declarative.exports import fmt_of

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from rungd.errors import ConfigError, SurfaceChanged
-from rungd.exchange.patterns import HINT, catastrophic, refused
+from rungd.sdk import PATTERN_HINT as HINT
+from rungd.sdk import ConfigError, SurfaceChanged
+from rungd.sdk import catastrophic_pattern as catastrophic
+from rungd.sdk import refused_pattern as refused
 
 from rungd_plugins.declarative.schema import FieldType, ParseSpec, ToolSpec
 
