@@ -115,39 +115,6 @@ class SettleSpec:
         return {"tool": self.tool, "inputs": fill(self.inputs), "expect": fill(self.expect)}
 
 
-@dataclasses.dataclass(frozen=True)
-class Precondition:
-    """What a write needs to still be true when it acts (an expected revision, seed 003).
-
-    Right before the handler runs, the daemon runs the read ``tool`` with ``inputs`` and
-    compares its fields with ``expect``, both bound like a settle read (``"$name"`` is an
-    input of this call). An expectation bound to an input the caller left out (None) is
-    not checked, so ``expected_count`` can be optional. When the read shows something else
-    the call ends CONFLICT, outcome not_started, with the current fields; nothing ran.
-
-    ``lock`` (``"item:{item}"``, filled from the inputs) is held from the check to the end
-    of the call, so no other rungd call with the same key can act in between. A lock with
-    no precondition just serialises calls on one resource.
-    """
-
-    tool: str = ""
-    inputs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    expect: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    lock: str = ""
-
-    def bind(self, call_inputs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The read's inputs and the expectations to check, for one call's inputs."""
-        def value(v: Any) -> Any:
-            return call_inputs.get(v[1:]) if isinstance(v, str) and v.startswith("$") else v
-
-        expect = {k: value(v) for k, v in self.expect.items()}
-        return {k: value(v) for k, v in self.inputs.items()}, {k: v for k, v in expect.items() if v is not None}
-
-    def lock_key(self, call_inputs: Mapping[str, Any]) -> str | None:
-        """The lock's name for one call, or None without a lock."""
-        return self.lock.format_map({k: str(v) for k, v in call_inputs.items()}) if self.lock else None
-
-
 # The ladder of seed 000: the surfaces an operation can be reached through, highest first.
 RUNGS: dict[int, str] = {1: "API", 2: "command line", 3: "file", 4: "recorded script", 5: "structured UI",
                          6: "screen"}
@@ -309,6 +276,39 @@ def span_text(seconds: float) -> str:
 
 def _rung_list() -> str:
     return ", ".join(f"{n} {name}" for n, name in RUNGS.items())
+
+
+@dataclasses.dataclass(frozen=True)
+class Precondition:
+    """What a write needs to still be true when it acts (an expected revision, seed 003).
+
+    Right before the handler runs, the daemon runs the read ``tool`` with ``inputs`` and
+    compares its fields with ``expect``, both bound like a settle read (``"$name"`` is an
+    input of this call). An expectation bound to an input the caller left out (None) is
+    not checked, so ``expected_count`` can be optional. When the read shows something else
+    the call ends CONFLICT, outcome not_started, with the current fields; nothing ran.
+
+    ``lock`` (``"item:{item}"``, filled from the inputs) is held from the check to the end
+    of the call, so no other rungd call with the same key can act in between. A lock with
+    no precondition just serialises calls on one resource.
+    """
+
+    tool: str = ""
+    inputs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    expect: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    lock: str = ""
+
+    def bind(self, call_inputs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The read's inputs and the expectations to check, for one call's inputs."""
+        def value(v: Any) -> Any:
+            return call_inputs.get(v[1:]) if isinstance(v, str) and v.startswith("$") else v
+
+        expect = {k: value(v) for k, v in self.expect.items()}
+        return {k: value(v) for k, v in self.inputs.items()}, {k: v for k, v in expect.items() if v is not None}
+
+    def lock_key(self, call_inputs: Mapping[str, Any]) -> str | None:
+        """The lock's name for one call, or None without a lock."""
+        return self.lock.format_map({k: str(v) for k, v in call_inputs.items()}) if self.lock else None
 
 
 def shows(fields: Mapping[str, Any], expect: Mapping[str, Any],
@@ -511,7 +511,6 @@ class Tool:
     lint_waivers: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # A write's expected revision and resource lock (see Precondition).
     precondition: Precondition | None = None
-
     # The contract's heading (rung, step down, session); None until its author writes one.
     heading: Heading | None = None
     # The credential names the tool may obtain (``CallContext.credentials``, a Program's

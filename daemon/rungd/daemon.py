@@ -183,7 +183,6 @@ class Daemon:
         reg = self.tools.get(name)  # through self.tools at call time: a reload swaps them
         return reg.tool if reg is not None else None
 
-
     def reload(self) -> None:
         """Load the plugins and tool files again (SIGHUP, ``systemctl reload rungd``).
 

@@ -19,6 +19,7 @@ from rungd.daemon import Daemon, run_until_signalled
 from rungd.errors import ConfigError, PluginError
 from rungd.journal import make_handler
 from rungd.server import SocketInUse
+from rungd_ledgers import LedgerUnavailable
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -94,20 +95,37 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {name:32} {reg.tool.side_effect:12} plugin {reg.plugin}")
         return EXIT_OK
     try:
-        if args.command == "demo":
-            from rungd.demo import run_demo
+        try:
+            if args.command == "demo":
+                from rungd.demo import run_demo
 
-            trio.run(run_demo, daemon)
-        else:
-            trio.run(run_until_signalled, daemon)
+                trio.run(run_demo, daemon)
+            else:
+                trio.run(run_until_signalled, daemon)
+        except BaseExceptionGroup as group:
+            # A start-up failure comes out of the daemon's nurseries wrapped in a group;
+            # one reason is told as that reason.
+            raise _sole(group) from None
     except SocketInUse as exc:
         fail("rungd", f"{exc}; hint: stop the other daemon or set server.socket")
+        return EXIT_RUNTIME
+    except LedgerUnavailable as exc:
+        fail("rungd", f"{exc}; hint: another rungd uses this state folder: stop it, or give this one its "
+             "own state.dir")
         return EXIT_RUNTIME
     except OSError as exc:
         fail("rungd", f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}; hint: check that the "
              "paths in the config (server.socket, state.dir) exist and this user may write them")
         return EXIT_RUNTIME
     return EXIT_OK
+
+def _sole(group: BaseExceptionGroup) -> BaseException:
+    """The one exception inside nested single-member groups, or the group itself."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
 
 if __name__ == "__main__":
     sys.exit(main())

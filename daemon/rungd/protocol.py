@@ -142,7 +142,7 @@ class Welcome(Message, tag="welcome"):
     max_frame: int
 
 
-class ToolSummary(msgspec.Struct, forbid_unknown_fields=True):
+class ToolSummary(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     name: str
     side_effect: str
     summary: str
