@@ -16,13 +16,15 @@ NOTE = "n" * 700
 
 
 def fill(path: Path) -> None:
-    """Write ``path`` until the filesystem has no byte left."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    """Write ``path`` until the filesystem has no byte left, in big blocks then small ones."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError as error:
-        assert error.errno == errno.ENOSPC
+        for block in (65536, 4096, 512):
+            try:
+                while True:
+                    os.write(fd, b"\0" * block)
+            except OSError as error:
+                assert error.errno == errno.ENOSPC
     finally:
         os.close(fd)
 

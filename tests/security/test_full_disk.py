@@ -4,7 +4,6 @@ call still records how it finished; repeats are answered from memory."""
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import subprocess
@@ -17,26 +16,8 @@ from rungd_ledgers import iter_records
 
 from rungd.config import load_config
 from rungd.testing import start_daemon, write_config
+from tests.ledgers.test_full_disk import fill
 from tests.security.test_callers import MARKS
-
-
-def fill(path: Path) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
-    try:
-        while True:
-            os.write(fd, b"\0" * 65536)
-    except OSError as error:
-        assert error.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    try:  # the last partial block too
-        while True:
-            os.write(fd, b"\0" * 512)
-    except OSError as error:
-        assert error.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
 
 
 @pytest.fixture
