@@ -156,7 +156,7 @@ def generate(folder: Path, events: int) -> None:
         if call % 10 == 0:
             steps += [("held", {}), ("approved", {"approver_uid": 1001})]
         steps += [
-            ("dispatched", {"pids": [(30000 + call % 1000, now)]}),
+            ("dispatched", {}),
             ("finished", {"outcome": "done", "effect": "changed", "result": result}),
         ]
         for event, fields in steps[: events - seq]:

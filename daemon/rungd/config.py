@@ -19,6 +19,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from rungd.errors import ConfigError
+from rungd.gates import Gate
 
 CONFIG_ENV = "RUNGD_CONFIG"
 SOCKET_ENV = "RUNGD_SOCKET"
@@ -126,10 +127,10 @@ class PluginsConfig(_Section):
 class GatesConfig(_Section):
     """The gate for each side-effect class, who may approve, and which keys may sign."""
 
-    read: Literal["none", "log", "review", "signature"] = Field("none", examples=["none"])
-    reversible: Literal["none", "log", "review", "signature"] = Field("log", examples=["log"])
-    visible: Literal["none", "log", "review", "signature"] = Field("review", examples=["review"])
-    irreversible: Literal["none", "log", "review", "signature"] = Field("signature", examples=["signature"])
+    read: Gate = Field("none", examples=["none"])
+    reversible: Gate = Field("log", examples=["log"])
+    visible: Gate = Field("review", examples=["review"])
+    irreversible: Gate = Field("signature", examples=["signature"])
     approval_ttl_s: float = Field(900.0, gt=0, le=7 * 86400, examples=[900])
     # One caller may have this many calls waiting for approval; more are BUSY (nothing held).
     max_held_per_uid: int = Field(100, ge=1, examples=[100])

@@ -33,12 +33,11 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 from rungd import expectations
 from rungd.envelope import DEFAULT_CAP_BYTES, Effect
 from rungd.errors import CORE_ERRORS, BadInput, NextAction, Outcome, Retry
+from rungd.gates import Gate
 
 SideEffect = Literal["read", "reversible", "visible", "irreversible"]
-Gate = Literal["none", "log", "review", "signature"]
 CommitPoint = Literal["spawn", "confirmation", "callback"]
 
-GATE_ORDER: tuple[Gate, ...] = ("none", "log", "review", "signature")
 # Longest string an input may carry when its field declares no max_length of its own.
 DEFAULT_MAX_STR = 4096
 
@@ -619,11 +618,3 @@ def _describe_validation(exc: pydantic.ValidationError) -> str:
     more = exc.error_count() - len(problems)
     tail = f" (and {more} more)" if more > 0 else ""
     return "invalid inputs: " + "; ".join(problems) + tail
-
-
-def stricter_gate(a: Gate, b: Gate | None) -> Gate:
-    """The stricter of two gates; a tool may tighten the configured gate, never loosen it."""
-    if b is None:
-        return a
-    return a if GATE_ORDER.index(a) >= GATE_ORDER.index(b) else b
-

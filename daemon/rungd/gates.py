@@ -13,12 +13,26 @@ from __future__ import annotations
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
-from rungd.config import Config
-from rungd.contract import Caller, Gate, Tool, stricter_gate
 from rungd.errors import ConfigError, GateDenied
 
+if TYPE_CHECKING:  # gates sit below the config and the contract, which both name a Gate
+    from rungd.config import Config
+    from rungd.contract import Caller, Tool
+
+Gate = Literal["none", "log", "review", "signature"]
+# From loosest to strictest: a tool may move its call to the right of the configured gate.
+GATE_ORDER: tuple[Gate, ...] = ("none", "log", "review", "signature")
+
 SIGNATURE_NAMESPACE = "rungd-approval"
+
+
+def stricter_gate(a: Gate, b: Gate | None) -> Gate:
+    """The stricter of two gates; a tool may tighten the configured gate, never loosen it."""
+    if b is None:
+        return a
+    return a if GATE_ORDER.index(a) >= GATE_ORDER.index(b) else b
 
 
 def gate_for(tool: Tool, config: Config) -> Gate:

@@ -69,7 +69,6 @@ from rungd.contract import (
     CommitPoint,
     Description,
     ErrorRule,
-    Gate,
     Heading,
     NoInputs,
     Precondition,
@@ -86,6 +85,7 @@ from rungd.contract import (
     shows,
 )
 from rungd.envelope import Effect, Envelope
+from rungd.gates import Gate
 from rungd.errors import (
     CORE_ERRORS,
     AuthRequired,

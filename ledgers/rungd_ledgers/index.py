@@ -85,17 +85,14 @@ class Unfinished(msgspec.Struct, frozen=True, gc=False):
     """A call that was dispatched and has no ``finished`` record.
 
     Attributes:
-        time: when it was dispatched.
-        pids: ``(pid, start_time)`` of every process its ``dispatched`` and ``answered``
-            records named, in the order first named, so recovery can kill them without
-            ever killing a newer process that reused a pid.
+        time: when it was dispatched. Recovery finds its leftover processes by the call's
+            tag and kills each by pid and start time (``rungd.proctree.kill_tagged``).
     """
 
     call_id: str
     tool: str
     request_id: str | None
     time: float
-    pids: tuple[tuple[int, float], ...] = ()
 
 
 class Held(msgspec.Struct, frozen=True, gc=False):
@@ -131,7 +128,6 @@ class _Replayed(msgspec.Struct, kw_only=True, gc=False):
     input_digest: str | None = None
     outcome: str | None = None
     result: msgspec.Raw = msgspec.Raw()
-    pids: list[tuple[int, float]] = []
 
 
 _replay_decoder: Final = msgspec.json.Decoder(_Replayed)
@@ -168,7 +164,6 @@ class IdempotencyIndex:
             "denied": self._on_decided,
             "expired": self._on_decided,
             "dispatched": self._on_dispatched,
-            "answered": self._on_answered,
             "finished": self._on_finished,
             "reconciled": self._on_reconciled,
         }
@@ -287,21 +282,11 @@ class IdempotencyIndex:
         self._held.pop(record.call_id, None)
 
     def _on_dispatched(self, record: Record | _Replayed) -> None:
-        if record.call_id in self._unfinished:
-            self._on_answered(record)
-        else:
-            self._unfinished[record.call_id] = Unfinished(
-                record.call_id, record.tool, record.request_id, record.time, tuple(record.pids)
-            )
+        if record.call_id not in self._unfinished:
+            self._unfinished[record.call_id] = Unfinished(record.call_id, record.tool, record.request_id,
+                                                          record.time)
         # A key first seen on dispatch (its received record is past retention) starts running.
         self._on_received(record)
-
-    def _on_answered(self, record: Record | _Replayed) -> None:
-        # Processes appear once a call runs, so only dispatched and answered records name them.
-        known = self._unfinished.get(record.call_id)
-        if known is not None and record.pids:
-            new = tuple(pair for pair in record.pids if pair not in known.pids)
-            self._unfinished[record.call_id] = msgspec.structs.replace(known, pids=known.pids + new)
 
     def _on_finished(self, record: Record | _Replayed) -> None:
         self._held.pop(record.call_id, None)

@@ -90,8 +90,6 @@ class Record(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
         note: one line for a person reading the ledger.
         result: on ``finished``, the first result envelope as a plain dict, so a repeat
             of the same request can be answered without running the tool again.
-        pids: ``(pid, start_time)`` of processes a dispatched call started; the pair
-            identifies a process even after its pid is reused.
         pruned: on ``pruned`` (call_id and tool empty), the files deleted, oldest first.
         prev: ``hash`` of the record before, ``GENESIS`` for the first.
         hash: sha256 hex of this record's line without its ``hash`` field (see ``chain``).
@@ -114,7 +112,6 @@ class Record(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     approver_uid: int | None = None
     note: str | None = None
     result: dict[str, Any] | None = None
-    pids: list[tuple[int, float]] = []
     pruned: list[PrunedFile] = []
     prev: str
     hash: str = ""

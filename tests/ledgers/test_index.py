@@ -160,7 +160,7 @@ def test_events_a_newer_daemon_added_are_skipped(tmp_path: Path) -> None:
 
 def test_rebuild_drops_entries_older_than_the_retention(ledger: Ledger, folder: Path) -> None:
     write(ledger, "received", "call-old", request_id="req-old")
-    write(ledger, "dispatched", "call-old", request_id="req-old", pids=[(4242, 100.0)])
+    write(ledger, "dispatched", "call-old", request_id="req-old")
     time.sleep(0.05)
     cutoff_from_now = time.time()
     write(ledger, "received", "call-new", request_id="req-new")
@@ -180,25 +180,21 @@ def test_entries_are_kept_seven_days_by_default(ledger: Ledger, folder: Path) ->
     assert rebuild(folder, now=received.time + 7.1 * 86400).lookup(TOOL, "req-1") is None
 
 
-def test_dispatched_but_unfinished_calls_are_listed_with_every_pid(ledger: Ledger, folder: Path) -> None:
+def test_dispatched_but_unfinished_calls_are_listed(ledger: Ledger, folder: Path) -> None:
     write(ledger, "received", "call-1")
     write(ledger, "dispatched", "call-1")
-    write(ledger, "answered", "call-1", pids=[(100, 1.5), (101, 1.75)])
-    write(ledger, "answered", "call-1", pids=[(101, 1.75), (102, 2.0)])
-    write(ledger, "dispatched", "call-2", request_id=None, pids=[(200, 3.0)])
-    write(ledger, "dispatched", "call-3", pids=[(300, 4.0)])
+    write(ledger, "answered", "call-1", note="confirmation Proceed?")
+    write(ledger, "dispatched", "call-2", request_id=None)
+    write(ledger, "dispatched", "call-3")
     write(ledger, "finished", "call-3", outcome="done")
 
     unfinished = rebuild(folder).unfinished()
 
-    assert [(call.call_id, call.request_id, call.pids) for call in unfinished] == [
-        ("call-1", "req-1", ((100, 1.5), (101, 1.75), (102, 2.0))),
-        ("call-2", None, ((200, 3.0),)),
-    ]
+    assert [(call.call_id, call.request_id) for call in unfinished] == [("call-1", "req-1"), ("call-2", None)]
 
 
-def test_pids_of_calls_that_were_never_dispatched_are_ignored(ledger: Ledger, folder: Path) -> None:
-    write(ledger, "answered", "call-1", pids=[(100, 1.5)])
+def test_an_answered_record_alone_makes_no_call_unfinished(ledger: Ledger, folder: Path) -> None:
+    write(ledger, "answered", "call-1", note="confirmation Proceed?")
 
     assert rebuild(folder).unfinished() == []
 
@@ -218,7 +214,7 @@ def test_applying_each_appended_record_matches_a_rebuild(ledger: Ledger, folder:
     live = IdempotencyIndex()
     appended = [
         write(ledger, "received", "call-1", input_digest=DIGEST),
-        write(ledger, "dispatched", "call-1", pids=[(10, 1.0)]),
+        write(ledger, "dispatched", "call-1"),
         write(ledger, "finished", "call-1", outcome="done", result=RESULT),
         write(ledger, "received", "call-2", request_id="req-2"),
         write(ledger, "held", "call-2", request_id="req-2"),
@@ -228,7 +224,7 @@ def test_applying_each_appended_record_matches_a_rebuild(ledger: Ledger, folder:
         write(ledger, "received", "call-3", request_id="req-3"),
         write(ledger, "held", "call-3", request_id="req-3"),
         write(ledger, "received", "call-4", request_id="req-4"),
-        write(ledger, "dispatched", "call-4", request_id="req-4", pids=[(40, 4.0)]),
+        write(ledger, "dispatched", "call-4", request_id="req-4"),
     ]
     for record in appended:
         live.apply(record)

@@ -39,7 +39,6 @@ def test_append_returns_the_sealed_record_and_reads_back_identical(ledger: Ledge
         outcome="done",
         effect="changed",
         result={"status": "ok", "fields": {"host": "db1", "count": 3}},
-        pids=[(123, 1700000000.25)],
     )
 
     assert (first.seq, first.prev, second.seq, second.prev) == (1, GENESIS, 2, first.hash)
@@ -253,7 +252,7 @@ def test_append_after_close_raises(folder: Path) -> None:
         ("received", {"seq": 9}, TypeError, "filled in by the ledger"),
         ("received", {"hash": "0" * 64}, TypeError, "filled in by the ledger"),
         ("received", {"caller_uid": "root"}, msgspec.ValidationError, "caller_uid"),
-        ("received", {"pids": [(1, "yesterday")]}, msgspec.ValidationError, "pids"),
+        ("received", {"approver_uid": "yesterday"}, msgspec.ValidationError, "approver_uid"),
         ("received", {"inputs": {"when": object()}}, TypeError, "object"),
     ],
 )

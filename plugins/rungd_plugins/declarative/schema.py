@@ -10,10 +10,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rungd.sdk import Gate, NextAction, Retry
+
 NAME = r"^[a-z][a-z0-9]*(_[a-z0-9]+){1,5}$"
 CODE = r"^[A-Z][A-Z0-9_]{2,40}$"
-Retry = Literal["yes", "no", "after_check"]
-NextAction = Literal["continue", "repair", "reconcile", "wait_approval", "request_authority", "retry_later", "stop"]
 FieldType = Literal["string", "integer", "number", "boolean"]
 
 
@@ -292,7 +292,7 @@ class ToolSpec(_Strict):
     settle: SettleSpec | None = None
     cap_bytes: int = Field(4096, ge=256, le=1 << 20)
     concurrency: int | None = Field(None, ge=1)
-    gate: Literal["none", "log", "review", "signature"] | None = None
+    gate: Gate | None = None
     log_fields: list[str] = []
     lint_waivers: dict[str, str] = {}
     limits: LimitsSpec | None = None
