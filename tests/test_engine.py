@@ -85,3 +85,19 @@ async def test_a_write_whose_program_ran_is_unknown_before_its_commit_point_with
     env = await rungd_daemon.call("probe_item_hang", {"item": "w"}, request_id="r3")
     assert (env.error.code, env.outcome, env.next_action) == ("TIMEOUT", "unknown", "reconcile")
     assert env.settle is not None and env.settle.tool == "probe_item_show"
+
+
+async def test_every_answer_the_runner_gave_is_an_answered_ledger_event(nursery, short_tmp) -> None:
+    from rungd_ledgers import iter_records
+
+    from rungd.config import load_config
+    from rungd.testing import start_daemon, write_config
+
+    daemon = await start_daemon(nursery, load_config(write_config(short_tmp)))
+    env = await daemon.call("inventory_count_set", {"item": "widget", "count": 42}, request_id="a1")
+    assert env.status == "ok", env.error
+    events = [(r.event, r.note) for r in iter_records(daemon.config.state_dir / "ledger") if r.call_id == env.call_id]
+    answered = [note for event, note in events if event == "answered"]
+    assert len(answered) == 1 and answered[0].startswith("confirmation")  # the [y/N] the demo asks
+    assert [event for event, _ in events].index("answered") < [event for event, _ in events].index("finished")
+    daemon.daemon.stop()

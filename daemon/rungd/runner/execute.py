@@ -190,6 +190,9 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     finally:
         with trio.CancelScope(shield=True):
             await _end(ctx, program, proc, tracker, watch, scratch)
+    # What was answered on the caller's behalf goes on record (the ledger's answered
+    # events), whatever the call ends in.
+    ctx.answered.extend(watch.answered)
     # An askpass refusal names the exact question; it beats whatever the program made of it.
     problem = question or watch.refused
     if problem is not None:
