@@ -21,6 +21,13 @@ miss:
 Without a cgroup, one process can still escape: one that leaves the group, execs without the
 tag and whose parent exits, all between two snapshots (the test suite shows this case).
 
+What a snapshot reads depends on what the call has, never on how many processes the host has:
+with a cgroup, its ``cgroup.procs``; with a subreaper (the daemon), the ``children`` files of
+the call's own processes and the daemon's adopted orphans; only a tracker with neither (a test,
+a library user) falls back to scanning all of ``/proc``. An orphan the daemon adopts that no
+running call claims is killed by :class:`Reaper`: a process that left its call's cgroup,
+session and tag on purpose dies when the call it came from has ended.
+
 A process is identified by its pid and its start time in clock ticks since boot (field 22 of
 ``/proc/PID/stat``), never by its name. Those ticks never change for a process, whereas
 psutil's ``create_time()`` adds the boot time as the wall clock sees it now, which shifts when
@@ -40,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import logging
 import os
 import re
 import signal
@@ -52,6 +60,8 @@ from typing import Literal, NamedTuple
 import trio
 
 TAG_ENV = "RUNGD_CALL"
+
+log = logging.getLogger("rungd.proctree")
 
 _PR_SET_CHILD_SUBREAPER = 36  # from <linux/prctl.h>
 
@@ -130,6 +140,22 @@ def own_children() -> set[int]:
         try:
             with open(f"/proc/self/task/{tid}/children", "rb") as file:
                 children.update(int(pid) for pid in file.read().split())
+        except OSError:  # the thread ended meanwhile
+            continue
+    return children
+
+
+def _children(pid: int) -> list[int]:
+    """The children of process ``pid`` (of all its threads), from /proc: no scan."""
+    children: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return children
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as file:
+                children.extend(int(child) for child in file.read().split())
         except OSError:  # the thread ended meanwhile
             continue
     return children
@@ -219,20 +245,26 @@ class Tracker:
     """The processes of one call, known by pid and start time so that the kill can find them.
 
     The runner creates it right after spawning the call's child, before anything waits for
-    that child, and calls :meth:`snapshot` every 100-200 ms while the call runs. A snapshot
-    reads ``/proc`` once and takes a few milliseconds.
+    that child, and calls :meth:`snapshot` every 100-200 ms while the call runs. What a
+    snapshot reads grows with the call, not with the host (see the module docstring): the
+    cgroup's process list, the ``children`` of the call's processes, and the orphans this
+    process adopted as a subreaper. Only a tracker with neither a cgroup nor ``subreaper``
+    scans every process, as a library user without a daemon would need.
 
     Args:
         call_id: the call's id, which the runner also put in the child's environment as
             ``RUNGD_CALL``.
         root_pid: the call's child.
         cgroup: the call's cgroup, if it has one; its processes are members too.
+        subreaper: this process is a child subreaper (:func:`set_child_subreaper`), so the
+            call's orphans are its children and no scan of /proc is needed to find them.
 
     Raises:
         ProcessLookupError: ``root_pid`` names no process (it was already reaped).
     """
 
-    def __init__(self, call_id: str, root_pid: int, *, cgroup: CallCgroup | None = None) -> None:
+    def __init__(self, call_id: str, root_pid: int, *, cgroup: CallCgroup | None = None,
+                 subreaper: bool = False) -> None:
         stat = _read_stat(root_pid)
         if stat is None:
             raise ProcessLookupError(
@@ -242,6 +274,7 @@ class Tracker:
         self.call_id = call_id
         self.root = Member(root_pid, stat.start)
         self.cgroup = cgroup
+        self.subreaper = subreaper
         self._members = {self.root: stat}
 
     def snapshot(self, *, group: int | None = None) -> None:
@@ -256,6 +289,55 @@ class Tracker:
                 so that it also waits for untagged group members born after the last snapshot
                 whose parent is gone.
         """
+        if self.cgroup is None and not self.subreaper:
+            self._snapshot_by_scan(group)
+            return
+        found: dict[int, _Stat] = {}
+        todo: list[int] = []
+
+        def take(pid: int, stat: _Stat | None) -> None:
+            if stat is not None and pid not in found and stat.start >= self.root.start:
+                found[pid] = stat
+                todo.append(pid)
+
+        for member in self._members:
+            stat = _read_stat(member.pid)
+            if stat is not None and stat.start == member.start:
+                take(member.pid, stat)
+        if self.cgroup is not None:
+            for pid in self.cgroup.pids():
+                if pid not in found:
+                    take(pid, _read_stat(pid))
+        if self.subreaper:
+            # An orphan of the call was re-parented to us: it is one of our own children.
+            for pid in own_children():
+                if pid not in found and (stat := _read_stat(pid)) is not None \
+                        and self._claims_orphan(pid, stat, group):
+                    take(pid, stat)
+        while todo:
+            for child in _children(todo.pop()):
+                if child not in found:
+                    take(child, _read_stat(child))
+        self._members = {Member(pid, stat.start): stat for pid, stat in found.items()}
+
+    def _claims_orphan(self, pid: int, stat: _Stat, group: int | None) -> bool:
+        if stat.start < self.root.start or stat.state in _DEAD_STATES:
+            return False
+        # The root leads the call's session and group, and is reaped only after the call
+        # ends, so neither id can belong to a stranger meanwhile.
+        return (stat.session == self.root.pid or stat.pgid in (self.root.pid, group)
+                or _tagged(pid, self.call_id))
+
+    def claims(self, pid: int) -> bool:
+        """Whether process ``pid``, an orphan this process adopted, belongs to this call now."""
+        stat = _read_stat(pid)
+        if stat is None:
+            return False
+        if Member(pid, stat.start) in self._members or self._claims_orphan(pid, stat, None):
+            return True
+        return self.cgroup is not None and pid in self.cgroup.pids()
+
+    def _snapshot_by_scan(self, group: int | None) -> None:
         # Every process of the call started no earlier than its root, so older ones are skipped;
         # that also keeps the environ reads to the few processes started since.
         table = {pid: stat for pid, stat in _scan().items() if stat.start >= self.root.start}
@@ -357,7 +439,7 @@ async def kill_tree(tracker: Tracker, *, grace_s: float, pgid: int | None) -> Ki
 
     **Cancellation:** none: the kill runs shielded and always finishes, within ``grace_s``
     plus about 2 s, so it is safe to call from a task that was just cancelled. The Trio loop
-    is blocked only for the few milliseconds of each /proc scan.
+    is blocked only for each snapshot, whose cost grows with the call (see :class:`Tracker`).
     """
     with trio.CancelScope(shield=True):
         started = time.monotonic()
@@ -375,11 +457,17 @@ async def kill_tree(tracker: Tracker, *, grace_s: float, pgid: int | None) -> Ki
                     tracker, pgid, (signal.SIGTERM, signal.SIGCONT), term_sent, group=False
                 )
         after_sigkill_ms = None
-        if tracker.alive():
+
+        def left() -> bool:
+            # A process killed through the cgroup counts until it has run its exit: the
+            # cgroup can be removed only once it is empty.
+            return bool(tracker.alive()) or (tracker.cgroup is not None and tracker.cgroup.populated())
+
+        if left():
             sigkill_at = time.monotonic()
             if tracker.cgroup is not None:
                 tracker.cgroup.kill()
-            while tracker.alive() and time.monotonic() - sigkill_at < _KILL_WAIT_S:
+            while left() and time.monotonic() - sigkill_at < _KILL_WAIT_S:
                 _signal_round(tracker, pgid, (signal.SIGKILL,), kill_sent, group=True)
                 await trio.sleep(_KILL_POLL_S)
                 tracker.snapshot(group=pgid)
@@ -393,10 +481,31 @@ async def kill_tree(tracker: Tracker, *, grace_s: float, pgid: int | None) -> Ki
         )
 
 
+_OWN_CGROUP: dict[tuple[int, str], Path | None] = {}
+
+
 def _own_cgroup() -> Path | None:
-    """The directory of this process's cgroup v2, or None without a cgroup v2 hierarchy."""
+    """The directory of this process's cgroup v2, or None without a cgroup v2 hierarchy.
+
+    Found once per process and cgroup: the daemon's own cgroup does not change under it, and
+    finding it reads the mount table and its cgroup's process list, whose length grows with
+    the host when the daemon sits in the root cgroup. ``/proc/self/cgroup`` (one short line) is
+    read every time, so a daemon moved to another cgroup finds its new one.
+    """
     try:
-        cgroups = Path("/proc/self/cgroup").read_text().splitlines()
+        cgroups = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return None
+    key = (os.getpid(), cgroups)
+    if key not in _OWN_CGROUP:
+        if len(_OWN_CGROUP) > 16:
+            _OWN_CGROUP.clear()
+        _OWN_CGROUP[key] = _find_own_cgroup(cgroups.splitlines())
+    return _OWN_CGROUP[key]
+
+
+def _find_own_cgroup(cgroups: list[str]) -> Path | None:
+    try:
         mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
         return None
@@ -416,14 +525,22 @@ def _own_cgroup() -> Path | None:
         return None
 
 
+_LABEL_XATTR = "user.rungd.call"  # on a spare cgroup: the call it was given to
+
+
 class CallCgroup:
-    """A cgroup v2 holding one call's processes, made under the daemon's own cgroup.
+    """A cgroup v2 holding one call's processes, made under the daemon's own.
 
     It needs a cgroup the daemon may create children in: under systemd, ``Delegate=yes`` in
     the unit; as root, any cgroup v2 hierarchy. No controller is enabled, so the rule that a
     cgroup with controllers for its children may hold no processes of its own does not apply,
-    and the daemon can stay where it is. The runner adds the child right after spawning it;
-    what the child forks before that escapes the cgroup, but not the tracker.
+    and the daemon can stay where it is.
+
+    A call's program is born in it: the runner makes the cgroup and moves a pre-forked launcher
+    into it ahead of time (``rungd.runner.launch``), so nothing the program forks is ever
+    outside it. Such a spare cgroup is named ``rungd-s<random>`` and, once given to a call,
+    labelled with the call's id (the ``user.rungd.call`` extended attribute: a cgroup v2 cannot
+    be renamed); start-up recovery reads either.
 
     Every method fails softly (None or False): without a cgroup the kill still works by
     signals.
@@ -463,6 +580,23 @@ class CallCgroup:
             return None
         return cls(path)
 
+    @classmethod
+    def spare(cls) -> CallCgroup | None:
+        """A cgroup for a call not known yet, ``rungd-s<random>``; label it with :meth:`label`."""
+        return cls.create(f"s{os.urandom(8).hex()}")
+
+    def label(self, call_id: str) -> None:
+        """Record which call this (spare) cgroup now holds, for start-up recovery."""
+        with contextlib.suppress(OSError):  # a filesystem without user xattrs: the tag remains
+            os.setxattr(self.path, _LABEL_XATTR, call_id.encode())
+
+    def call_id(self) -> str:
+        """The call this cgroup holds: its label, else the id in its name."""
+        try:
+            return os.getxattr(self.path, _LABEL_XATTR).decode()
+        except OSError:
+            return self.path.name.removeprefix("rungd-")
+
     def add(self, pid: int) -> bool:
         """Move process ``pid`` into the cgroup; its later children are born there.
 
@@ -478,9 +612,22 @@ class CallCgroup:
     def pids(self) -> list[int]:
         """The processes in the cgroup now; exited ones are not listed, even unreaped."""
         try:
-            return [int(pid) for pid in (self.path / "cgroup.procs").read_text().split()]
+            with open(self.path / "cgroup.procs", "rb") as file:
+                return [int(pid) for pid in file.read().split()]
         except OSError:  # removed
             return []
+
+    def populated(self) -> bool:
+        """Whether a process (or a thread of one whose leader exited) still lives in it.
+
+        ``cgroup.kill`` only sends SIGKILL: the processes die a moment later, and until then
+        the cgroup cannot be removed.
+        """
+        try:
+            with open(self.path / "cgroup.events", "rb") as file:
+                return b"populated 1" in file.read()
+        except OSError:  # removed
+            return False
 
     def kill(self) -> bool:
         """SIGKILL every process in the cgroup, including those forked while it happens.
@@ -505,6 +652,27 @@ class CallCgroup:
         except OSError:
             return False
         return True
+
+    async def remove_when_empty(self, timeout_s: float = _KILL_WAIT_S) -> bool:
+        """Wait (bounded) until the cgroup is empty, then remove it.
+
+        Removal right after a kill used to fail with EBUSY: ``cgroup.kill`` and SIGKILL are
+        asynchronous, and a process counts until it has run its exit. That is why call cgroups
+        were left behind; the wait here is what removes them.
+
+        Returns:
+            False if a process outlived ``timeout_s`` (stuck in the kernel): the cgroup stays,
+            and the next start-up sweeps it.
+
+        **Cancellation:** none; the caller shields it.
+        """
+        deadline = time.monotonic() + timeout_s
+        while self.populated() and time.monotonic() < deadline:
+            await trio.sleep(_KILL_POLL_S / 5)
+        removed = self.remove()
+        if not removed and self.path.exists():
+            log.warning("call cgroup %s could not be removed: a process in it outlived SIGKILL", self.path)
+        return removed
 
 
 # An empty call cgroup younger than this may be one another daemon in the same cgroup (a
@@ -538,13 +706,21 @@ def sweep_cgroups(recovered: Collection[str]) -> int:
                 if time.time() - path.stat().st_mtime >= _SWEEP_MIN_AGE_S:
                     removed += cgroup.remove()
             continue
-        if path.name.removeprefix("rungd-") in recovered:
+        if cgroup.call_id() in recovered:
             cgroup.kill()
             deadline = time.monotonic() + _KILL_WAIT_S
             while cgroup.pids() and time.monotonic() < deadline:
                 time.sleep(_KILL_POLL_S)
         removed += cgroup.remove()
     return removed
+
+
+# Per process, as being a subreaper is: the calls running in this process (call_id -> tracker)
+# and the children something in it spawned and waits for (a launcher, before it knows its
+# reaper). Every Reaper of the process consults both, so a second one (tests run several
+# daemons in one process) never takes another's call for strays.
+RUNNING: dict[str, Tracker] = {}
+SPAWNED: set[int] = set()
 
 
 class Reaper:
@@ -571,15 +747,24 @@ class Reaper:
     ``spawning()`` matters: Trio spawns in a worker thread, so a child can exist, and even
     exit, before its pid is known; no reaping happens while a spawn is in flight.
 
+    Strays: an adopted orphan that is still alive and that no running call claims (see
+    :attr:`calls` and :meth:`Tracker.claims`) came from a call that has ended; it left its
+    call's cgroup, session and tag on purpose (or its call's kill missed it), and it is killed.
+    The runner registers each call's tracker in :attr:`calls` before its program starts and
+    removes it after the call's kill.
+
     Args:
         owned: the pids of the daemon's own children, which their spawner waits for; the
             reaper reads it, the spawners keep it up to date.
         interval_s: how often to look for zombies without being poked.
+        kill_strays: kill adopted orphans no running call claims (the daemon does).
     """
 
-    def __init__(self, owned: set[int], *, interval_s: float = 0.5) -> None:
+    def __init__(self, owned: set[int], *, interval_s: float = 0.5, kill_strays: bool = True) -> None:
         self.owned = owned
+        self.calls = RUNNING
         self._interval_s = interval_s
+        self._kill_strays = kill_strays
         self._spawns = 0
         self._poked = trio.Event()
 
@@ -611,10 +796,16 @@ class Reaper:
         own_session = os.getsid(0)
         for pid in own_children():
             stat = _read_stat(pid)
-            if stat is not None and stat.state == "Z" and pid not in self.owned and stat.session != own_session:
+            if stat is None or pid in self.owned or pid in SPAWNED or stat.session == own_session:
+                continue
+            if stat.state == "Z":
                 with contextlib.suppress(ChildProcessError):  # reaped by someone else meanwhile
                     if os.waitpid(pid, os.WNOHANG)[0] == pid:
                         reaped.append(pid)
+            elif self._kill_strays and not any(tracker.claims(pid) for tracker in self.calls.values()):
+                if _send(Member(pid, stat.start), (signal.SIGKILL,)):
+                    log.warning("killed process %s: it outlived the call it came from", pid)
+                    self._poked.set()  # reap it (and kill what it leaves) at once
         return reaped
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -34,7 +34,7 @@ from rungd.sdk import (
 FAKES = Path(__file__).resolve().parent.parent / "fakes"
 Fake = Literal["confirm", "password", "undeclared", "silent_read", "buffered_prompt", "eof_yes", "pager",
                "busy", "stubborn", "doublefork", "flood", "exit_with", "broken_output", "fork_bomb_limited",
-               "argv_echo"]
+               "argv_echo", "escapee", "traceme", "hog"]
 NOT_FOUND = ErrorRule("NOT_FOUND", "no", "repair", "check the name", "no such thing")
 
 

@@ -9,13 +9,12 @@ and reaped inside a shielded scope before ``run`` returns or raises.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import errno
 import os
 import pwd
 import signal
-import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -23,12 +22,12 @@ import trio
 
 from rungd import proctree
 from rungd.contract import CallContext
-from rungd.errors import Failed, RungdError
+from rungd.errors import Failed, RungdError, ToolError
 from rungd.redact import Redactor
 from rungd.runner.askpass_server import AskpassServer
 from rungd.runner.environment import child_env, credential
-from rungd.runner.exits import check_terminal
-from rungd.runner.limits import preexec
+from rungd.runner.exits import check_limits, check_terminal
+from rungd.runner import launch, limits
 from rungd.runner.program import Completed, Program
 from rungd.runner.streams import Stream, drain
 from rungd.runner.watch import Watch
@@ -36,12 +35,13 @@ from rungd.runner.watch import Watch
 
 @dataclasses.dataclass
 class _Scratch:
-    """What a call opens before its program starts: the private folder and evidence files."""
+    """What a call opens before its program starts: the private folder; and the evidence
+    files, opened only for output beyond what the result holds (:meth:`evidence_file`)."""
 
     helper: AskpassServer
-    out_file: BinaryIO
-    err_file: BinaryIO
+    ctx: CallContext
     evidence: list[str]
+    files: list[BinaryIO]
 
     @classmethod
     def open(cls, ctx: CallContext, owner: tuple[int, int] | None = None) -> _Scratch:
@@ -50,30 +50,38 @@ class _Scratch:
         Args:
             owner: uid and gid of the user the program runs as, when not the daemon's.
         """
-        out_id, out_path = ctx.evidence_path("stdout")
-        err_id, err_path = ctx.evidence_path("stderr")
-        opened: list[Any] = []
         try:
             ctx.work_dir.mkdir(parents=True, exist_ok=True)
             helper = AskpassServer(ctx.work_dir, owner)
-            opened.append(helper)
-            out_file = open(out_path, "wb")
-            opened.append(out_file)
-            err_file = open(err_path, "wb")
         except OSError as exc:
-            for thing in opened:
-                thing.close()
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise _spawn_error(Program(argv=(ctx.tool.name,)), exc) from None
             raise Failed(
                 f"rungd cannot prepare the call's folders: {exc.strerror}; nothing was run",
                 hint="retry later; the operator must free space in rungd's state folder",
                 retry="yes", next_action="retry_later",
             ) from None
-        return cls(helper, out_file, err_file, [out_id, err_id])
+        return cls(helper, ctx, [], [])
+
+    def evidence_file(self, label: str) -> Callable[[], BinaryIO]:
+        """What opens the evidence file ``label`` when a stream first needs it.
+
+        Raises (when called):
+            OSError: the state folder cannot hold it; the stream notes it, the call goes on.
+        """
+        def open_it() -> BinaryIO:
+            evidence_id, path = self.ctx.evidence_path(label)
+            file = open(path, "wb")
+            self.evidence.append(evidence_id)
+            self.files.append(file)
+            return file
+
+        return open_it
 
     def close(self) -> None:
         self.helper.close()
-        self.out_file.close()
-        self.err_file.close()
+        for file in self.files:
+            file.close()
 
 
 def _as_user(user: str | None) -> dict[str, Any]:
@@ -102,44 +110,111 @@ def _owner(user: str | None) -> tuple[int, int] | None:
     return account.pw_uid, account.pw_gid
 
 
-async def _spawn(ctx: CallContext, program: Program, credentials: Mapping[str, str],
-                 askpass: Mapping[str, str], pass_fds: list[int], cwd: Path) -> trio.Process:
-    reaper = ctx.reaper
-    with reaper.spawning() if reaper else contextlib.nullcontext():
-        proc = await trio.lowlevel.open_process(
-            list(program.argv),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            env=child_env(ctx, program, credentials, askpass),
-            cwd=str(program.cwd or cwd),
-            preexec_fn=preexec(program.limits) if program.limits else None,
-            pass_fds=tuple(pass_fds),
-            **_as_user(program.user),
-        )
-        if reaper:
-            reaper.owned.add(proc.pid)
-    return proc
+def _user_ids(user: str | None) -> tuple[int, int, list[int]] | None:
+    """uid, gid and groups (initgroups' list) to switch to before exec, or None."""
+    switch = _as_user(user)
+    return (switch["user"], switch["group"], switch["extra_groups"]) if switch else None
 
 
 async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, str],
-                 scratch: _Scratch) -> trio.Process:
-    """Spawn the child; on failure close what the call opened and raise Failed."""
+                 scratch: _Scratch) -> tuple[launch.Child, proctree.Tracker]:
+    """Start the program, born in the call's cgroup, with its tracker registered before it runs.
+
+    Raises:
+        Failed / ToolError: it could not be started (the codes of :func:`_spawn_error`); what
+            the call opened is closed, and nothing of it runs.
+
+    Cancellation: a program whose start is cancelled is killed and reaped before it raises.
+    """
+    reaper = ctx.reaper
+    # A program run as another user works in its own private folder: the call's work
+    # folder is the daemon's alone.
+    cwd = scratch.helper.folder if program.user is not None else ctx.work_dir
+    launchers = launch.for_reaper(reaper)
     try:
-        # A program run as another user works in its own private folder: the call's work
-        # folder is the daemon's alone.
-        cwd = scratch.helper.folder if program.user is not None else ctx.work_dir
-        proc = await _spawn(ctx, program, credentials, scratch.helper.env, scratch.helper.pass_fds, cwd)
+        launcher = launchers.take()
+        try:
+            ready = await launcher.ready()
+        except BaseException:
+            launcher.discard()
+            raise
+        if not ready:
+            raise OSError(errno.EAGAIN, "the launcher exited before the program was handed to it")
+        cgroup = launcher.cgroup
+        if cgroup is not None:
+            cgroup.label(ctx.call_id)
+        # Registered before the program exists: an orphan it makes at once is already claimed.
+        tracker = proctree.Tracker(ctx.call_id, launcher.pid, cgroup=cgroup, subreaper=reaper is not None)
+        proctree.RUNNING[ctx.call_id] = tracker
+        try:
+            child, err_r = launcher.spawn(
+                list(program.argv), child_env(ctx, program, credentials, scratch.helper.env),
+                str(program.cwd or cwd), limits.effective(program.limits), scratch.helper.pass_fds,
+                _user_ids(program.user))
+        except BaseException:
+            launcher.discard()
+            _forget(ctx, launcher.pid)
+            raise
+        launchers.refill()  # the next call's launcher moves into its cgroup meanwhile
+        try:
+            await launch.exec_result(err_r)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await _abandon(ctx, child, tracker)
+            raise
     except OSError as exc:
         scratch.close()
-        raise Failed(
-            f"could not start {program.argv[0]}: {exc.strerror}",
-            hint="the operator must install the program or fix the tool's argv",
-        ) from None
+        raise _spawn_error(program, exc) from None
     finally:
         scratch.helper.release_secrets()  # the child holds its own copies now
-    return proc
+    return child, tracker
+
+
+def _forget(ctx: CallContext, pid: int) -> None:
+    proctree.RUNNING.pop(ctx.call_id, None)
+    if ctx.reaper is not None:
+        ctx.reaper.owned.discard(pid)
+
+
+async def _abandon(ctx: CallContext, child: launch.Child, tracker: proctree.Tracker) -> None:
+    """Kill and reap a child whose start failed or was cancelled; remove its cgroup."""
+    await proctree.kill_tree(tracker, grace_s=0, pgid=child.pid)
+    with trio.move_on_after(2):
+        await child.wait()
+    child.close()
+    for stream in (child.stdin, child.stdout, child.stderr):
+        if stream is not None:
+            await stream.aclose()
+    if tracker.cgroup is not None:
+        await tracker.cgroup.remove_when_empty()
+    _forget(ctx, child.pid)
+
+
+def _spawn_error(program: Program, exc: OSError) -> RungdError:
+    """The honest error for a program that could not be started, by what the kernel said."""
+    name = program.argv[0]
+    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM):
+        return ToolError(
+            "RESOURCE_EXHAUSTED",
+            f"rungd could not start {name}: {exc.strerror} (the daemon or the host is out of "
+            "descriptors, processes or memory right now); nothing was run",
+            hint="retry later; if it persists the operator must raise rungd's limits or find what "
+            "holds the descriptors (too many connections or calls at once)",
+            outcome="not_started", retry="yes", next_action="retry_later")
+    if exc.errno == errno.E2BIG:
+        return ToolError(
+            "ARGS_TOO_LONG",
+            f"{name} was not started: its arguments and environment are longer than the kernel "
+            "lets a program take (E2BIG; one argument at most 128 KiB); nothing was run",
+            hint="pass a shorter input; for long data the tool's author must pass it on stdin or in a file",
+            outcome="not_started", retry="no", next_action="repair")
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ENOEXEC):
+        return Failed(
+            f"could not start {name}: {exc.strerror}",
+            hint="the operator must install the program or fix the tool's argv",
+            outcome="not_started")
+    return Failed(f"could not start {name}: {exc.strerror}",
+                  hint="nothing was run; the daemon's journal may say more", outcome="not_started")
 
 
 async def run(ctx: CallContext, program: Program) -> Completed:
@@ -170,20 +245,18 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     scratch = _Scratch.open(ctx, _owner(program.user))
     for var, secret in secret_files.items():
         scratch.helper.env[var] = scratch.helper.secret_file(var, secret)
-    proc = await _start(ctx, program, credentials, scratch)
+    proc, tracker = await _start(ctx, program, credentials, scratch)
     if program.commits:
         # The program may act from its first instruction, whatever the declared commit point.
         ctx.mark_spawned()
         if ctx.tool.timing.commit_point == "spawn":
             ctx.mark_committed()
-    # Where the daemon may make cgroups (root, or systemd's Delegate=yes), the call gets its
-    # own, so the kill reaches every process of it, however it detached (cgroup.kill).
-    cgroup = proctree.CallCgroup.create(ctx.call_id)
-    if cgroup is not None:
-        cgroup.add(proc.pid)
-    tracker = proctree.Tracker(ctx.call_id, proc.pid, cgroup=cgroup)
-    stdout = Stream("stdout", program.keep_bytes, scratch.out_file, program.evidence_bytes, Redactor(secrets))
-    stderr = Stream("stderr", program.keep_bytes, scratch.err_file, program.evidence_bytes, Redactor(secrets))
+    # Where the daemon may make cgroups (root, or systemd's Delegate=yes), the program was born
+    # in the call's own, so the kill reaches every process of it however it detached.
+    stdout = Stream("stdout", program.keep_bytes, scratch.evidence_file("stdout"), program.evidence_bytes,
+                    Redactor(secrets))
+    stderr = Stream("stderr", program.keep_bytes, scratch.evidence_file("stderr"), program.evidence_bytes,
+                    Redactor(secrets))
     watch = Watch(ctx, program, proc, tracker, (stdout, stderr), Redactor(secrets))
     try:
         question = await _supervise(proc, watch, scratch.helper)
@@ -208,10 +281,11 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         evidence=scratch.evidence,
     )
     check_terminal(completed, program, watch.tty)
+    check_limits(completed, limits.effective(program.limits))
     return completed
 
 
-async def _supervise(proc: trio.Process, watch: Watch, helper: AskpassServer) -> RungdError | None:
+async def _supervise(proc: launch.Child, watch: Watch, helper: AskpassServer) -> RungdError | None:
     """Drain, feed, serve askpass and watch until the program exits or asks.
 
     Returns:
@@ -227,6 +301,7 @@ async def _supervise(proc: trio.Process, watch: Watch, helper: AskpassServer) ->
         # Declared stdin is fed beside the watch: a program that asks before it reads
         # all of it must still be noticed.
         nursery.start_soon(watch.feed_stdin)
+        nursery.start_soon(watch.wake_on_exit)
         try:
             await watch.until_exit()
         except RungdError as exc:
@@ -243,22 +318,29 @@ async def _supervise(proc: trio.Process, watch: Watch, helper: AskpassServer) ->
     return None
 
 
-async def _end(ctx: CallContext, program: Program, proc: trio.Process, tracker: proctree.Tracker,
+async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: proctree.Tracker,
                watch: Watch, scratch: _Scratch) -> None:
     """Kill what is left of the call, reap it, and close everything the call opened.
 
     Cancellation: the caller shields it; every wait in it is bounded.
     """
     cgroup, reaper = tracker.cgroup, ctx.reaper
-    if not _nothing_left(proc, cgroup, reaper):
+    # With a cgroup or as a subreaper, the kill looks only at the call's own processes, so it
+    # runs every time; without either it scans the host, and is skipped when provably idle.
+    if cgroup is not None or reaper is not None or not _nothing_left(proc, cgroup, reaper):
         await proctree.kill_tree(tracker, grace_s=program.grace_s, pgid=proc.pid)
-    if cgroup is not None:
-        cgroup.remove()
     with trio.move_on_after(2):
         await proc.wait()
+    if isinstance(proc, launch.Child):
+        proc.close()
+    if cgroup is not None:
+        await cgroup.remove_when_empty()
+    proctree.RUNNING.pop(ctx.call_id, None)
     if reaper:
         reaper.owned.discard(proc.pid)
-        reaper.poke()  # the kill may have left adopted orphans to reap
+        # What left the call's cgroup, session and tag is now a stray: the reaper kills it.
+        reaper.reap()
+        reaper.poke()
     for stream in watch.streams:
         stream.close()
     if proc.stdin is not None:
@@ -266,7 +348,7 @@ async def _end(ctx: CallContext, program: Program, proc: trio.Process, tracker: 
     scratch.helper.close()
 
 
-def _nothing_left(proc: trio.Process, cgroup: proctree.CallCgroup | None, reaper: Any) -> bool:
+def _nothing_left(proc: launch.Child, cgroup: proctree.CallCgroup | None, reaper: Any) -> bool:
     """Whether a call that ended by itself provably left no process behind, so the kill
     (which scans every process on the host for the call's tag) can be skipped.
 

@@ -3,10 +3,13 @@ program that wanted a terminal."""
 
 from __future__ import annotations
 
+import re
+import signal
 from collections.abc import Mapping
 
 from rungd.contract import ErrorRule
 from rungd.errors import AuthRequired, Failed, PromptUnexpected, ToolError
+from rungd.runner.limits import Limits
 from rungd.runner.program import Completed, Program
 from rungd.runner.questions import CREDENTIAL_QUESTION, TERMINAL_REQUIRED
 
@@ -70,3 +73,45 @@ def check_terminal(done: Completed, program: Program, tty: tuple[str, str] | Non
             "to rungd for this tool",
             fields={"question": done.stderr_tail(200)},
         )
+
+
+# What programs print when an allocation or a fork fails (glibc, Python, C++, bash, Go).
+_NO_MEMORY = re.compile(r"MemoryError|Cannot allocate memory|out of memory|bad_alloc|memory exhausted"
+                        r"|failed to allocate|mmap.*failed", re.IGNORECASE)
+_TOO_LARGE = re.compile(r"File too large|EFBIG", re.IGNORECASE)
+_NO_PROCESS = re.compile(r"fork.*(Resource temporarily unavailable|retry)|can(no|')t fork|BlockingIOError.*11",
+                         re.IGNORECASE)
+
+
+def check_limits(done: Completed, limits: Limits) -> None:
+    """Report a program stopped by one of the call's limits as LIMIT_EXCEEDED, naming it.
+
+    The kernel says so for file size (SIGXFSZ) and CPU time (SIGXCPU). Memory and processes
+    show only as a failed allocation or fork, so a failure whose last words say so, under
+    such a limit, is reported as that limit.
+
+    Raises:
+        ToolError: LIMIT_EXCEEDED, with ``fields.limit`` one of ``file_size``, ``cpu``,
+            ``memory``, ``processes``.
+    """
+    if done.exit_status == 0:
+        return
+    words = done.stderr_tail(400)
+    which = None
+    if done.exit_status == -signal.SIGXFSZ or (limits.file_size_bytes is not None and _TOO_LARGE.search(words)):
+        which = "file_size"  # a program ignoring SIGXFSZ (Python does) sees EFBIG instead
+    elif done.exit_status == -signal.SIGXCPU:
+        which = "cpu"
+    elif limits.address_space_bytes is not None and _NO_MEMORY.search(words):
+        which = "memory"
+    elif limits.processes is not None and _NO_PROCESS.search(words):
+        which = "processes"
+    if which is None:
+        return
+    raise ToolError(
+        "LIMIT_EXCEEDED",
+        f"the program hit the call's {which.replace('_', ' ')} limit and was stopped",
+        hint=f"it said: {words[-200:]!r}; the operator may raise [limits] in the config or the tool's "
+        "own limits if this use is legitimate" if words else "the operator may raise [limits] in the config "
+        "or the tool's own limits if this use is legitimate",
+        retry="no", next_action="stop", fields={"limit": which})

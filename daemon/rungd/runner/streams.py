@@ -21,7 +21,8 @@ _CARRY = 256
 class Stream:
     """One output stream: kept head and tail, evidence file, and when it last spoke."""
 
-    def __init__(self, name: str, keep: int, evidence: BinaryIO, evidence_cap: int, redactor: Redactor) -> None:
+    def __init__(self, name: str, keep: int, evidence: BinaryIO | Callable[[], BinaryIO], evidence_cap: int,
+                 redactor: Redactor) -> None:
         self.name = name
         self._keep = keep
         self.head = bytearray()
@@ -31,7 +32,10 @@ class Stream:
         self.recent = bytearray()  # the last bytes printed, to quote a question
         self.drained = trio.Event()  # set at end-of-file
         self.evidence_error: str | None = None
-        self._evidence = evidence
+        # An evidence file is opened only for output beyond what the result holds (``keep``):
+        # until then what was printed is all in head and tail. A callable opens it then.
+        self._evidence: BinaryIO | None = None if callable(evidence) else evidence
+        self._open_evidence = evidence if callable(evidence) else None
         self._evidence_cap = evidence_cap
         self._evidence_written = 0
         self.clean_total = 0  # bytes after redaction: what head, tail and evidence hold
@@ -40,11 +44,14 @@ class Stream:
         # Set for stderr only: a program complains there, while stdout may carry data that
         # merely mentions /dev/tty.
         self.on_tty: Callable[[Stream], None] | None = None
+        self.on_output: Callable[[], None] | None = None  # the watch looks when output pauses
         self._carry = b""
 
     def take(self, chunk: bytes) -> None:
         self.total += len(chunk)
         self.last_output = time.monotonic()
+        if self.on_output is not None:
+            self.on_output()
         self.recent += chunk  # raw, to quote a prompt at once; redacted when read
         del self.recent[: max(0, len(self.recent) - 512)]
         self._look_for_tty(chunk)
@@ -71,6 +78,14 @@ class Stream:
         self.recent.clear()
 
     def _keep_clean(self, clean: bytes) -> None:
+        if self._evidence is None and self._open_evidence is not None and self.evidence_error is None \
+                and self.clean_total + len(clean) > self._keep:
+            try:
+                self._evidence = self._open_evidence()
+            except OSError as exc:
+                self.evidence_error = exc.strerror or str(exc)
+            else:
+                self._write_evidence(bytes(self.head + self.tail))  # all so far: nothing was cut yet
         self.clean_total += len(clean)
         half = self._keep // 2
         room = max(0, half - len(self.head))
@@ -87,14 +102,23 @@ class Stream:
         room = self._evidence_cap - self._evidence_written
         if room > 0 and data and self.evidence_error is None:
             try:
+                if self._evidence is None:
+                    return  # all of it is in head and tail: no file needed yet
                 self._evidence.write(data[:room])
             except OSError as exc:
                 self.evidence_error = exc.strerror or str(exc)
                 return
             self._evidence_written += min(room, len(data))
 
+    @property
+    def kept_whole(self) -> bool:
+        """Whether no evidence file was needed: the result holds all of the output."""
+        return self._evidence is None and self.clean_total <= self._keep
+
     def close(self) -> None:
         self._keep_clean(self.redactor.flush())
+        if self._evidence is None:
+            return
         with contextlib.suppress(OSError):
             if self.clean_total > self._evidence_written:
                 why = f": {self.evidence_error}" if self.evidence_error else ""

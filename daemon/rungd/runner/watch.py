@@ -16,9 +16,14 @@ from rungd.runner.program import CredentialPrompt, Program
 from rungd.runner.questions import CREDENTIAL_QUESTION
 from rungd.runner.streams import Stream
 
-POLL_S = 0.05
+# The watch looks at the program as soon as its output pauses (_PAUSE_S), then again on a
+# timer that backs off from POLL_S to POLL_MAX_S while nothing happens; any output or the
+# program's exit wakes it at once. A look reads a few /proc files of the call's own processes.
+POLL_S = 0.01
+POLL_MAX_S = 0.1
 SNAPSHOT_S = 0.2
-_SETTLE_S = 0.02
+_PAUSE_S = 0.01
+_SETTLE_S = 0.003
 
 
 class Watch:
@@ -37,6 +42,10 @@ class Watch:
         self._stdin_ino = procwatch.pipe_inode(proc.stdin.fileno())  # type: ignore[union-attr]
         self._checked_at = 0.0
         self._stdin_closed = False
+        self._feeding = False
+        self._woken = trio.Event()
+        for stream in streams:
+            stream.on_output = self.wake
         self.refused: AuthRequired | None = None
         self._tty_words: str | None = None  # what the program said about /dev/tty
         self._tty_question = ""
@@ -52,7 +61,13 @@ class Watch:
         assert stdin is not None
         try:
             if isinstance(self.program.stdin, bytes):
-                await stdin.send_all(self.program.stdin)
+                # While declared data is still going in, a read that waits for more of it
+                # is not a question: the watch does not judge until all of it is sent.
+                self._feeding = True
+                try:
+                    await stdin.send_all(self.program.stdin)
+                finally:
+                    self._feeding = False
         except trio.BrokenResourceError:
             return  # it exited without reading: its exit status will tell
         if self.program.stdin == "eof" or self.program.stdin_eof:
@@ -138,6 +153,15 @@ class Watch:
                 return question
         return ""
 
+    def wake(self) -> None:
+        """Look at the program now: it printed something, or it exited."""
+        self._woken.set()
+
+    async def wake_on_exit(self) -> None:
+        """Wake the watch the moment the program exits. Cancellation: stops at once."""
+        await self.proc.wait()
+        self.wake()
+
     async def until_exit(self) -> None:
         """Return when the program exits; answer or raise when it asks.
 
@@ -148,10 +172,17 @@ class Watch:
         Cancellation: returns at once; the caller kills the tree.
         """
         last_snapshot = 0.0
+        interval = POLL_S
         while True:
-            # Wake the moment the program exits, and at least every POLL_S to look at it.
-            with trio.move_on_after(POLL_S):
-                await self.proc.wait()
+            # Output or the exit wakes the watch at once (:meth:`wake`); otherwise it looks
+            # on a timer that backs off while nothing changes.
+            with trio.move_on_after(interval):
+                await self._woken.wait()
+            if self._woken.is_set():
+                self._woken = trio.Event()
+                interval = POLL_S
+            else:
+                interval = min(interval * 2, POLL_MAX_S)
             if self.proc.returncode is not None:
                 return
             if self.refused is not None:
@@ -161,11 +192,14 @@ class Watch:
                 self.tracker.snapshot()
                 last_snapshot = now
             quiet_since = max(s.last_output for s in self.streams)
-            if now - quiet_since >= self.program.quiet_s and quiet_since > self._checked_at:
+            if now - quiet_since < _PAUSE_S:
+                interval = POLL_S  # output is pausing: look again as soon as it has
+            elif quiet_since > self._checked_at:
+                # The kernel says whether it waits on stdin: no need to wait out quiet_s first.
                 await self._check_for_question(quiet_since)
 
     async def _check_for_question(self, quiet_since: float) -> None:
-        if self.proc.stdin is None or self.program.stdin == "eof" or self._stdin_closed:
+        if self.proc.stdin is None or self.program.stdin == "eof" or self._stdin_closed or self._feeding:
             return
         pids = [self.proc.pid, *(pid for pid, _ in self.tracker.members())]
         if procwatch.waiting_for_input(pids, self._stdin_ino) is None:
