@@ -158,5 +158,6 @@ async def test_rungctl_status_shows_the_whole_history(rungd_daemon) -> None:
     as_json = await trio.run_process([sys.executable, "-m", "rungd.ctl", "--config", config, "status", "--json",
                                       env.call_id], capture_stdout=True)
     parsed = __import__("json").loads(as_json.stdout)
-    assert [e["event"] for e in parsed["history"]] == ["received", "dispatched", "finished"]
+    # The demo asks [y/N] before the change; the answer given on the caller's behalf is on record.
+    assert [e["event"] for e in parsed["history"]] == ["received", "dispatched", "answered", "finished"]
     assert parsed["envelope"]["effect"] == "changed"

@@ -208,7 +208,11 @@ class Dispatcher:
         then: _Event = (("held", call.call_id, call.tool, {"request_id": call.request_id, "note": f"{call.gate} gate"})
                         if held else ("dispatched", call.call_id, call.tool, {"request_id": call.request_id}))
         try:
-            await self.audit.record_many([received, then], new_work=True)
+            # A write's records are durable before it runs. A read's are written before it runs
+            # and made durable by its finished record's fsync (the README says what a crash
+            # can lose): a read has no effect to be unsure about.
+            await self.audit.record_many([received, then], new_work=True,
+                                         durable=held or tool.side_effect != "read")
         except RungdError as failure:  # the ledger cannot be written: run nothing (fail closed)
             if not held:
                 self.slots.release(tool)
@@ -227,11 +231,11 @@ class Dispatcher:
         The answer comes from memory even when the ledger cannot take the repeat's records:
         a repeat changes nothing, so there is nothing to fail closed on.
         """
-        envelope = outcomes.repeat_envelope(first)
+        envelope = outcomes.repeat_envelope(first, call)
         finished = ("finished", call.call_id, call.tool, {
             "request_id": call.request_id, "outcome": envelope.outcome, "effect": envelope.effect,
             "code": envelope.error.code if envelope.error else None,
-            "note": f"repeat of {envelope.call_id}; nothing was run",
+            "note": f"repeat of {first['call_id']}; nothing was run",
         })
         await self._record_quietly([received, finished] if received else [finished])
         self._finish(call, envelope)

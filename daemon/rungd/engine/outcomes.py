@@ -228,9 +228,15 @@ def recovered_envelope(call_id: str, tool: str, request_id: str | None, settle: 
     )
 
 
-def repeat_envelope(first: dict[str, Any]) -> Envelope:
-    """A repeat of a finished request, answered with its first result: a change is ``existing``."""
+def repeat_envelope(first: dict[str, Any], call: Call) -> Envelope:
+    """A repeat of a finished request, answered with its first result: a change is ``existing``.
+
+    It carries the repeat's own call_id, the one the ledger records it under (its
+    ``finished`` record notes the first call's), so what a caller holds is what an
+    auditor finds; ``status`` and ``wait`` answer for it like for any call.
+    """
     envelope = msgspec.convert(first, Envelope)
+    envelope = msgspec.structs.replace(envelope, call_id=call.call_id, elapsed_ms=ms_since(call.started))
     if envelope.status == "ok" and envelope.effect in ("changed", "no_change"):
         envelope = msgspec.structs.replace(envelope, effect="existing")
     return envelope
