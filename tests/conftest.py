@@ -5,6 +5,7 @@ started for a call may survive."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,3 +49,30 @@ def no_survivors() -> Iterator[None]:
         except psutil.NoSuchProcess:
             pass
     assert not survivors, f"processes outlived their call: {[p.pid for p in survivors]}"
+
+
+def _call_cgroups() -> set[str]:
+    """The per-call cgroups (``rungd-<call_id>``) under this process's cgroup, by name."""
+    from rungd.proctree import _own_cgroup
+
+    base = _own_cgroup()
+    return {path.name for path in base.glob("rungd-*")} if base is not None else set()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_CGROUPS_BEFORE] = _call_cgroups()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if it left per-call cgroups behind: every call's cgroup must go with it."""
+    before = session.config.stash.get(_CGROUPS_BEFORE, set())
+    deadline = time.monotonic() + 3  # a daemon still stopping may be removing its last ones
+    while (left := _call_cgroups() - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if left:
+        session.config.get_terminal_writer().line(
+            f"FAILED: the run left {len(left)} per-call cgroup(s) behind: {sorted(left)[:5]}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_CGROUPS_BEFORE = pytest.StashKey[set[str]]()

@@ -683,10 +683,10 @@ _SWEEP_MIN_AGE_S = 60.0
 def sweep_cgroups(recovered: Collection[str]) -> int:
     """Remove the call cgroups an earlier run left under the daemon's own (a crash, a kill).
 
-    An empty one is removed once it is a minute old. One that still holds processes is
-    killed (``cgroup.kill``) and removed only if its call is among ``recovered``, the calls
-    this daemon's ledger says a previous run left unfinished: any other belongs to a call
-    still running somewhere. Removal waits, bounded, for the kernel to empty it; a process
+    One whose call is among ``recovered`` (the calls this daemon's ledger says a previous run
+    left unfinished) is killed (``cgroup.kill``) if it still holds processes, and removed.
+    Any other that is empty is removed once it is a minute old; one that holds processes
+    belongs to a call still running somewhere, and stays. Removal waits, bounded, for the kernel to empty it; a process
     stuck in the kernel keeps its cgroup, and the next start tries again.
 
     Args:
@@ -701,17 +701,19 @@ def sweep_cgroups(recovered: Collection[str]) -> int:
     removed = 0
     for path in base.glob("rungd-*"):
         cgroup = CallCgroup(path)
-        if not cgroup.pids():
+        if cgroup.call_id() in recovered:
+            # Ours, from a run that crashed: kill what it holds (recovery's kill by tag may
+            # have emptied it already) and remove it, however young.
+            if cgroup.pids():
+                cgroup.kill()
+                deadline = time.monotonic() + _KILL_WAIT_S
+                while cgroup.pids() and time.monotonic() < deadline:
+                    time.sleep(_KILL_POLL_S)
+            removed += cgroup.remove()
+        elif not cgroup.pids():
             with contextlib.suppress(OSError):
                 if time.time() - path.stat().st_mtime >= _SWEEP_MIN_AGE_S:
                     removed += cgroup.remove()
-            continue
-        if cgroup.call_id() in recovered:
-            cgroup.kill()
-            deadline = time.monotonic() + _KILL_WAIT_S
-            while cgroup.pids() and time.monotonic() < deadline:
-                time.sleep(_KILL_POLL_S)
-        removed += cgroup.remove()
     return removed
 
 
