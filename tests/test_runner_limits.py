@@ -140,3 +140,12 @@ async def test_no_call_leaves_its_cgroup_behind(rungd_daemon) -> None:
     ]
     left = {CallCgroup(path).call_id() for path in base.glob("rungd-*")}
     assert not left & {env.call_id for env in calls}
+
+
+async def test_the_configs_limits_are_every_programs_defaults(rungd_daemon) -> None:
+    from rungd import runner
+
+    bounds = rungd_daemon.config.limits
+    assert bounds.core_bytes == 0 and bounds.memory_bytes == 2 << 30
+    assert runner.limits.effective(None).address_space_bytes == bounds.memory_bytes
+    assert runner.limits.effective(runner.Limits(address_space_bytes=8 << 30)).address_space_bytes == 8 << 30

@@ -59,13 +59,17 @@ class Audit:
         """
         await self.record_many([(event, call_id, tool, fields)])
 
-    async def record_many(self, events: list[tuple[str, str, str, dict[str, Any]]], *, new_work: bool = False) -> None:
+    async def record_many(self, events: list[tuple[str, str, str, dict[str, Any]]], *, new_work: bool = False,
+                          durable: bool = True) -> None:
         """Append events of one call together, in order, with one fsync; then update the index.
 
         Args:
             events: ``(event, call_id, tool, fields)`` in order.
             new_work: the events start something (received and dispatched or held): refused
                 while the ledger cannot keep its reserve, so what runs can always finish.
+            durable: False for a read's received and dispatched: written before the read
+                runs, made durable by its finished record's fsync (a machine crash before
+                that may lose them; a read has no effect to lose). Writes always wait.
 
         Raises:
             LedgerUnavailable: as ``record``; none of the events was recorded.
@@ -77,7 +81,7 @@ class Audit:
             if new_work and self.ledger.low_on_space:
                 raise LedgerWriteFailed("the disk holding the ledger is nearly full (its reserve for "
                                         "finishing running calls cannot be kept)")
-            return self.ledger.append_many(events)
+            return self.ledger.append_many(events, sync=durable)
 
         try:
             records = await trio.to_thread.run_sync(append, abandon_on_cancel=False, limiter=self.limiter)

@@ -154,6 +154,21 @@ class CredentialsConfig(_Section):
     file: Path | None = Field(None, examples=["/etc/rungd/credentials.toml"])
 
 
+class LimitsConfig(_Section):
+    """Limits every tool program gets (setrlimit in the child before exec), unless the tool
+    declares its own. A program that hits one ends with LIMIT_EXCEEDED naming the limit."""
+
+    # Address space (RLIMIT_AS): a program that allocates past it fails its allocation.
+    memory_bytes: int | None = Field(2 << 30, ge=1 << 24, examples=[2147483648])
+    # RLIMIT_NPROC counts every process of the program's uid, and root is exempt from it.
+    processes: int | None = Field(4096, ge=1, examples=[4096])
+    file_size_bytes: int | None = Field(1 << 30, ge=0, examples=[1073741824])
+    open_files: int | None = Field(1024, ge=8, examples=[1024])
+    cpu_s: int | None = Field(None, ge=1, examples=[600])
+    # Core dumps stay off unless an operator asks for them (they may hold credentials).
+    core_bytes: int = Field(0, ge=0, examples=[0])
+
+
 class Config(_Section):
     server: ServerConfig = ServerConfig()
     state: StateConfig = StateConfig()
@@ -164,6 +179,7 @@ class Config(_Section):
     evidence: EvidenceConfig = EvidenceConfig()
     gates: GatesConfig = GatesConfig()
     step_down: StepDownConfig = StepDownConfig()
+    limits: LimitsConfig = LimitsConfig()
     source: str = Field("<embedded default>", exclude=True)
 
     @property

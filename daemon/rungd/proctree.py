@@ -55,7 +55,7 @@ import time
 from collections import defaultdict
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import trio
 
@@ -765,6 +765,7 @@ class Reaper:
     def __init__(self, owned: set[int], *, interval_s: float = 0.5, kill_strays: bool = True) -> None:
         self.owned = owned
         self.calls = RUNNING
+        self.launchers: Any = None  # the runner's launchers (rungd.runner.launch), made lazily
         self._interval_s = interval_s
         self._kill_strays = kill_strays
         self._spawns = 0
@@ -820,8 +821,14 @@ class Reaper:
         that stay zombies until the daemon exits.
         """
         task_status.started()
-        while True:
-            self.reap()
-            with trio.move_on_after(self._interval_s):
-                await self._poked.wait()
-            self._poked = trio.Event()
+        try:
+            while True:
+                self.reap()
+                with trio.move_on_after(self._interval_s):
+                    await self._poked.wait()
+                self._poked = trio.Event()
+        finally:
+            # The runner's spare launcher (rungd.runner.launch) lives as long as the daemon:
+            # it leaves, removing its cgroup, when the daemon stops.
+            if (launchers := getattr(self, "launchers", None)) is not None:
+                launchers.close()

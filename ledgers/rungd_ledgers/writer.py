@@ -90,10 +90,11 @@ class TornRepair(msgspec.Struct, frozen=True):
 class _Ticket:
     """One append waiting for its batch to be written."""
 
-    __slots__ = ("draft", "record", "error")
+    __slots__ = ("draft", "record", "error", "sync")
 
-    def __init__(self, draft: Record) -> None:
+    def __init__(self, draft: Record, sync: bool = True) -> None:
         self.draft = draft
+        self.sync = sync
         self.record: Record | None = None
         self.error: LedgerUnavailable | None = None
 
@@ -135,6 +136,7 @@ class Ledger:
         self._number = 0
         self._offset = 0
         self._needs_truncate = False
+        self._unsynced = False  # bytes written by a batch that asked for no fsync
 
     @classmethod
     def open(cls, folder: str | os.PathLike[str], *, rotate_bytes: int = DEFAULT_ROTATE_BYTES,
@@ -258,13 +260,19 @@ class Ledger:
         """
         return self.append_many([(event, call_id, tool, fields)])[0]
 
-    def append_many(self, events: list[tuple[str, str, str, dict[str, Any]]]) -> list[Record]:
+    def append_many(self, events: list[tuple[str, str, str, dict[str, Any]]], *, sync: bool = True) -> list[Record]:
         """Record several events, in this order and next to each other, with one fsync.
 
         All or nothing: they join the same batch, so they are written together or not at
         all. Args, returns and errors are those of ``append``, one per event.
+
+        Args:
+            sync: False writes them (to the kernel: a crash of this process loses nothing)
+                without waiting for an fsync; the next append that syncs makes them durable,
+                being later in the same file. A machine crash before that may lose them.
         """
-        tickets = [_Ticket(_draft(event, call_id, tool, fields)) for event, call_id, tool, fields in events]
+        tickets = [_Ticket(_draft(event, call_id, tool, fields), sync)
+                   for event, call_id, tool, fields in events]
         with self._cond:
             if self._closed:
                 raise LedgerClosed(f"the ledger in {self._folder} was closed; open it again to append")
@@ -287,6 +295,9 @@ class Ledger:
             self._closed = True
             while self._writing or self._queue:
                 self._cond.wait()
+        if self._unsynced:
+            with contextlib.suppress(OSError):
+                os.fsync(self._fd)
         os.close(self._fd)
         os.close(self._dir_fd)
 
@@ -331,7 +342,7 @@ class Ledger:
                 lines.append(line)
                 prev = record.hash
             data = b"".join(lines)
-            self._write_durably(data)
+            self._write_durably(data, sync=any(ticket.sync for ticket in batch))
         except OSError as error:
             for ticket in batch:
                 ticket.error = LedgerUnavailable(
@@ -362,12 +373,16 @@ class Ledger:
         self._reserved_to = self._offset + self._reserve_bytes
         self._low = False
 
-    def _write_durably(self, data: bytes) -> None:
+    def _write_durably(self, data: bytes, *, sync: bool = True) -> None:
         view = memoryview(data)
         try:
             while view:
                 view = view[os.write(self._fd, view) :]
-            os.fsync(self._fd)
+            if sync:
+                os.fsync(self._fd)  # also makes durable what earlier unsynced batches wrote
+                self._unsynced = False
+            else:
+                self._unsynced = True
         except OSError:
             # Cut the file back to the last durable record. A partial write would otherwise
             # become a torn line in the middle of the file once the next batch lands after
@@ -400,6 +415,9 @@ class Ledger:
             os.close(fd)
             raise
         if self._fd >= 0:
+            if self._unsynced:  # the chain goes on in the new file: the old one must be whole
+                os.fsync(self._fd)
+                self._unsynced = False
             with contextlib.suppress(OSError):  # give the old file's reserve back
                 os.ftruncate(self._fd, self._offset)
             os.close(self._fd)

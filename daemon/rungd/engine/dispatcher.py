@@ -37,6 +37,8 @@ from rungd.errors import RungdError
 from rungd.gates import gate_for, is_operator
 from rungd.plugins import RegisteredTool
 from rungd.proctree import Reaper
+from rungd.runner import limits
+from rungd.runner.limits import Limits
 
 from rungd.engine import outcomes, preconditions
 from rungd.engine.admission import Admission, Admitted
@@ -100,6 +102,10 @@ class Dispatcher:
         self.work_root = config.state_dir / "work"
         self.evidence_dir.mkdir(parents=True, exist_ok=True)
         self.work_root.mkdir(parents=True, exist_ok=True)
+        bounds = config.limits
+        limits.set_defaults(Limits(cpu_s=bounds.cpu_s, address_space_bytes=bounds.memory_bytes,
+                                   open_files=bounds.open_files, processes=bounds.processes,
+                                   file_size_bytes=bounds.file_size_bytes, core_bytes=bounds.core_bytes))
 
     # --- what the server asks ---------------------------------------------------------------
 

@@ -305,6 +305,9 @@ class Launchers:
             OSError: as :meth:`Launcher.fork`.
         """
         spare, self._spare = self._spare, None
+        if spare is not None and _readable(spare.pidfd):  # it died meanwhile (killed by hand?)
+            spare.discard()
+            spare = None
         return spare if spare is not None else Launcher.fork(self._owned)
 
     def refill(self) -> None:
@@ -339,7 +342,7 @@ def for_reaper(reaper: proctree.Reaper | None) -> Launchers:
     """The launchers of the daemon that owns ``reaper``; without one, a launcher per call."""
     if reaper is None:
         return Launchers(None, keep_spare=False)
-    if getattr(reaper, "launchers", None) is None:
+    if reaper.launchers is None:
         reaper.launchers = Launchers(reaper.owned)
     return reaper.launchers
 
