@@ -22,18 +22,19 @@ from rungd.ctl.ledger import parse_since
 
 LONG_TOOL = "ledgerbook_customer_credit_limit_raise_for_quarter_end"
 ISO_WITH_ZONE = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
-NOW = time.time()
 
 
 def write_ledger(folder: Path, events: list[dict[str, Any]]) -> Path:
     """A sound ledger file with one record per event, at the times given (``ago`` seconds back)."""
     folder.mkdir(parents=True, exist_ok=True)
+    # Times from now, when the test runs: a whole suite may run minutes after this module loaded.
+    now = time.time()
     prev, lines = GENESIS, []
     for seq, fields in enumerate(events, start=1):
         fields = dict(fields)
         ago = fields.pop("ago")
         draft = Record(v=SCHEMA_VERSION, seq=0, time=0.0, prev=GENESIS, **fields)
-        record, line = seal(draft, seq=seq, prev=prev, time=NOW - ago)
+        record, line = seal(draft, seq=seq, prev=prev, time=now - ago)
         prev = record.hash
         lines.append(line)
     (folder / "ledger-000001.jsonl").write_bytes(b"".join(lines))
@@ -104,7 +105,7 @@ async def test_filters_combine(ledger: Path) -> None:
 async def test_since_takes_spans_and_times(ledger: Path) -> None:
     assert len(await tail_lines(ledger, "--since", "1h")) == 4
     assert len(await tail_lines(ledger, "--since", "6m")) == 2
-    at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(NOW - 400))
+    at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - 400))
     assert len(await tail_lines(ledger, "--since", at)) == 2
     bad = await ctl("tail", "--ledger", str(ledger), "--since", "last tuesday")
     assert bad.returncode == 2 and b"examples: 30m, 1h" in bad.stderr
