@@ -24,11 +24,11 @@ LONG_TOOL = "ledgerbook_customer_credit_limit_raise_for_quarter_end"
 ISO_WITH_ZONE = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
 
 
-def write_ledger(folder: Path, events: list[dict[str, Any]]) -> Path:
-    """A sound ledger file with one record per event, at the times given (``ago`` seconds back)."""
+def write_ledger(folder: Path, events: list[dict[str, Any]], now: float | None = None) -> Path:
+    """A sound ledger file with one record per event, at the times given (``ago`` seconds
+    before ``now``, by default when the test runs: a suite may run minutes after it loaded)."""
     folder.mkdir(parents=True, exist_ok=True)
-    # Times from now, when the test runs: a whole suite may run minutes after this module loaded.
-    now = time.time()
+    now = time.time() if now is None else now
     prev, lines = GENESIS, []
     for seq, fields in enumerate(events, start=1):
         fields = dict(fields)

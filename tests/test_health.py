@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from rungd.health import compute, format_text, sparkline
 
-from tests.test_ctl_tail import NOW, write_ledger
+from tests.test_ctl_tail import write_ledger
+
+NOW = time.time()  # the ledger's records and the report share this "now"
 
 TOOL = "inventory_count_set"
 
@@ -42,7 +45,7 @@ def _ledger(short_tmp: Path) -> Path:
         {"ago": 99, "event": "step_down", "call_id": f"c{6:016d}", "tool": TOOL, "code": "SURFACE_CHANGED",
          "note": "SURFACE_CHANGED twice in a row; calls c4, c6"},
     ]
-    return write_ledger(short_tmp / "state" / "ledger", events)
+    return write_ledger(short_tmp / "state" / "ledger", events, now=NOW)
 
 
 def test_health_counts_calls_codes_latency_prompts_approvals_and_step_downs(short_tmp: Path) -> None:
