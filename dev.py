@@ -3,8 +3,9 @@
 
     python3 dev.py demo     create .venv, install rungd, start the daemon on its embedded
                             default and walk through real calls; Ctrl-C stops it
-    python3 dev.py test     create .venv, install rungd with its test and mcp extras, run the suite
-                            (extra arguments go to pytest)
+    python3 dev.py test     create .venv, install rungd with its test and mcp extras (and, as root
+                            on Debian, the programs the tests wrap), run the suite (extra
+                            arguments go to pytest)
     python3 dev.py bench    run the benchmarks in bench/ and print their tables
 
 The virtual environment is reinstalled whenever pyproject.toml changes.
@@ -12,6 +13,7 @@ The virtual environment is reinstalled whenever pyproject.toml changes.
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -36,6 +38,30 @@ def ensure_venv() -> None:
     STAMP.write_text(wanted)
 
 
+# Debian packages the test suite uses: real programs it wraps (git, crontab, zip, unzip,
+# sqlite3, bc, openssl, man besides the base system's tools; ssh-keygen for signed approvals
+# and askpass; sudo -A), strace to aim kills and failures at the ledger's fsync, procps, and
+# systemd for systemd-analyze verify of the unit. Installed by `test` when it runs as root on
+# Debian; elsewhere the tests that need them say so.
+TEST_PACKAGES = ("git", "procps", "openssh-client", "systemd", "sudo", "cron", "zip", "unzip", "sqlite3", "bc",
+                 "openssl", "man-db", "strace")
+
+
+def ensure_test_packages() -> None:
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return
+    missing = [name for name in TEST_PACKAGES if subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", name], capture_output=True, text=True, check=False,
+    ).stdout.split()[-1:] != ["installed"]]
+    if not missing:
+        return
+    print(f"dev.py: installing the Debian packages the tests use: {' '.join(missing)}", flush=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], check=True, env=env,
+                   stdout=subprocess.DEVNULL)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("demo", "test", "bench"):
         print(__doc__)
@@ -49,6 +75,7 @@ def main(argv: list[str]) -> int:
     if command == "demo":
         args = [str(BIN / "rungd"), "demo", *rest]
     elif command == "test":
+        ensure_test_packages()
         args = [str(BIN / "python"), "-m", "pytest", *rest]
     else:
         args = [str(BIN / "python"), str(ROOT / "bench" / "run.py"), *rest]
