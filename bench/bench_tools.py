@@ -9,6 +9,7 @@ programs are /bin/true, the fakes in tests/fakes, and two small Python scripts d
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -58,6 +59,22 @@ sys.stdout.write(f"[asked at {time.monotonic():.6f}] Overwrite the existing impo
 sys.stdout.flush()
 sys.exit(0 if sys.stdin.readline().strip() == "yes" else 1)
 """
+
+
+# A program that asks a question rungd is told to answer; it reports how long after printing
+# the question its answer arrived (measured inside the program, on its own clock).
+CONFIRM = r"""
+import sys, time
+sys.stdout.write("Proceed with the import? [y/N] ")
+sys.stdout.flush()
+asked = time.monotonic()
+answer = sys.stdin.readline().strip()
+print(f"\nanswered {answer} after {(time.monotonic() - asked) * 1000:.3f} ms")
+"""
+
+
+def confirm_argv() -> tuple[str, ...]:
+    return (sys.executable, "-c", CONFIRM)
 
 
 def tree_argv(pidfile: str) -> tuple[str, ...]:
@@ -125,6 +142,13 @@ async def run_prompt(ctx: CallContext, inputs: NoInputs) -> Result:
     return await _run(ctx, runner.Program(argv=prompt_argv()))
 
 
+async def run_confirm(ctx: CallContext, inputs: NoInputs) -> Result:
+    program = runner.Program(argv=confirm_argv(),
+                             confirmations=(runner.Confirmation(re.compile(r"Proceed with the import\?"), "y"),))
+    done = await runner.run(ctx, program)
+    return Result(fields={"exit_status": done.exit_status, "stdout": done.stdout[-200:]})
+
+
 async def run_busy(ctx: CallContext, inputs: BusyInputs) -> Result:
     return await _run(ctx, runner.Program(argv=busy_argv(inputs.mode, inputs.seconds)))
 
@@ -172,6 +196,9 @@ def rungd_register_tools(register: Any, config: Any) -> None:
     register(Tool(name="bench_prompt_run", description=describe("Runs a program that asks a question."),
                   inputs=NoInputs, outputs={"exit_status": "exit status"}, handler=run_prompt,
                   timing=Timing(deadline_s=15)))
+    register(Tool(name="bench_confirm_run", description=describe("Runs a program whose question is declared."),
+                  inputs=NoInputs, outputs={"exit_status": "exit status", "stdout": "what it printed"},
+                  handler=run_confirm, timing=Timing(deadline_s=15)))
     register(Tool(name="bench_busy_run", description=describe("Runs a busy, quiet program."),
                   inputs=BusyInputs, outputs={"exit_status": "exit status"}, handler=run_busy,
                   timing=Timing(deadline_s=30)))

@@ -766,10 +766,26 @@ class Reaper:
         self.owned = owned
         self.calls = RUNNING
         self.launchers: Any = None  # the runner's launchers (rungd.runner.launch), made lazily
+        # Call cgroups whose call has ended: removing one takes the kernel milliseconds (an
+        # RCU grace period), so it is done here, in a worker thread, not on the call's path.
+        self._retired: list[CallCgroup] = []
         self._interval_s = interval_s
         self._kill_strays = kill_strays
         self._spawns = 0
         self._poked = trio.Event()
+
+    def retire(self, cgroup: CallCgroup) -> None:
+        """Remove ``cgroup`` soon (off the call's path), once it is empty."""
+        self._retired.append(cgroup)
+        self._poked.set()
+
+    def _remove_retired(self, cgroups: list[CallCgroup]) -> list[CallCgroup]:
+        """Remove the empty ones; return those still populated (a process dying slowly)."""
+        left = []
+        for cgroup in cgroups:
+            if cgroup.populated() or not (cgroup.remove() or not cgroup.path.exists()):
+                left.append(cgroup)
+        return left
 
     @contextlib.contextmanager
     def spawning(self) -> Iterator[None]:
@@ -824,10 +840,17 @@ class Reaper:
         try:
             while True:
                 self.reap()
+                if self._retired:
+                    retired, self._retired = self._retired, []
+                    left = await trio.to_thread.run_sync(self._remove_retired, retired)
+                    self._retired.extend(cgroup for cgroup in left if cgroup.path.exists())
                 with trio.move_on_after(self._interval_s):
                     await self._poked.wait()
                 self._poked = trio.Event()
         finally:
+            # What is left is removed now; a cgroup a process is stuck in stays for the
+            # next start-up's sweep.
+            self._remove_retired(self._retired)
             # The runner's spare launcher (rungd.runner.launch) lives as long as the daemon:
             # it leaves, removing its cgroup, when the daemon stops.
             if (launchers := getattr(self, "launchers", None)) is not None:

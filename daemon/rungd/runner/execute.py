@@ -334,7 +334,10 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
     if isinstance(proc, launch.Child):
         proc.close()
     if cgroup is not None:
-        await cgroup.remove_when_empty()
+        if reaper is not None:
+            reaper.retire(cgroup)  # removing a cgroup takes milliseconds: off the call's path
+        else:
+            await cgroup.remove_when_empty()
     proctree.RUNNING.pop(ctx.call_id, None)
     if reaper:
         reaper.owned.discard(proc.pid)

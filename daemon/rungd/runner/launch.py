@@ -297,6 +297,7 @@ class Launchers:
         self._owned = owned
         self._keep_spare = keep_spare
         self._spare: Launcher | None = None
+        self._closed = False  # the daemon stopped: a call still ending forks no spare
 
     def take(self) -> Launcher:
         """The launcher for this call: the one kept ready, else one forked now.
@@ -313,13 +314,14 @@ class Launchers:
     def refill(self) -> None:
         """Fork the next call's launcher, if none is kept; it moves into its cgroup in its own
         time. Short of descriptors or processes, the next call forks its own."""
-        if self._keep_spare and self._spare is None:
+        if self._keep_spare and self._spare is None and not self._closed:
             with contextlib.suppress(OSError):
                 self._spare = Launcher.fork(self._owned)
 
     def close(self) -> None:
         """Let the spare launcher go: it removes its own cgroup and exits; it is reaped here
         (bounded: one that lingers is killed, and its cgroup removed for it)."""
+        self._closed = True
         spare, self._spare = self._spare, None
         if spare is None:
             return
