@@ -88,7 +88,8 @@ async def test_review_gate_holds_until_another_operator_approves_then_runs_once(
     done = await daemon.run(Client.wait, held.call_id, 20)
     assert done.status == "ok", done.error
     assert len(done.fields["answered"]) == 1  # the confirmation was answered, once, after approval
-    assert ledger_events(daemon, held.call_id) == ["received", "held", "approved", "dispatched", "finished"]
+    assert ledger_events(daemon, held.call_id) == ["received", "held", "approved", "dispatched", "answered",
+                                                   "finished"]  # the answer given after approval is on record
     again = await daemon.call("fake_records_delete", CONFIRM, request_id="g1")
     assert again.effect == "existing" and again.status == "ok"  # answered from the ledger, not held again
     assert ledger_events(daemon, held.call_id).count("dispatched") == 1

@@ -248,7 +248,10 @@ async def test_write_with_request_id_changes_once_and_a_repeat_gets_the_first_re
     assert (envelope["status"], envelope["effect"], envelope["request_id"]) == ("ok", "changed", request_id)
     assert envelope["verified_by"]
     assert json.loads(text_of(first))["verified_by"] == envelope["verified_by"]
-    assert again.structuredContent["call_id"] == envelope["call_id"]  # answered, not run again
+    # Answered, not run again: the first result, as a repeat under its own call_id.
+    repeat = again.structuredContent
+    assert (repeat["status"], repeat["effect"], repeat["fields"]) == ("ok", "existing", envelope["fields"])
+    assert repeat["call_id"] != envelope["call_id"]
 
 
 async def test_slow_call_is_pending_not_success_and_the_wait_tool_fetches_it(rungd_daemon, short_tmp) -> None:

@@ -74,10 +74,8 @@ def prompt(pattern: str, credential: str = "pw", times: int = 1) -> runner.Crede
 
 
 def evidence(ctx: CallContext, label: str) -> bytes:
-    """What the program printed on ``label`` beyond what a result holds (an evidence file
-    exists only then): run with a small ``keep_bytes`` to see everything."""
-    name = next((e for e in ctx.evidence if e.endswith(label)), None)
-    return b"" if name is None else (ctx.evidence_dir / name).read_bytes()
+    name = next(e for e in ctx.evidence if e.endswith(label))
+    return (ctx.evidence_dir / name).read_bytes()
 
 
 async def test_an_undeclared_askpass_question_gets_no_answer_and_the_program_never_acts(short_tmp) -> None:
@@ -137,8 +135,7 @@ async def test_an_askpass_pattern_sees_the_raw_question_and_the_quote_is_redacte
 
 async def test_a_stdin_credential_prompt_without_its_credential_writes_nothing(short_tmp) -> None:
     ctx = make_ctx(short_tmp)
-    program = runner.Program(argv=(str(FAKES / "password"),), credential_prompts=(prompt("^Password:"),),
-                             keep_bytes=4)
+    program = runner.Program(argv=(str(FAKES / "password"),), credential_prompts=(prompt("^Password:"),))
     with pytest.raises(AuthRequired) as caught:
         await run_quick(ctx, program)
     assert caught.value.fields["question"] == "Password:"

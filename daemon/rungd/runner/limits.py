@@ -33,6 +33,9 @@ DEFAULT = Limits(
     file_size_bytes=1 << 30,
     core_bytes=0,
     open_files=1024,
+    # Not by default: wrapped programs include setuid ones (sudo -u, crontab, passwd) that
+    # no_new_privs would break. A tool that declares its own limits gets it unless it says no.
+    no_new_privs=False,
 )
 _DEFAULTS: trio.lowlevel.RunVar[Limits] = trio.lowlevel.RunVar("rungd.runner.limits", default=DEFAULT)
 

@@ -32,10 +32,18 @@ class Stream:
         self.recent = bytearray()  # the last bytes printed, to quote a question
         self.drained = trio.Event()  # set at end-of-file
         self.evidence_error: str | None = None
-        # An evidence file is opened only for output beyond what the result holds (``keep``):
-        # until then what was printed is all in head and tail. A callable opens it then.
-        self._evidence: BinaryIO | None = None if callable(evidence) else evidence
-        self._open_evidence = evidence if callable(evidence) else None
+        # Every call keeps its output as evidence, small or not: a result may hold only the
+        # fields parsed from it, and operators (and ``rungctl evidence``) read what the program
+        # actually printed. A callable opens the file now; if the state folder cannot hold it,
+        # the stream says so in its evidence note and the call goes on.
+        self._evidence: BinaryIO | None = None
+        if callable(evidence):
+            try:
+                self._evidence = evidence()
+            except OSError as exc:
+                self.evidence_error = exc.strerror or str(exc)
+        else:
+            self._evidence = evidence
         self._evidence_cap = evidence_cap
         self._evidence_written = 0
         self.clean_total = 0  # bytes after redaction: what head, tail and evidence hold
@@ -78,14 +86,6 @@ class Stream:
         self.recent.clear()
 
     def _keep_clean(self, clean: bytes) -> None:
-        if self._evidence is None and self._open_evidence is not None and self.evidence_error is None \
-                and self.clean_total + len(clean) > self._keep:
-            try:
-                self._evidence = self._open_evidence()
-            except OSError as exc:
-                self.evidence_error = exc.strerror or str(exc)
-            else:
-                self._write_evidence(bytes(self.head + self.tail))  # all so far: nothing was cut yet
         self.clean_total += len(clean)
         half = self._keep // 2
         room = max(0, half - len(self.head))
@@ -103,17 +103,12 @@ class Stream:
         if room > 0 and data and self.evidence_error is None:
             try:
                 if self._evidence is None:
-                    return  # all of it is in head and tail: no file needed yet
+                    return  # it could not be opened: close() says so
                 self._evidence.write(data[:room])
             except OSError as exc:
                 self.evidence_error = exc.strerror or str(exc)
                 return
             self._evidence_written += min(room, len(data))
-
-    @property
-    def kept_whole(self) -> bool:
-        """Whether no evidence file was needed: the result holds all of the output."""
-        return self._evidence is None and self.clean_total <= self._keep
 
     def close(self) -> None:
         self._keep_clean(self.redactor.flush())
