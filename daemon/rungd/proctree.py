@@ -840,6 +840,10 @@ class Reaper:
         try:
             while True:
                 self.reap()
+                if self.launchers is not None:
+                    # The next call's launcher is forked here, after the call that used the
+                    # last one was answered: a fork of the daemon blocks the loop for a few ms.
+                    self.launchers.refill()
                 if self._retired:
                     retired, self._retired = self._retired, []
                     left = await trio.to_thread.run_sync(self._remove_retired, retired)

@@ -155,7 +155,6 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
             launcher.discard()
             _forget(ctx, launcher.pid)
             raise
-        launchers.refill()  # the next call's launcher moves into its cgroup meanwhile
         try:
             await launch.exec_result(err_r)
         except BaseException:
@@ -349,6 +348,9 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
     if proc.stdin is not None:
         await proc.stdin.aclose()
     scratch.helper.close()
+    if reaper is None:
+        launch.for_reaper(reaper).refill()  # (keeps none: without a reaper each call forks its own)
+    # else the reaper, poked above, forks the next call's launcher once this call is answered.
 
 
 def _nothing_left(proc: launch.Child, cgroup: proctree.CallCgroup | None, reaper: Any) -> bool:
