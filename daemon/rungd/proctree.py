@@ -131,21 +131,10 @@ def own_children() -> set[int]:
     Children of all threads count: Trio spawns from worker threads, and a child subreaper's
     adopted orphans belong to the process as a whole (they show under its main thread).
     """
-    children: set[int] = set()
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return children
-    for tid in tasks:
-        try:
-            with open(f"/proc/self/task/{tid}/children", "rb") as file:
-                children.update(int(pid) for pid in file.read().split())
-        except OSError:  # the thread ended meanwhile
-            continue
-    return children
+    return set(_children("self"))
 
 
-def _children(pid: int) -> list[int]:
+def _children(pid: int | str) -> list[int]:
     """The children of process ``pid`` (of all its threads), from /proc: no scan."""
     children: list[int] = []
     try:

@@ -25,23 +25,12 @@ from rungd.exchange.patterns import catastrophic
 from rungd.exchange.rows import header_diff
 from rungd_plugins.declarative.parse import check_pattern, parse_off_loop, parse_output
 from rungd_plugins.declarative.schema import ParseSpec
-from tests.exchange.conftest import XFER_TOOLS
+from tests.exchange.conftest import rungd_config_toml, xfer  # noqa: F401  (the fixtures)
 
 HEADER = "sku,date,qty,price,status,name\n"
 ROW = "SKU-1,2024-05-01,3,1.50,active,Widget\n"
 
 
-@pytest.fixture
-def rungd_config_toml() -> str:
-    return f"""
-[plugins]
-files = ["{XFER_TOOLS}"]
-"""
-
-
-@pytest.fixture
-def xfer(rungd_daemon: Any) -> Path:
-    return rungd_daemon.config.state_dir / "xfer"
 
 
 def write_export(folder: Path, name: str, text: str) -> None:

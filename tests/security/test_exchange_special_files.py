@@ -24,24 +24,13 @@ from typing import Any
 import pytest
 import trio
 
-from tests.exchange.conftest import XFER_TOOLS
+from tests.exchange.conftest import rungd_config_toml, xfer  # noqa: F401  (the fixtures)
 
 HEADER = "sku,date,qty,price,status,name\n"
 ROW = "SKU-1,2024-05-01,3,1.50,active,Widget\n"
 BOUND_S = 2.5  # a call here takes well under a second; the unjam comes later
 
 
-@pytest.fixture
-def rungd_config_toml() -> str:
-    return f"""
-[plugins]
-files = ["{XFER_TOOLS}"]
-"""
-
-
-@pytest.fixture
-def xfer(rungd_daemon: Any) -> Path:
-    return rungd_daemon.config.state_dir / "xfer"
 
 
 class Unjam:
