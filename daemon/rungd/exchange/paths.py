@@ -16,6 +16,8 @@ anywhere the daemon can.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 from pathlib import Path
@@ -24,6 +26,7 @@ from rungd.contract import ErrorRule
 from rungd.errors import BadInput, ToolError
 
 OUTSIDE_ROOTS_CODE = "OUTSIDE_ROOTS"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 NAME_MAX = 255
 OUTSIDE_ROOTS = ErrorRule(
     OUTSIDE_ROOTS_CODE,
@@ -117,11 +120,44 @@ class Roots:
         Raises:
             OutsideRoots: it resolves outside every root.
         """
-        self.check(path)
         if create:
-            path.mkdir(parents=True, exist_ok=True)
-            self.check(path)
-        return path
+            self._make(path)
+        return self.check(path)
+
+    def _make(self, path: Path) -> None:
+        """Make ``path`` and its missing parents, each relative to its held parent.
+
+        The walk follows the path as it resolved when checked, one component at a time with
+        ``O_NOFOLLOW``: a parent swapped for a symlink meanwhile fails the walk, so no folder
+        is ever made outside the roots, not even an empty one.
+
+        Raises:
+            OutsideRoots: a component on the way is (now) a symlink or not a folder.
+        """
+        real = Path(os.path.realpath(path))
+        # The path as resolved now is the one walked: it must lie inside a root, and the walk
+        # below then refuses any component swapped since.
+        if not any(real == root or real.is_relative_to(root) for root in self.paths):
+            raise OutsideRoots(f"{path.name!r} leads outside the tool's folders")
+        fd = os.open("/", _DIR_FLAGS)
+        try:
+            for part in real.parts[1:]:
+                with contextlib.suppress(FileExistsError):
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                    except FileNotFoundError:  # the parent held was removed meanwhile
+                        raise OutsideRoots(f"{path.name!r}: a folder on its way vanished while it was made") from None
+                try:
+                    step = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise OutsideRoots(f"{path.name!r} was swapped for a symlink or a file while it was "
+                                           "made; nothing was made there") from None
+                    raise
+                os.close(fd)
+                fd = step
+        finally:
+            os.close(fd)
 
     def child(self, folder: Path, name: str) -> Path:
         """The file ``name`` inside ``folder``, refused if it is a symlink out of the roots.
