@@ -379,3 +379,38 @@ async def test_the_plugin_guides_getent_tool_file_parses_clean_fields(short_tmp,
     assert env.fields["shell"] == pwd.getpwnam("root").pw_shell  # no trailing newline
     assert env.fields["home"] == pwd.getpwnam("root").pw_dir and env.fields["uid"] == 0
     daemon.daemon.stop()
+
+
+PRECONDITION = TOOL_FILE + '''
+[tools.stock_count_set.inputs.expected_count]
+type = "integer"
+description = "The count you read; if it changed since, nothing is changed (CONFLICT)."
+example = 12
+required = false
+[tools.stock_count_set.precondition]
+tool = "stock_item_show"
+inputs = { item = "{item}" }
+expect = { count = "{expected_count}" }
+lock = "stock:{item}"
+'''
+
+
+async def test_a_tool_file_declares_an_expected_revision(short_tmp, nursery) -> None:
+    from rungd.testing import start_daemon
+
+    folder = tool_dir(short_tmp, PRECONDITION)
+    daemon = await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
+    stale = await daemon.call("stock_count_set", {"item": "widget", "count": 7, "expected_count": 99},
+                              request_id="p1")
+    assert (stale.error.code, stale.outcome, stale.next_action) == ("CONFLICT", "not_started", "repair")
+    assert stale.fields["current"]["count"] == 12  # what the read shows now
+    fresh = await daemon.call("stock_count_set", {"item": "widget", "count": 7, "expected_count": 12},
+                              request_id="p2")
+    assert (fresh.status, fresh.effect) == ("ok", "changed"), fresh.error
+    daemon.daemon.stop()
+
+
+def test_a_precondition_names_only_the_tools_inputs(short_tmp) -> None:
+    folder = tool_dir(short_tmp, PRECONDITION.replace('lock = "stock:{item}"', 'lock = "stock:{sku}"'))
+    with pytest.raises(ConfigError, match=r"precondition\.lock: \{sku\} is not an input"):
+        read_tool_file(folder / "stock.toml")

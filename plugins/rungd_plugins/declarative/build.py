@@ -12,6 +12,8 @@ import dataclasses
 import os
 import re
 import shutil
+import string
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -28,6 +30,7 @@ from rungd.sdk import (
     ErrorRule,
     Heading,
     Limits,
+    Precondition,
     Program,
     Result,
     RuledOut,
@@ -124,6 +127,12 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
                         at_once=getattr(settle, "at_once", True),
                     ) if settle else None,
                 ),
+                precondition=Precondition(
+                    spec.precondition.tool,
+                    {k: _as_reference(v) for k, v in spec.precondition.inputs.items()},
+                    {k: _as_reference(v) for k, v in spec.precondition.expect.items()},
+                    lock=spec.precondition.lock,
+                ) if spec.precondition else None,
                 cap_bytes=spec.cap_bytes,
                 concurrency=spec.concurrency,
                 gate=spec.gate,
@@ -243,6 +252,7 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
     if spec.side_effect != "read" and spec.verify is None and spec.import_ is None:
         raise fail("verify", "a tool that changes something needs a read-back: "
                              "[tools.NAME.verify] tool = \"<a read tool of this file>\"")
+    _check_precondition(fail, spec, specs)
     for where, ref in (("verify.tool", spec.verify.tool if spec.verify else None),
                        ("settle.tool", spec.settle.tool if spec.settle else None)):
         if ref is None:
@@ -263,6 +273,32 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
             if field not in parsed:
                 raise fail(f"{where}.expect.{field}", f"{mapping.tool} does not parse a field {field!r} "
                                                       f"(it parses {', '.join(parsed) or 'nothing'})")
+
+
+def _check_precondition(fail: Callable[[str, str], ConfigError], spec: ToolSpec,
+                        specs: dict[str, ToolSpec]) -> None:
+    """A precondition guards a write, reads with a read tool of this file, expects fields that
+    tool parses, and names only the tool's inputs (in its values and its lock)."""
+    pre = spec.precondition
+    if pre is None:
+        return
+    if spec.side_effect == "read":
+        raise fail("precondition", "a read changes nothing: only a write has a precondition")
+    if pre.tool not in specs or specs[pre.tool].side_effect != "read":
+        raise fail("precondition.tool", f"{pre.tool!r} must be a read tool of this same file")
+    parsed = _parsed_fields(specs[pre.tool])
+    for field in pre.expect:
+        if field not in parsed:
+            raise fail(f"precondition.expect.{field}", f"{pre.tool} does not parse a field {field!r} "
+                                                       f"(it parses {', '.join(parsed) or 'nothing'})")
+    for where, value in (*((f"inputs.{k}", v) for k, v in pre.inputs.items()),
+                         *((f"expect.{k}", v) for k, v in pre.expect.items())):
+        name = whole(value) if isinstance(value, str) else None
+        if name is not None and name not in spec.inputs:
+            raise fail(f"precondition.{where}", f"{{{name}}} is not an input of this tool")
+    for _, name, _, _ in string.Formatter().parse(pre.lock):
+        if name is not None and name not in spec.inputs:
+            raise fail("precondition.lock", f"{{{name}}} is not an input of this tool; e.g. lock = \"item:{{item}}\"")
 
 
 def _parsed_fields(spec: ToolSpec) -> list[str]:

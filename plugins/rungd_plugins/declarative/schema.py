@@ -212,6 +212,16 @@ class SettleSpec(_Strict):
     at_once: bool = True
 
 
+class PreconditionSpec(_Strict):
+    """A write's expected revision: the read (a tool of this file) whose fields must still
+    equal what the caller read, checked right before the act under ``lock``."""
+
+    tool: str
+    inputs: dict[str, Any] = {}
+    expect: dict[str, Any] = {}          # plain values or "{input}", e.g. { count = "{expected_count}" }
+    lock: str = ""                       # e.g. "stock:{item}": no other rungd call on it meanwhile
+
+
 class LimitsSpec(_Strict):
     cpu_s: int | None = Field(None, ge=1)
     address_space_bytes: int | None = Field(None, ge=1 << 20)
@@ -290,6 +300,7 @@ class ToolSpec(_Strict):
     import_: ImportFileSpec | None = Field(None, alias="import")
     verify: ReadBackSpec | None = None
     settle: SettleSpec | None = None
+    precondition: PreconditionSpec | None = None
     cap_bytes: int = Field(4096, ge=256, le=1 << 20)
     concurrency: int | None = Field(None, ge=1)
     gate: Gate | None = None
