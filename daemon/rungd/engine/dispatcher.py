@@ -103,9 +103,11 @@ class Dispatcher:
         self.evidence_dir.mkdir(parents=True, exist_ok=True)
         self.work_root.mkdir(parents=True, exist_ok=True)
         bounds = config.limits
+        # no_new_privs stays off by default: tools wrap setuid programs (sudo -u, crontab).
         limits.set_defaults(Limits(cpu_s=bounds.cpu_s, address_space_bytes=bounds.memory_bytes,
                                    open_files=bounds.open_files, processes=bounds.processes,
-                                   file_size_bytes=bounds.file_size_bytes, core_bytes=bounds.core_bytes))
+                                   file_size_bytes=bounds.file_size_bytes, core_bytes=bounds.core_bytes,
+                                   no_new_privs=False))
 
     # --- what the server asks ---------------------------------------------------------------
 
