@@ -47,8 +47,10 @@ def command_line(tool: str, inputs: dict[str, object], request_id: str | None) -
 def walkthrough(socket: str) -> None:
     with Client(socket) as client:
         print("\n== tools")
-        for tool in client.list_tools():
-            print(f"   {tool.name:24} {tool.side_effect:11} {tool.summary}")
+        tools = client.list_tools()
+        width = max((len(tool.name) for tool in tools), default=0)
+        for tool in tools:
+            print(f"   {tool.name:<{width}}  {tool.side_effect:11} {tool.summary}")
         shown_evidence = False
         for title, tool, inputs, write in STEPS:
             request_id = str(uuid.uuid4()) if write else None
