@@ -301,7 +301,8 @@ def test_every_format_carries_name_description_and_a_closed_object_schema(defini
     elif fmt == "anthropic":
         assert all(set(e) == {"name", "description", "input_schema"} for e in export(definitions, fmt))
     elif fmt == "mcp":
-        assert all(set(e) == {"name", "description", "inputSchema", "annotations"} for e in export(definitions, fmt))
+        assert all(set(e) == {"name", "title", "description", "inputSchema", "outputSchema", "annotations"}
+                   for e in export(definitions, fmt))
 
 
 def assert_strict(node: Any, path: str = "parameters") -> None:

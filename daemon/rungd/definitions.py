@@ -43,6 +43,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+import msgspec
+
+from rungd.envelope import Envelope
 from rungd.protocol import ToolDefinition
 
 Format = Literal["openai", "openai-responses", "anthropic", "mcp", "jsonschema"]
@@ -137,8 +140,38 @@ def to_jsonschema(d: ToolDefinition) -> dict[str, Any]:
     return {"$schema": JSON_SCHEMA_DIALECT, "title": d.name, "description": d.description, **schema, **heading}
 
 
+def tool_title(name: str) -> str:
+    """A person's title for a tool, from its name: ``inventory_count_set`` -> ``Inventory count set``.
+
+    From the name rather than the description's first slot: a name is short and always
+    there, and a client shows titles side by side in a list.
+    """
+    text = " ".join(name.replace("-", " ").replace("_", " ").split())
+    return text[:1].upper() + text[1:] if text else name
+
+
+def root_schema(struct: type, title: str, description: str) -> dict[str, Any]:
+    """A msgspec struct's JSON Schema with the struct itself at the root, as MCP requires of an
+    ``outputSchema`` (``type: object`` at the root); the structs it refers to stay in ``$defs``."""
+    generated = msgspec.json.schema(struct)
+    defs = generated["$defs"]
+    root = defs.pop(struct.__name__)
+    root.pop("description", None)  # the struct's docstring speaks to rungd's developers
+    return {**root, "title": title, "description": description, **({"$defs": defs} if defs else {})}
+
+
+def envelope_schema() -> dict[str, Any]:
+    """The result envelope's JSON Schema (from ``rungd.envelope.Envelope``): every tool's
+    ``outputSchema``, since every result's ``structuredContent`` is an envelope."""
+    return root_schema(
+        Envelope, "rungd result envelope",
+        "The result of one rungd call, success or failure: branch on status (ok | error | pending), "
+        "outcome (done | not_started | unknown), effect, and error.code with next_action.",
+    )
+
+
 def to_mcp(d: ToolDefinition) -> dict[str, Any]:
-    """An MCP ``Tool``: ``{"name", "description", "inputSchema", "annotations"}``.
+    """An MCP ``Tool``: ``{"name", "title", "description", "inputSchema", "outputSchema", "annotations"}``.
 
     The annotations come from the side-effect class. The MCP schema calls every one a hint
     that clients must not trust from an untrusted server; rungd's gates, not these, decide
@@ -159,8 +192,8 @@ def to_mcp(d: ToolDefinition) -> dict[str, Any]:
     restarted service, records deleted from a shared view), and a client that asks its user
     before a destructive call should ask before these.
 
-    The MCP bridge adds ``title`` and ``outputSchema`` (the envelope) to this shape
-    (``rungd.mcp_bridge.bridge_tool``).
+    ``title`` is made from the name (``tool_title``) and ``outputSchema`` is the result
+    envelope's schema: every result's ``structuredContent`` is an envelope.
     """
     read = d.side_effect == "read"
     annotations = {
@@ -169,8 +202,8 @@ def to_mcp(d: ToolDefinition) -> dict[str, Any]:
         "idempotentHint": True,
         "openWorldHint": False,
     }
-    return {"name": d.name, "description": d.description, "inputSchema": model_schema(d),
-            "annotations": annotations}
+    return {"name": d.name, "title": tool_title(d.name), "description": d.description,
+            "inputSchema": model_schema(d), "outputSchema": envelope_schema(), "annotations": annotations}
 
 
 def to_openai(d: ToolDefinition) -> dict[str, Any]:

@@ -95,7 +95,14 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
 import rungd
 from rungd.aclient import AsyncClient
 from rungd.client import ClientError, ConnectFailed, RequestRejected, default_socket
-from rungd.definitions import ExportError, compact_json, split_request_id, to_mcp
+from rungd.definitions import (
+    ExportError,
+    compact_json,
+    envelope_schema,
+    root_schema,
+    split_request_id,
+    to_mcp,
+)
 from rungd.envelope import Envelope, ErrorInfo
 from rungd.errors import CORE_ERRORS, NextAction, Outcome, Retry
 from rungd.protocol import EvidenceSlice, ToolDefinition
@@ -143,39 +150,9 @@ _NEXT_ACTION_WORDS = {
 }
 
 
-def tool_title(name: str) -> str:
-    """A person's title for a tool, from its name: ``inventory_count_set`` -> ``Inventory count set``.
-
-    From the name rather than the description's first slot: a name is short and always
-    there, and a client shows titles side by side in a list.
-    """
-    text = " ".join(name.replace("-", " ").replace("_", " ").split())
-    return text[:1].upper() + text[1:] if text else name
-
-
-def _root_schema(struct: type, title: str, description: str) -> dict[str, Any]:
-    """A msgspec struct's JSON Schema with the struct itself at the root, as MCP requires of an
-    ``outputSchema`` (``type: object`` at the root); the structs it refers to stay in ``$defs``."""
-    generated = msgspec.json.schema(struct)
-    defs = generated["$defs"]
-    root = defs.pop(struct.__name__)
-    root.pop("description", None)  # the struct's docstring speaks to rungd's developers
-    return {**root, "title": title, "description": description, **({"$defs": defs} if defs else {})}
-
-
-def envelope_schema() -> dict[str, Any]:
-    """The result envelope's JSON Schema (from ``rungd.envelope.Envelope``): every tool's
-    ``outputSchema``, since every result's ``structuredContent`` is an envelope."""
-    return _root_schema(
-        Envelope, "rungd result envelope",
-        "The result of one rungd call, success or failure: branch on status (ok | error | pending), "
-        "outcome (done | not_started | unknown), effect, and error.code with next_action.",
-    )
-
-
 def _evidence_schema() -> dict[str, Any]:
     """``rungd_evidence_read``'s output: a slice when it worked, an error envelope when not."""
-    part = _root_schema(EvidenceSlice, "evidence slice", "Part of one evidence file.")
+    part = root_schema(EvidenceSlice, "evidence slice", "Part of one evidence file.")
     envelope = envelope_schema()
     return {
         "type": "object",
@@ -190,14 +167,12 @@ def _evidence_schema() -> dict[str, Any]:
 
 
 def bridge_tool(definition: ToolDefinition) -> types.Tool:
-    """The MCP tool for one rungd tool: ``to_mcp`` plus a ``title`` and the envelope as ``outputSchema``.
+    """The MCP tool for one rungd tool: ``to_mcp``, with its title and the envelope as ``outputSchema``.
 
     Raises:
         ExportError: the definition cannot be exported (``rungctl lint`` says why).
     """
-    return types.Tool.model_validate(
-        {**to_mcp(definition), "title": tool_title(definition.name), "outputSchema": envelope_schema()}
-    )
+    return types.Tool.model_validate(to_mcp(definition))
 
 
 def _wait_tool(default_wait_s: float) -> types.Tool:
