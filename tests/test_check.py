@@ -81,3 +81,32 @@ async def test_rungctl_check_prints_receipts_and_skips_python_plugin_tools(short
                                       "no_such_tool"], capture_stdout=True, capture_stderr=True, check=False)
     assert unknown.returncode == 2
     assert "no_such_tool: no such tool in this config; hint:" in unknown.stderr.decode()
+
+
+async def test_a_file_with_several_programs_gets_every_one_replaced(short_tmp: Path) -> None:
+    tool_file = short_tmp / "multi.toml"
+    tool_file.write_text(textwrap.dedent('''
+        [programs.show]
+        command = "/bin/cat"
+        [programs.edit]
+        command = "/bin/true"
+
+        [tools.mp_item_show]
+        program = "show"
+        argv = ["/etc/hostname"]
+        [tools.mp_item_show.description]
+        does = "Shows the item."
+        use_when = "testing."
+        do_not_use_when = "not testing."
+        returns = "name."
+        on_error = "codes."
+        if_unknown = "ask."
+        [tools.mp_item_show.parse]
+        kind = "regex"
+        pattern = '^(?P<name>\\S+)$'
+        fields = { name = "string" }
+    '''))
+    [receipt] = await check_files([tool_file])
+    # Stand-ins ran, not /bin/cat: the missing program and the hang were seen as their fixtures say.
+    assert receipt.passed, receipt.problems
+    assert receipt.line().startswith("PASS mp_item_show  fixtures=6 stableCodes=6 secretHits=0")

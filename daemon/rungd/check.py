@@ -279,18 +279,26 @@ class _Plan:
 
     def _seed_secrets(self) -> dict[str, str]:
         """A random value for every credential name the file declares, and the check's own."""
-        names = {CHECK_SECRET, *self.raw.get("program", {}).get("credentials", {}).values()}
+        names = {CHECK_SECRET, *(name for program in self._programs(self.raw)
+                                 for name in program.get("credentials", {}).values())}
         for spec in self.specs.values():
             names |= set(spec.get("credentials", {}).values()) | set(spec.get("credential_files", {}).values())
             names |= {p["credential"] for key in ("credential_prompt", "askpass") for p in spec.get(key, [])}
         return {name: "rungdck" + secrets.token_hex(16) for name in sorted(names)}
+
+    @staticmethod
+    def _programs(raw: dict) -> list[dict]:
+        """The file's program tables: ``[program]`` and every ``[programs.NAME]``."""
+        return [*([raw["program"]] if "program" in raw else []), *raw.get("programs", {}).values()]
 
     def write_config(self) -> Path:
         """Write the copy, the credentials file (0600) and the config; return the config."""
         tools_dir = self.folder / "tools"
         tools_dir.mkdir()
         copy = json.loads(json.dumps(self.raw))  # a deep copy of plain TOML values
-        copy["program"]["command"] = str(self.program)
+        for program in self._programs(copy):  # every program of the file runs the stand-in
+            program["command"] = str(self.program)
+            program.pop("user", None)  # the stand-in runs as the daemon's user
         for name, spec in copy["tools"].items():
             spec.pop("gate", None)
             if "export" in spec:
@@ -362,7 +370,8 @@ class _Plan:
             roles[verify["tool"]] = {"before": before, "after": after}
         return {"fixture": "", "target": name, "roles": roles,
                 "secret_env": [CHECK_SECRET_ENV, *spec.get("credentials", {}),
-                               *self.raw.get("program", {}).get("credentials", {})],
+                               *(var for program in self._programs(self.raw)
+                                 for var in program.get("credentials", {}))],
                 "secret_files": list(spec.get("credential_files", {}))}
 
     async def _fixture(self, running: RunningDaemon, name: str, spec: dict[str, Any], fixture: str,
