@@ -75,3 +75,21 @@ async def test_an_approval_while_the_daemon_stops_is_refused() -> None:
         assert "stopping" in refused.message
     else:
         raise AssertionError("an approval during shutdown was accepted")
+
+
+async def test_an_expiry_the_ledger_cannot_record_still_ends_the_call_expired() -> None:
+    from rungd.errors import LedgerUnavailable
+
+    config = Config.model_validate({"gates": {"approval_ttl_s": 0.2}})
+    calls = CallTable(60, lambda caller: caller.uid == 0)
+
+    async def record(event: str, call: Call, **fields: object) -> None:
+        raise LedgerUnavailable("disk full", hint="free space")
+
+    approvals = Approvals(config, calls, record, None)
+    call = Call.new("t", "r1", CALLER)
+    call.gate = "review"
+    calls.add(call)
+    approvals.hold(call, NoInputs())
+    with trio.fail_after(5):
+        assert isinstance(await approvals.verdict(call), ApprovalExpired)  # and nothing escaped

@@ -347,6 +347,8 @@ expect = {{ value = "{{value}}" }}
     if acts_first:
         assert db.read_text() == "two"  # it did change, before the question
         assert (env.outcome, env.effect, env.next_action) == ("done", "changed", "request_authority")
+        repeat = await daemon.call("kv_value_set", {"value": "two"}, request_id="liar-1")
+        assert (repeat.outcome, repeat.effect) == ("done", "existing")  # a repeat changes nothing more
     else:
         assert not db.exists()  # stopped at the question: nothing moved, and the read says so
         assert (env.outcome, env.effect, env.next_action) == ("not_started", "none", "request_authority")

@@ -101,3 +101,36 @@ async def test_every_answer_the_runner_gave_is_an_answered_ledger_event(nursery,
     assert len(answered) == 1 and answered[0].startswith("confirmation")  # the [y/N] the demo asks
     assert [event for event, _ in events].index("answered") < [event for event, _ in events].index("finished")
     daemon.daemon.stop()
+
+
+async def test_a_repeat_joining_a_call_that_ends_unknown_is_reconcile_required(rungd_daemon) -> None:
+    import trio
+
+    results = {}
+
+    async def one(name: str) -> None:
+        results[name] = await rungd_daemon.call("probe_item_hang", {"item": "w"}, request_id="r4")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one, "first")
+        await trio.sleep(0.2)
+        nursery.start_soon(one, "repeat")
+    assert results["first"].outcome == "unknown"
+    repeat = results["repeat"]
+    assert (repeat.error.code, repeat.outcome, repeat.next_action) == ("RECONCILE_REQUIRED", "unknown", "reconcile")
+    assert repeat.settle is not None and repeat.settle.tool == "probe_item_show"
+
+
+async def test_a_daemon_that_is_stopping_starts_no_new_call(rungd_daemon) -> None:
+    import trio
+
+    from rungd.client import Client
+
+    def on_an_open_connection() -> str:
+        with Client(rungd_daemon.socket) as client:
+            client.hello()
+            rungd_daemon.daemon.dispatcher.stopping = True  # as shutdown() sets it first thing
+            env = client.call("probe_item_show", {"item": "w"})
+            return env.error.code if env.error else env.status
+
+    assert await trio.to_thread.run_sync(on_an_open_connection) == "BUSY"

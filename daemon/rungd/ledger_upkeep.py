@@ -106,6 +106,9 @@ class LedgerUpkeep:
         index = self.audit.index
 
         def work() -> PruneResult:
+            # Requests are remembered for the retention, while the daemon runs too, not only
+            # until the next start rebuilds the index.
+            index.prune(now)
             return prune(
                 self.audit.ledger, now=now,
                 keep_seconds=None if config.keep_days is None else config.keep_days * _DAY,

@@ -52,7 +52,10 @@ class Approvals:
             Busy: the caller has ``gates.max_held_per_uid`` calls waiting for approval.
         """
         limit = self._config.gates.max_held_per_uid
-        waiting = sum(1 for c in self._calls if c.held is not None and c.caller.uid == caller.uid)
+        # Held, or on their way to it (gated, not yet running: their held record may still
+        # be on its way to the ledger). The call asking is in the table already: it counts.
+        waiting = sum(1 for c in self._calls if c.caller.uid == caller.uid and c.envelope is None
+                      and c.scope is None and c.gate in ("review", "signature")) - 1
         if waiting >= limit:
             raise Busy(f"uid {caller.uid} already has {waiting} calls waiting for approval, the limit",
                        hint="wait until an operator decides some of them; nothing was held or run")
@@ -98,7 +101,10 @@ class Approvals:
         if verdict == "denied":
             return GateDenied(f"an operator denied the call: {held.reason or 'no reason given'}",
                               hint="do not retry this change; ask the operator what to do instead")
-        await self._record("expired", call, request_id=call.request_id)
+        try:
+            await self._record("expired", call, request_id=call.request_id)
+        except RungdError:
+            pass  # the ledger said why in the log; the call ran nothing and ends all the same
         return ApprovalExpired(
             f"nobody approved the call within {self._config.gates.approval_ttl_s:g} s; it did not run",
             hint="ask an operator to approve it promptly, then call again with a new request",

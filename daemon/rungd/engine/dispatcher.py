@@ -33,7 +33,7 @@ from rungd.config import Config
 from rungd.contract import CallContext, Caller, Tool, ToolInputs, shows
 from rungd.credentials import CredentialStore
 from rungd.envelope import Envelope
-from rungd.errors import RungdError
+from rungd.errors import Busy, ReconcileRequired, RungdError
 from rungd.gates import gate_for, is_operator
 from rungd.plugins import RegisteredTool
 from rungd.proctree import Reaper
@@ -95,6 +95,8 @@ class Dispatcher:
                                max_results=config.server.max_results)
         self.requests = Requests(audit.index, self.calls)
         self.slots = Slots()
+        self.stopping = False
+        self._scratch_threads = trio.CapacityLimiter(4)  # never the default limiter: see audit.py
         self.resources = preconditions.ResourceLocks()
         self.approvals = Approvals(config, self.calls, self._record_call, reaper)
         self.reconciler = Reconciler(config, audit.index, audit.record, self._read_call)
@@ -153,13 +155,16 @@ class Dispatcher:
         commit point had passed); their handlers clean up (kill trees) before returning.
         """
         self.approvals.closed = True  # an approval from now on would start a call we interrupt
+        self.stopping = True  # and so would a new call from a connection still open
         with trio.move_on_after(grace_s):
             await self.slots.wait_idle()
         for call in self.calls:
             if call.scope is not None and call.envelope is None:
                 call.interrupted = True
                 call.scope.cancel()
-        await self.slots.wait_idle()
+        # Interrupted handlers kill their trees (bounded); this bound only guards a bug.
+        with trio.move_on_after(grace_s + 30):
+            await self.slots.wait_idle()
 
     # --- starting a call ---------------------------------------------------------------------
 
@@ -179,6 +184,9 @@ class Dispatcher:
             first = self.requests.repeat_of(admitted.tool, request_id, admitted.digest, caller.uid)
             call.gate = gate_for(admitted.tool, self.config)
             if first is None:
+                if self.stopping:
+                    raise Busy("rungd is stopping and starts nothing new; nothing was started",
+                               hint="retry the same call once rungd is back (the same request_id is safe)")
                 if self._needs_approval(call):
                     self.approvals.check_room(caller)
                 else:
@@ -249,9 +257,17 @@ class Dispatcher:
         self._finish(call, envelope)
 
     async def _join(self, call: Call, first: Call) -> None:
-        """A repeat of a request still running: end with the first call's result, as a repeat."""
+        """A repeat of a request still running: end with the first call's result, as a repeat
+        (RECONCILE_REQUIRED when its outcome is unknown, as for any repeat of such a request)."""
         await first.done.wait()
         assert first.envelope is not None
+        if first.envelope.outcome == "unknown":
+            settle = msgspec.to_builtins(first.envelope.settle) if first.envelope.settle else None
+            await self._never_ran(call, ReconcileRequired(
+                f"the first call with request_id {call.request_id!r} ({first.call_id}) ended with outcome unknown",
+                hint="run its settle read before retrying; a blind retry could do it twice",
+                outcome="unknown", settle=settle), self.admission.tool(call.tool))
+            return
         await self._answer_repeat(call, msgspec.to_builtins(first.envelope), None)
 
     async def _hold(self, call: Call, tool: Tool) -> None:
@@ -312,8 +328,8 @@ class Dispatcher:
                     and not call.interrupted:
                 envelope = await self._settle_now(call, tool, envelope, settle)
             # The work folder is scratch for this call only (the runner's private files
-            # included): gone once the call is.
-            shutil.rmtree(work_dir, ignore_errors=True)
+            # included): gone once the call is. Off the loop: a program may leave a big tree.
+            await trio.to_thread.run_sync(shutil.rmtree, work_dir, True, limiter=self._scratch_threads)
             with trio.CancelScope(shield=True):  # the end of a call is recorded even at shutdown
                 await self._record_end(call, envelope, ctx)
         finally:

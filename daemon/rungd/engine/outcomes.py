@@ -237,7 +237,9 @@ def repeat_envelope(first: dict[str, Any], call: Call) -> Envelope:
     """
     envelope = msgspec.convert(first, Envelope)
     envelope = msgspec.structs.replace(envelope, call_id=call.call_id, elapsed_ms=ms_since(call.started))
-    if envelope.status == "ok" and envelope.effect in ("changed", "no_change"):
+    # Whatever the first call's status, a repeat changed nothing more (a write settled done
+    # and changed by its read is an error that did change something).
+    if envelope.effect in ("changed", "no_change"):
         envelope = msgspec.structs.replace(envelope, effect="existing")
     return envelope
 
