@@ -159,10 +159,13 @@ class LimitsConfig(_Section):
     declares its own. A program that hits one ends with LIMIT_EXCEEDED naming the limit."""
 
     # Address space (RLIMIT_AS): a program that allocates past it fails its allocation.
-    memory_bytes: int | None = Field(2 << 30, ge=1 << 24, examples=[2147483648])
+    # Unset by default: RLIMIT_AS counts reserved address space, not memory used, and a JVM or
+    # a threaded glibc program reserves gigabytes it never touches (java -version fails at
+    # 2 GiB). Set it per host or per tool; the unit's MemoryMax bounds the whole service.
+    memory_bytes: int | None = Field(None, ge=1 << 24, examples=[4294967296])
     # RLIMIT_NPROC counts every process of the program's uid, and root is exempt from it.
     processes: int | None = Field(4096, ge=1, examples=[4096])
-    file_size_bytes: int | None = Field(1 << 30, ge=0, examples=[1073741824])
+    file_size_bytes: int | None = Field(16 << 30, ge=0, examples=[17179869184])
     open_files: int | None = Field(1024, ge=8, examples=[1024])
     cpu_s: int | None = Field(None, ge=1, examples=[600])
     # Core dumps stay off unless an operator asks for them (they may hold credentials).

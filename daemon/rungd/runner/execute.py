@@ -79,6 +79,10 @@ class _Scratch:
         return open_it
 
     def close(self) -> None:
+        """Close the askpass server and the evidence files; safe to call twice."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
         self.helper.close()
         for file in self.files:
             file.close()
@@ -242,9 +246,15 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     secret_files = {var: credential(ctx, name) for var, name in program.file_credentials.items()}
     secrets = [*credentials.values(), *secret_files.values()]
     scratch = _Scratch.open(ctx, _owner(program.user))
-    for var, secret in secret_files.items():
-        scratch.helper.env[var] = scratch.helper.secret_file(var, secret)
-    proc, tracker = await _start(ctx, program, credentials, scratch)
+    try:
+        for var, secret in secret_files.items():
+            scratch.helper.env[var] = scratch.helper.secret_file(var, secret)
+        proc, tracker = await _start(ctx, program, credentials, scratch)
+    except BaseException:
+        # Cancelled while starting (the deadline, a stop) or a secret file failed: the
+        # askpass socket and folder go now, not when the garbage collector finds them.
+        scratch.close()
+        raise
     if program.commits:
         # The program may act from its first instruction, whatever the declared commit point.
         ctx.mark_spawned()
@@ -345,8 +355,11 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
         reaper.poke()
     for stream in watch.streams:
         stream.close()
-    if proc.stdin is not None:
-        await proc.stdin.aclose()
+    # All three pipes, now: left to the garbage collector they outlive the call (the streams,
+    # the watch and the child hold each other).
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            await pipe.aclose()
     scratch.helper.close()
     if reaper is None:
         launch.for_reaper(reaper).refill()  # (keeps none: without a reaper each call forks its own)

@@ -88,22 +88,30 @@ class Child:
                 await trio.lowlevel.wait_readable(self._pidfd)
             except trio.ClosedResourceError:
                 continue  # another task reaped it meanwhile (through returncode)
-            if self._returncode is None:
-                self._reap()
+            if self._returncode is None and not self._reap():
+                # Exited, but a tracer has not collected it yet: the parent may reap it only
+                # after that, so look again shortly instead of blocking in waitid.
+                await trio.sleep(0.01)
         return self._returncode
 
-    def _reap(self) -> None:
+    def _reap(self) -> bool:
+        """Reap the child if it can be reaped now; True once its exit status is known.
+
+        Called once the pidfd says the process exited. Never blocks (WNOHANG): a child
+        traced by another process can be reaped by its parent only after the tracer has
+        collected it, and waiting for that here would stop the whole event loop.
+        """
         try:
-            # Only ever called once the pidfd says the process exited: a zombie's exit is what
-            # waitid reports then, even for a ptrace tracee with a stop pending.
-            info = os.waitid(os.P_PID, self.pid, os.WEXITED)
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG)
         except ChildProcessError:  # reaped by someone else: report a kill, not success
             self._returncode = -signal.SIGKILL
         else:
-            assert info is not None
+            if info is None:
+                return False
             self._returncode = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
         proctree.SPAWNED.discard(self.pid)
         self.close()
+        return True
 
     def close(self) -> None:
         """Release the pidfd (once reaped, or for a child that will not be waited for)."""
@@ -454,9 +462,12 @@ def _exec(spec: dict, fds: list[int]) -> None:  # pragma: no cover - a forked pr
                                        and exc.errno not in (errno.ENOENT, errno.ENOTDIR)):
                     failure = exc
         raise failure or OSError(errno.ENOENT, "not found")
-    except OSError as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure here must reach the daemon as one
+        # Not only OSError: a NUL in argv or env is a ValueError, a limit above the hard one
+        # too; end-of-file on the pipe would read as a successful exec.
+        code = getattr(exc, "errno", None) or errno.EINVAL
         with contextlib.suppress(OSError):
-            os.write(err_w, f"{exc.errno or errno.EIO}:{where}".encode())
+            os.write(err_w, f"{code}:{where}".encode())
     os._exit(127)
 
 

@@ -28,9 +28,9 @@ class Limits:
 # What every call's program gets unless the configuration ([limits]) or the tool says otherwise:
 # enough for any ordinary command-line program, not enough for one to take the host.
 DEFAULT = Limits(
-    address_space_bytes=2 << 30,
+    address_space_bytes=None,  # RLIMIT_AS breaks JVMs and threaded programs: see config.py
     processes=4096,  # RLIMIT_NPROC counts the whole uid's processes; root is exempt
-    file_size_bytes=1 << 30,
+    file_size_bytes=16 << 30,
     core_bytes=0,
     open_files=1024,
     # Not by default: wrapped programs include setuid ones (sudo -u, crontab, passwd) that
