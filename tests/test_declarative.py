@@ -416,3 +416,14 @@ def test_a_precondition_names_only_the_tools_inputs(short_tmp) -> None:
     folder = tool_dir(short_tmp, PRECONDITION.replace('lock = "stock:{item}"', 'lock = "stock:{sku}"'))
     with pytest.raises(ConfigError, match=r"precondition\.lock: \{sku\} is not an input"):
         read_tool_file(folder / "stock.toml")
+
+
+async def test_a_negative_number_never_reaches_a_program_as_an_option(short_tmp, nursery) -> None:
+    from rungd.testing import start_daemon
+
+    folder = tool_dir(short_tmp, TOOL_FILE.replace('minimum = 0\n', ''))
+    daemon = await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
+    env = await daemon.call("stock_count_set", {"item": "widget", "count": -5}, request_id="neg")
+    assert (env.error.code, env.outcome) == ("BAD_INPUT", "not_started")
+    assert "option" in env.error.message
+    daemon.daemon.stop()

@@ -59,6 +59,12 @@ def load(tmp_path: Path, cmd: str, argv: str, more: str = "") -> None:
     ("tar", '["--to-command=sh -c x", "-xf", "a"]', "tools.x_item_show.argv[0]", "shell"),
     ("man", '["-P", "sh -c x", "{v}"]', "tools.x_item_show.argv[1]", "shell"),
     ("ls", '["{v.__class__}"]', "tools.x_item_show.argv[0]", "not a plain {input}"),
+    # Read as the program's own option parser reads them: bundled short flags, unique long
+    # prefixes, git's config options, ssh's -o with a space.
+    ("tar", '["-xvIsh", "-f", "a"]', "tools.x_item_show.argv[0]", "shell"),
+    ("tar", '["--to-com=sh", "-xf", "a"]', "tools.x_item_show.argv[0]", "shell"),
+    ("git", '["-c", "alias.x=!sh -c id", "x"]', "tools.x_item_show.argv[1]", "not an executable"),
+    ("ssh", '["-o", "ProxyCommand sh -c id", "host"]', "tools.x_item_show.argv[1]", "shell"),
 ])
 def test_a_program_that_would_run_a_hidden_command_is_refused_at_load(tmp_path, cmd, argv, key, words) -> None:
     with pytest.raises(ConfigError, match=r".*") as caught:
@@ -95,3 +101,11 @@ def test_multiline_is_only_for_the_input_fed_on_stdin(tmp_path) -> None:
                     + "multiline = true\n")
     with pytest.raises(ConfigError, match=r"key tools\.x_item_show\.inputs\.v\.multiline: only the input fed"):
         read_tool_file(path)
+
+
+@pytest.mark.parametrize("variable", ["PAGER", "GIT_PAGER", "GIT_SSH_COMMAND", "GIT_CONFIG_KEY_0", "LD_PRELOAD",
+                                      "BASH_ENV", "RUNGD_CALL", "EDITOR"])
+def test_environment_that_names_a_program_is_refused_at_load(tmp_path, variable) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, "ls", '["{v}"]', f'env = {{ {variable} = "sh -c id" }}')
+    assert f"key tools.x_item_show.env.{variable}: a tool file may not set {variable}" in str(caught.value)

@@ -21,6 +21,7 @@ import pydantic
 import trio
 from pydantic import Field
 from rungd.sdk import (
+    BadInput,
     CallContext,
     Completed,
     ConfigError,
@@ -89,6 +90,8 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
         _check_tool(path, key, name, spec, specs)
         if spec.export is None and spec.import_ is None:
             user = spec.user or runs[name].spec.user
+            programs.check_env(path, f"{key}.env", spec.env)
+            programs.check_env(path, f"{runs[name].key}.env", runs[name].spec.env)
             programs.check_argv(path, key, runs[name], spec, user=user)
             if user is not None:
                 programs.check_user(path, f"{key}.user" if spec.user else f"{runs[name].key}.user", user)
@@ -420,7 +423,14 @@ class _ProgramRunner:
             value = substitute(template, values)
             if value is None:
                 continue  # an optional input left out drops its whole argument
-            words.append(str(value).lower() if isinstance(value, bool) else str(value))
+            word = str(value).lower() if isinstance(value, bool) else str(value)
+            name = whole(template)
+            if name is not None and word.startswith("-") and not spec.inputs[name].allow_dash:
+                # A number (-5) would read as an option as much as a string would; strings are
+                # refused at validation, every other type here.
+                raise BadInput(f"{name}: {word!r} would reach the program as an option",
+                               hint=f"{name} must not start with '-'; give a value the program reads as data")
+            words.append(word)
         stdin: Any = spec.stdin
         data = values.get(spec.stdin_input) if spec.stdin_input is not None else None
         if data is not None:

@@ -66,7 +66,8 @@ EXEC_OPTIONS: dict[str, tuple[str, ...]] = {
     "rsync": ("-e", "--rsh", "--rsync-path"),
     "zip": ("-TT", "--unzip-command"),
     "man": ("-P", "--pager", "-H", "--html"),
-    "git": ("--upload-pack", "--receive-pack", "--exec"),
+    # -c / --config-env set any config, aliases ("!sh ...") and core.pager included.
+    "git": ("--upload-pack", "--receive-pack", "--exec", "-c", "--config-env", "--exec-path"),
     "ssh": ("-oProxyCommand", "-oLocalCommand", "-oKnownHostsCommand"),
     "scp": ("-S",),
     "dpkg": ("--pre-invoke", "--post-invoke"),
@@ -223,23 +224,37 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
 
 
 def _option_value(word: str, argv: list[str], i: int, options: Iterable[str]) -> tuple[str, int] | None:
-    """The value of an exec option at ``argv[i]`` and where it sits, or None if it is none."""
+    """The value of an exec option at ``argv[i]`` and where it sits, or None if it is none.
+
+    Read as the program's option parser reads it: GNU long options by any unique prefix
+    (``--to-com=sh`` is ``--to-command``), short options bundled (``-xvIsh`` is ``-I sh``),
+    and ``-o NAME VALUE`` with a space as well as an ``=``.
+    """
+    def after(value: str) -> tuple[str, int]:
+        if value:
+            return value, i
+        return (argv[i + 1], i + 1) if i + 1 < len(argv) else ("", i)
+
     for option in options:
         if word == option:
-            if i + 1 >= len(argv):
-                return "", i
-            return argv[i + 1], i + 1
-        if option.startswith("--") and word.startswith(option + "="):
-            return word[len(option) + 1:], i
+            return after("")
+        if option.startswith("--") and word.startswith("--"):
+            name, eq, value = word.partition("=")
+            if len(name) > 3 and option.startswith(name):  # the option itself, or a prefix of it
+                return after(value) if eq else after("")
         if option.startswith("-o") and word.startswith(option + "="):  # ssh -oProxyCommand=...
             return word[len(option) + 1:], i
-        if len(option) == 2 and word.startswith(option) and not word.startswith("--"):
-            return word[2:], i
-    if word in ("-o",) and i + 1 < len(argv):  # ssh/apt-get -o NAME=VALUE as two words
+        if option.startswith("-o") and word.lower().startswith(option.lower()):  # -oProxyCommand sh..
+            return word[len(option):].lstrip("= "), i
+        if len(option) == 2 and word.startswith("-") and not word.startswith("--") and option[1] in word[1:]:
+            # A short option, alone or bundled: what follows it in the word, or the next word.
+            return after(word[word.index(option[1], 1) + 1:])
+    if word in ("-o",) and i + 1 < len(argv):  # ssh/apt-get -o NAME=VALUE (or NAME VALUE) as two words
         nxt = argv[i + 1]
+        name = re.split(r"[=\s]", nxt, maxsplit=1)[0].lower()
         for option in options:
-            if option.startswith("-o") and nxt.lower().startswith(option[2:].lower() + "="):
-                return nxt.split("=", 1)[1], i + 1
+            if option.startswith("-o") and name == option[2:].lower():
+                return re.split(r"[=\s]", nxt, maxsplit=1)[1] if re.search(r"[=\s]", nxt) else "", i + 1
     return None
 
 
@@ -327,3 +342,34 @@ def _has_capability(bit: int) -> bool:
     except OSError:
         return False
     return False
+
+
+# Variables that name a program to run, load code, or steer the call's own bookkeeping: a
+# tool file setting one would run what it names (PAGER="sh -c ...", GIT_CONFIG_* aliases,
+# LD_PRELOAD) as surely as an argv word, past every check above.
+_ENV_REFUSED = frozenset({
+    "PAGER", "GIT_PAGER", "MANPAGER", "SYSTEMD_PAGER", "LESSOPEN", "LESSCLOSE", "EDITOR", "VISUAL",
+    "GIT_EDITOR", "GIT_SEQUENCE_EDITOR", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS", "SSH_ASKPASS",
+    "SUDO_ASKPASS", "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "BASH_ENV", "ENV", "SHELL", "PROMPT_COMMAND", "PS4",
+    "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME", "PERL5OPT", "PERL5LIB", "PERLLIB", "RUBYOPT", "RUBYLIB",
+    "NODE_OPTIONS", "NODE_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "SSH_AUTH_SOCK", "IFS",
+})
+# RUNGD_CALL is the call's tag (what finds its processes), RUNGD_ASKPASS* where its questions go.
+_ENV_REFUSED_PREFIXES = ("LD_", "GIT_CONFIG", "DYLD_", "RUNGD_CALL", "RUNGD_ASKPASS")
+_ENV_REFUSED_SUFFIXES = ("_COMMAND", "_PAGER", "_EDITOR", "_ASKPASS", "_SHELL")
+
+
+def check_env(path: Path, key: str, env: dict[str, str]) -> None:
+    """Refuse environment a tool file sets that would run or load another program.
+
+    Raises:
+        ConfigError: naming the file, the key and the variable.
+    """
+    for name in env:
+        upper = name.upper()
+        if upper in _ENV_REFUSED or upper.startswith(_ENV_REFUSED_PREFIXES) or upper.endswith(_ENV_REFUSED_SUFFIXES):
+            raise ConfigError(
+                f"{path}: key {key}.{name}: a tool file may not set {name}: it names a program to run or "
+                "code to load, which no refusal of argv would see; hint: pass what the program needs as "
+                "arguments, or wrap it in a Python plugin whose code a reviewer reads"
+            )
