@@ -427,3 +427,22 @@ async def test_a_negative_number_never_reaches_a_program_as_an_option(short_tmp,
     assert (env.error.code, env.outcome) == ("BAD_INPUT", "not_started")
     assert "option" in env.error.message
     daemon.daemon.stop()
+
+
+def test_a_settle_matches_test_never_takes_its_pattern_from_an_input(short_tmp) -> None:
+    text = TOOL_FILE + '''
+[tools.stock_count_set.settle]
+tool = "stock_item_show"
+inputs = { item = "{item}" }
+expect = { item = { matches = "{item}" } }
+'''
+    loaded = read_tool_file(tool_dir(short_tmp, text) / "stock.toml")
+    tool = next(t for t in loaded.tools if t.name == "stock_count_set")
+    # Literal text, not "$item": a caller's input is never a regular expression.
+    assert tool.timing.settle.expect == {"item": {"matches": "{item}"}}
+
+
+def test_a_precondition_pattern_is_checked_for_backtracking_at_load(short_tmp) -> None:
+    bad = PRECONDITION.replace('expect = { count = "{expected_count}" }', 'expect = { item = { matches = "^(a+)+$" } }')
+    with pytest.raises(ConfigError, match=r"precondition\.expect\.item\.matches"):
+        read_tool_file(tool_dir(short_tmp, bad) / "stock.toml")

@@ -211,9 +211,10 @@ def _plain(value: Any) -> Any:
 
 def _as_reference(value: Any) -> Any:
     """``"{item}"`` in a tool file is ``"$item"`` in a SettleSpec: the call's own input,
-    also as the argument of a test (``{"equals": "$item"}``)."""
+    also as the argument of a test (``{"equals": "$item"}``), never of ``matches``: a
+    caller's input must not become a regular expression run on the daemon's loop."""
     if isinstance(value, dict):
-        return {k: _as_reference(v) for k, v in value.items()}
+        return {k: v if k == "matches" else _as_reference(v) for k, v in value.items()}
     name = whole(value)
     return value if name is None else "$" + name
 
@@ -255,7 +256,7 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
     if spec.side_effect != "read" and spec.verify is None and spec.import_ is None:
         raise fail("verify", "a tool that changes something needs a read-back: "
                              "[tools.NAME.verify] tool = \"<a read tool of this file>\"")
-    _check_precondition(fail, spec, specs)
+    _check_precondition(path, key, fail, spec, specs)
     for where, ref in (("verify.tool", spec.verify.tool if spec.verify else None),
                        ("settle.tool", spec.settle.tool if spec.settle else None)):
         if ref is None:
@@ -278,7 +279,7 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
                                                       f"(it parses {', '.join(parsed) or 'nothing'})")
 
 
-def _check_precondition(fail: Callable[[str, str], ConfigError], spec: ToolSpec,
+def _check_precondition(path: Path, key: str, fail: Callable[[str, str], ConfigError], spec: ToolSpec,
                         specs: dict[str, ToolSpec]) -> None:
     """A precondition guards a write, reads with a read tool of this file, expects fields that
     tool parses, and names only the tool's inputs (in its values and its lock)."""
@@ -290,6 +291,9 @@ def _check_precondition(fail: Callable[[str, str], ConfigError], spec: ToolSpec,
     if pre.tool not in specs or specs[pre.tool].side_effect != "read":
         raise fail("precondition.tool", f"{pre.tool!r} must be a read tool of this same file")
     parsed = _parsed_fields(specs[pre.tool])
+    for field, value in pre.expect.items():
+        if isinstance(value, dict) and "matches" in value:
+            check_pattern(path, f"{key}.precondition.expect.{field}.matches", str(value["matches"]))
     for field in pre.expect:
         if field not in parsed:
             raise fail(f"precondition.expect.{field}", f"{pre.tool} does not parse a field {field!r} "
