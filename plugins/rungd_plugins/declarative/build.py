@@ -492,8 +492,18 @@ class _ReadBack:
         self.name = spec.tool
 
     async def read(self, ctx: CallContext, values: dict[str, Any]) -> dict[str, Any]:
+        """The read-back's fields.
+
+        Raises:
+            ToolError: OUTPUT_TOO_LARGE when its output was cut: a partial listing cannot show
+                that something is absent, nor is it the read a change is judged by.
+        """
         inputs = {k: substitute(v, values) for k, v in self.spec.inputs.items()}
-        fields, _ = await self.runner.run(ctx, inputs, commits=False)
+        fields, done = await self.runner.run(ctx, inputs, commits=False)
+        if done.truncated:
+            raise ToolError("OUTPUT_TOO_LARGE", f"the read-back {self.name} printed more than the tool keeps, "
+                            "so it cannot show whether the change happened",
+                            hint=f"narrow the read-back; its full output is in evidence {done.evidence[0]}")
         return fields
 
     def expected(self, values: dict[str, Any]) -> dict[str, Any]:
