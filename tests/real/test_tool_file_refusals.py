@@ -65,6 +65,9 @@ def load(tmp_path: Path, cmd: str, argv: str, more: str = "") -> None:
     ("tar", '["--to-com=sh", "-xf", "a"]', "tools.x_item_show.argv[0]", "shell"),
     ("git", '["-c", "alias.x=!sh -c id", "x"]', "tools.x_item_show.argv[1]", "not an executable"),
     ("ssh", '["-o", "ProxyCommand sh -c id", "host"]', "tools.x_item_show.argv[1]", "shell"),
+    ("sudo", '["-u", "root", "--sh", "id"]', "tools.x_item_show.argv[2]", "runs a shell"),
+    ("sudo", '["-nuroot", "sh", "-c", "id"]', "tools.x_item_show.argv[1]", "shell"),
+    ("sudo", '["-u", "root", "-X", "id"]', "tools.x_item_show.argv[2]", "not an option rungd knows"),
 ])
 def test_a_program_that_would_run_a_hidden_command_is_refused_at_load(tmp_path, cmd, argv, key, words) -> None:
     with pytest.raises(ConfigError, match=r".*") as caught:

@@ -56,6 +56,21 @@ TARGET_WRAPPERS = {
                  "-l": "runs a login shell", "--login": "runs a login shell", "-": "runs a login shell",
                  "-s": "runs a shell", "--shell": "runs a shell", "--session-command": "runs a shell"}),
 }
+# The options without a value each wrapper may carry; any other option is refused (an
+# option this list does not know could take a value, or run something).
+_PLAIN_FLAGS = {
+    "sudo": {"-n", "--non-interactive", "-E", "--preserve-env", "-H", "--set-home", "-k", "--reset-timestamp",
+             "-K", "--remove-timestamp", "-S", "--stdin", "-A", "--askpass", "-P", "--preserve-groups", "-b",
+             "--background"},
+    "runuser": {"-m", "-p", "--preserve-environment", "-f", "--fast", "-P", "--pty"},
+}
+
+
+def _long_option(word: str, known: Iterable[str]) -> str | None:
+    """The long option ``word`` names, as GNU getopt reads it: exactly, or by a unique prefix."""
+    name = word.partition("=")[0]
+    matches = [option for option in known if option.startswith("--") and option.startswith(name)]
+    return name if name in matches else (matches[0] if len(matches) == 1 else None)
 _USER_OPTIONS = ("-u", "--user")
 # Options that make a program run another one: the value (or, for find, the words up to
 # ";" or "+") names the program, which must be literal and is checked like a command.
@@ -273,16 +288,33 @@ def _wrapped(argv: list[str], wrapper: str, fail) -> tuple[Path, int]:  # type: 
             raise fail(i, f"{word!r}: the options of {wrapper} and the program it runs are literal, never an input")
         if not word.startswith("-") or word == "-" and wrapper != "runuser":
             break
+        known = {*with_value, *refused, *_PLAIN_FLAGS[wrapper]}
+        if word.startswith("--"):
+            # GNU getopt takes any unique prefix: --sh is --shell.
+            option = _long_option(word, known) or ""
+            if not option:
+                raise fail(i, f"{wrapper} {word}: not an option rungd knows {wrapper} to take safely; "
+                              f"use -u USER and plain flags ({', '.join(sorted(_PLAIN_FLAGS[wrapper]))})")
         if option in refused:
             raise fail(i, f"{wrapper} {word} {refused[option]}; rungd never runs one")
-        flags = [f"-{c}" for c in word[1:]] if not word.startswith("--") and len(word) > 2 else []
-        if flags and flags[0] in with_value:  # -upostgres
-            option, inline = flags[0], word[2:]
-        elif flags:  # -nH, -nu USER: several flags in one word, the last may take a value
-            bad = next((f for f in flags if f in refused), None)
-            if bad:
-                raise fail(i, f"{wrapper} {word} {refused[bad]}; rungd never runs one")
-            option = flags[-1]
+        if not word.startswith("--") and len(word) > 2:
+            # Short flags bundled as getopt reads them: each is a flag until one takes a value,
+            # which is the rest of the word (-nuroot is -n -u root) or the next word.
+            for j, char in enumerate(word[1:], start=1):
+                flag = f"-{char}"
+                if flag in refused:
+                    raise fail(i, f"{wrapper} {word} {refused[flag]}; rungd never runs one")
+                if flag in with_value:
+                    option, inline = flag, word[j + 1:]
+                    break
+                if flag not in _PLAIN_FLAGS[wrapper]:
+                    raise fail(i, f"{wrapper} {word}: {flag} is not an option rungd knows {wrapper} to take safely")
+            else:
+                i += 1
+                continue
+        elif option not in known:
+            raise fail(i, f"{wrapper} {word}: not an option rungd knows {wrapper} to take safely; "
+                          f"use -u USER and plain flags ({', '.join(sorted(_PLAIN_FLAGS[wrapper]))})")
         if option in with_value:
             value = inline if inline else (argv[i + 1] if i + 1 < len(argv) else "")
             if placeholders(value):
