@@ -66,6 +66,7 @@ def load(tmp_path: Path, cmd: str, argv: str, more: str = "") -> None:
     ("git", '["-c", "alias.x=!sh -c id", "x"]', "tools.x_item_show.argv[1]", "not an executable"),
     ("ssh", '["-o", "ProxyCommand sh -c id", "host"]', "tools.x_item_show.argv[1]", "shell"),
     ("sudo", '["-u", "root", "--sh", "id"]', "tools.x_item_show.argv[2]", "runs a shell"),
+    ("ssh", '["-p", "22", "host", "cat", "{v}"]', "tools.x_item_show.argv[4]", "remote shell"),
     ("sudo", '["-nuroot", "sh", "-c", "id"]', "tools.x_item_show.argv[1]", "shell"),
     ("sudo", '["-u", "root", "-X", "id"]', "tools.x_item_show.argv[2]", "not an option rungd knows"),
 ])

@@ -210,6 +210,8 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
         inner, start = _wrapped(argv, wrapper, fail)
         _check_words(path, key, inner, argv[start + 1:], offset + start + 1, dashed)
         return
+    if names & {"ssh", "slogin"}:
+        _check_ssh_command(argv, fail)
     options = next((EXEC_OPTIONS[n] for n in names if n in EXEC_OPTIONS), ())
     if not options:
         return
@@ -236,6 +238,28 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
             if re.search(r"[;&|`$<>(){}\\'\"*?]", text):
                 raise fail(at, f"{text!r} is run through a shell by this program: give one plain program name")
             _which(text.split()[0] if text.split() else text, lambda p: fail(at, p))
+
+
+# ssh options that take a value (OpenSSH ssh(1)); the first other word is the host.
+_SSH_VALUED = frozenset("-B -b -c -D -E -e -F -I -i -J -L -l -m -O -o -p -Q -R -S -W -w".split())
+
+
+def _check_ssh_command(argv: list[str], fail) -> None:  # type: ignore[no-untyped-def]
+    """Refuse an input among the words after ssh's host: they are the remote command, which
+    the remote user's shell reads (an input "a;id" would run id there)."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            i += 1
+            break
+        if not word.startswith("-"):
+            break
+        i += 2 if word in _SSH_VALUED else 1
+    for j in range(i + 1, len(argv)):
+        if placeholders(argv[j]):
+            raise fail(j, f"{argv[j]!r}: the words after ssh's host are a command the remote shell reads; an "
+                          "input there would be code: wrap the remote program with its own tool file there")
 
 
 def _option_value(word: str, argv: list[str], i: int, options: Iterable[str]) -> tuple[str, int] | None:
