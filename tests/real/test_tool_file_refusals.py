@@ -63,7 +63,8 @@ def load(tmp_path: Path, cmd: str, argv: str, more: str = "") -> None:
     # prefixes, git's config options, ssh's -o with a space.
     ("tar", '["-xvIsh", "-f", "a"]', "tools.x_item_show.argv[0]", "shell"),
     ("tar", '["--to-com=sh", "-xf", "a"]', "tools.x_item_show.argv[0]", "shell"),
-    ("git", '["-c", "alias.x=!sh -c id", "x"]', "tools.x_item_show.argv[1]", "not an executable"),
+    ("git", '["-c", "alias.x=!sh -c id", "x"]', "tools.x_item_show.argv[1]", "can make git run a program"),
+    ("git", '["-c", "core.pager=sh", "log"]', "tools.x_item_show.argv[1]", "can make git run a program"),
     ("ssh", '["-o", "ProxyCommand sh -c id", "host"]', "tools.x_item_show.argv[1]", "shell"),
     ("sudo", '["-u", "root", "--sh", "id"]', "tools.x_item_show.argv[2]", "runs a shell"),
     ("ssh", '["-p", "22", "host", "cat", "{v}"]', "tools.x_item_show.argv[4]", "remote shell"),
@@ -82,6 +83,7 @@ def test_a_program_that_would_run_a_hidden_command_is_refused_at_load(tmp_path, 
     ("sudo", '["-n", "-u", "nobody", "--", "id", "-un"]'),
     ("runuser", '["-u", "nobody", "--", "id"]'),
     ("man", '["-P", "cat", "{v}"]'),
+    ("git", '["-c", "credential.helper=", "-c", "user.name=rungd", "log"]'),
 ])
 def test_wrappers_with_a_declared_target_and_literal_programs_load(tmp_path, cmd, argv) -> None:
     load(tmp_path, cmd, argv)

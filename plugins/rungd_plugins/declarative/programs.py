@@ -81,8 +81,8 @@ EXEC_OPTIONS: dict[str, tuple[str, ...]] = {
     "rsync": ("-e", "--rsh", "--rsync-path"),
     "zip": ("-TT", "--unzip-command"),
     "man": ("-P", "--pager", "-H", "--html"),
-    # -c / --config-env set any config, aliases ("!sh ...") and core.pager included.
-    "git": ("--upload-pack", "--receive-pack", "--exec", "-c", "--config-env", "--exec-path"),
+    # (-c and --config-env are checked on their own: see _check_git_config.)
+    "git": ("--upload-pack", "--receive-pack", "--exec", "--exec-path"),
     "ssh": ("-oProxyCommand", "-oLocalCommand", "-oKnownHostsCommand"),
     "scp": ("-S",),
     "dpkg": ("--pre-invoke", "--post-invoke"),
@@ -212,6 +212,8 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
         return
     if names & {"ssh", "slogin"}:
         _check_ssh_command(argv, fail)
+    if "git" in names:
+        _check_git_config(argv, fail)
     options = next((EXEC_OPTIONS[n] for n in names if n in EXEC_OPTIONS), ())
     if not options:
         return
@@ -238,6 +240,32 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
             if re.search(r"[;&|`$<>(){}\\'\"*?]", text):
                 raise fail(at, f"{text!r} is run through a shell by this program: give one plain program name")
             _which(text.split()[0] if text.split() else text, lambda p: fail(at, p))
+
+
+# git -c keys a tool file may set: none of them runs a program (alias.*, core.pager,
+# core.sshCommand, credential.helper with a value, diff/filter drivers... all can).
+_GIT_SAFE_CONFIG = re.compile(r"(user\.(name|email)|color\.[a-z.]+|core\.quotepath|advice\.[a-z.]+|"
+                              r"init\.defaultbranch|safe\.directory|log\.[a-z.]+|i18n\.[a-z.]+)", re.IGNORECASE)
+
+
+def _check_git_config(argv: list[str], fail) -> None:  # type: ignore[no-untyped-def]
+    """git -c sets any configuration, including what runs programs: only keys that run none
+    (and an empty credential.helper, which turns helpers off) are let through, literally."""
+    for i, word in enumerate(argv):
+        if word.startswith("--config-env"):
+            raise fail(i, "git --config-env sets configuration from the environment; set it with -c KEY=VALUE")
+        if word == "-c" or (word.startswith("-c") and not word.startswith("--")):
+            at, text = (i + 1, argv[i + 1] if i + 1 < len(argv) else "") if word == "-c" else (i, word[2:])
+            key, _, value = text.partition("=")
+            if placeholders(text):
+                raise fail(at, f"git -c {text!r}: configuration is literal, never an input")
+            if key.lower() == "credential.helper" and value == "":
+                continue
+            if not _GIT_SAFE_CONFIG.fullmatch(key):
+                raise fail(at, f"git -c {key}: a configuration key that can make git run a program (aliases, "
+                               "pagers, helpers, drivers) is refused; only user.*, color.*, advice.*, "
+                               "core.quotepath, init.defaultBranch, safe.directory and an empty "
+                               "credential.helper may be set")
 
 
 # ssh options that take a value (OpenSSH ssh(1)); the first other word is the host.
