@@ -26,5 +26,5 @@ def test_a_parent_swapped_for_a_symlink_out_of_the_roots_makes_nothing_outside(t
     (root / "inbox").rmdir()
     os.symlink(outside, root / "inbox")  # ...then swapped, before the folder is made
     with pytest.raises(OutsideRoots):
-        roots._make(root / "inbox" / "new")
+        roots.folder(root / "inbox" / "new", create=True)
     assert list(outside.iterdir()) == []  # not even an empty folder out there

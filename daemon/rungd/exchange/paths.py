@@ -26,7 +26,7 @@ from rungd.contract import ErrorRule
 from rungd.errors import BadInput, ToolError
 
 OUTSIDE_ROOTS_CODE = "OUTSIDE_ROOTS"
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 NAME_MAX = 255
 OUTSIDE_ROOTS = ErrorRule(
     OUTSIDE_ROOTS_CODE,
@@ -84,8 +84,7 @@ class Roots:
 
     def contains(self, path: Path) -> bool:
         """Whether ``path``, with every symlink resolved, lies inside a root (or is one)."""
-        real = Path(os.path.realpath(path))
-        return any(real == root or real.is_relative_to(root) for root in self.paths)
+        return self._inside(Path(os.path.realpath(path)))
 
     def check(self, path: Path) -> Path:
         """Return ``path`` if it resolves inside a root.
@@ -107,7 +106,7 @@ class Roots:
             OutsideRoots: the open file lies outside every root.
         """
         real = Path(os.readlink(f"/proc/self/fd/{fd}"))
-        if not any(real == root or real.is_relative_to(root) for root in self.paths):
+        if not self._inside(real):
             raise OutsideRoots(f"{path.name!r} led outside the tool's folders when it was opened")
 
     def folder(self, path: Path, *, create: bool = False) -> Path:
@@ -121,43 +120,55 @@ class Roots:
             OutsideRoots: it resolves outside every root.
         """
         if create:
-            self._make(path)
+            os.close(self.walk(path, create=True))
         return self.check(path)
 
-    def _make(self, path: Path) -> None:
-        """Make ``path`` and its missing parents, each relative to its held parent.
+    def walk(self, folder: Path, *, create: bool = False) -> int:
+        """Open ``folder`` by walking to it from ``/`` with no symlink followed; return its
+        descriptor (the caller closes it).
 
-        The walk follows the path as it resolved when checked, one component at a time with
-        ``O_NOFOLLOW``: a parent swapped for a symlink meanwhile fails the walk, so no folder
-        is ever made outside the roots, not even an empty one.
+        The path as it resolves now must lie inside a root; the walk then follows it one
+        component at a time with ``O_NOFOLLOW``, so a component swapped for a symlink since
+        fails instead of leading elsewhere. What is held afterwards is that folder, wherever
+        it is moved: files created relative to the descriptor land in it and nowhere else.
+
+        Args:
+            create: make each missing component, relative to its held parent, so nothing is
+                ever made outside the roots, not even an empty folder.
 
         Raises:
-            OutsideRoots: a component on the way is (now) a symlink or not a folder.
+            OutsideRoots: it resolves outside every root, or a component on the way is (now)
+                a symlink or not a folder, or vanished while it was made.
+            FileNotFoundError: it does not exist (and ``create`` is false).
         """
-        real = Path(os.path.realpath(path))
-        # The path as resolved now is the one walked: it must lie inside a root, and the walk
-        # below then refuses any component swapped since.
-        if not any(real == root or real.is_relative_to(root) for root in self.paths):
-            raise OutsideRoots(f"{path.name!r} leads outside the tool's folders")
-        fd = os.open("/", _DIR_FLAGS)
+        real = Path(os.path.realpath(folder))
+        if not self._inside(real):
+            raise OutsideRoots(f"{folder.name!r} leads outside the tool's folders")
+        fd = os.open("/", DIR_FLAGS)
         try:
             for part in real.parts[1:]:
-                with contextlib.suppress(FileExistsError):
-                    try:
-                        os.mkdir(part, 0o755, dir_fd=fd)
-                    except FileNotFoundError:  # the parent held was removed meanwhile
-                        raise OutsideRoots(f"{path.name!r}: a folder on its way vanished while it was made") from None
+                if create:
+                    with contextlib.suppress(FileExistsError):
+                        try:
+                            os.mkdir(part, 0o755, dir_fd=fd)
+                        except FileNotFoundError:  # the parent held was removed meanwhile
+                            raise OutsideRoots(f"{folder.name!r}: a folder on its way vanished") from None
                 try:
-                    step = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                    step = os.open(part, DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
                     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise OutsideRoots(f"{path.name!r} was swapped for a symlink or a file while it was "
-                                           "made; nothing was made there") from None
+                        raise OutsideRoots(f"{folder.name!r} was swapped for a symlink or a file while it was "
+                                           "used; nothing was written there") from None
                     raise
                 os.close(fd)
                 fd = step
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        return fd
+
+    def _inside(self, real: Path) -> bool:
+        return any(real == root or real.is_relative_to(root) for root in self.paths)
 
     def child(self, folder: Path, name: str) -> Path:
         """The file ``name`` inside ``folder``, refused if it is a symlink out of the roots.

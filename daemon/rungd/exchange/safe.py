@@ -55,7 +55,6 @@ NOT_A_FILE = ErrorRule(
 THREADS = 8
 FILE_OP_S = 10.0  # one probe, listing or open: a local file system answers in milliseconds
 READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 _LIMITER: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("rungd.exchange.limiter")
 
@@ -201,35 +200,5 @@ def is_regular(path: Path | str, *, follow: bool = True) -> bool:
 
 
 def open_folder(roots: Roots, folder: Path) -> int:
-    """Open ``folder`` by walking to it from ``/`` with no symlink followed; return its descriptor.
-
-    The folder must lie inside a root after symlinks are resolved (``Roots.check``); the
-    walk then follows the resolved path component by component with ``O_NOFOLLOW``, so a
-    component swapped for a symlink since the check fails instead of leading elsewhere.
-    What is held afterwards is that folder, wherever it is moved: files created relative
-    to the descriptor land in it and nowhere else.
-
-    Raises:
-        OutsideRoots: the folder resolves outside every root, or a component on the way
-            is (now) a symlink or not a folder.
-        FileNotFoundError: it does not exist.
-    """
-    real = Path(os.path.realpath(folder))
-    if not any(real == root or real.is_relative_to(root) for root in roots.paths):
-        raise OutsideRoots(f"{folder.name!r} leads outside the tool's folders")
-    fd = os.open("/", DIR_FLAGS)
-    try:
-        for part in real.parts[1:]:
-            try:
-                step = os.open(part, DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise OutsideRoots(f"{folder.name!r} was swapped for a symlink or a file while it was used; "
-                                       "nothing was written") from None
-                raise
-            os.close(fd)
-            fd = step
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    """``roots.walk(folder)``: the folder held by a descriptor, reached with no symlink followed."""
+    return roots.walk(folder)
