@@ -1,7 +1,7 @@
 """What the ledger says about each tool: the numbers behind ``rungctl health``.
 
 Computed from the ledger files alone (no second store), in one pass that decodes only the
-fields it needs (``_Seen``), the way the idempotency index replays:
+fields it needs (``rungd_ledgers.Event``), the way the idempotency index replays:
 
     calls         final records (``finished``, ``rejected``) by outcome and by error code
     latency       p50 / p95 of received -> finished, from the records' own times (a read's
@@ -24,27 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
-from rungd_ledgers.files import decoded_blocks, ledger_files
+from rungd_ledgers import Event, iter_events
 
 PROMPT_CODES = ("PROMPT_UNEXPECTED", "AUTH_REQUIRED")
 SPARK = "▁▂▃▄▅▆▇█"
 MAX_TREND = 48  # hours shown at most; a longer span is shown in wider buckets
-
-
-class _Seen(msgspec.Struct, gc=False):
-    """The fields of a ledger record health reads; the decoder skips the rest of each line."""
-
-    time: float
-    event: str
-    call_id: str
-    tool: str
-    outcome: str | None = None
-    code: str | None = None
-    note: str | None = None
-
-
-_decoder = msgspec.json.Decoder(_Seen)
 
 
 class _Tool:
@@ -67,16 +51,14 @@ class _Tool:
         self.hours = [0] * buckets
 
 
-def records(folder: Path) -> Iterator[list[_Seen]]:
-    """The ledger's records in blocks, oldest first, each decoded to the fields health needs.
+def records(folder: Path) -> Iterator[list[Event]]:
+    """The ledger's records in blocks, oldest first (``rungd_ledgers.iter_events``).
 
     Raises:
         OSError: a file cannot be read (permissions).
         LedgerCorrupt: a line is not a record.
     """
-    for path in ledger_files(folder):
-        for block, _ in decoded_blocks(path, _decoder):
-            yield block
+    return iter_events(folder)
 
 
 def compute(folder: Path, since: float, *, tool: str | None = None, now: float | None = None) -> dict[str, Any]:

@@ -33,9 +33,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import msgspec
 import trio
-from rungd_ledgers.files import decoded_blocks, ledger_files
+from rungd_ledgers import iter_events
 
 from rungd.audit import Audit
 from rungd.contract import Caller, StepDown, Tool
@@ -89,20 +88,6 @@ class _Track:
     mark: Mark | None = None
 
 
-class _Seen(msgspec.Struct, gc=False):
-    """The fields of a ledger record the replay reads; the decoder skips the rest."""
-
-    time: float
-    event: str
-    call_id: str
-    tool: str
-    code: str | None = None
-    note: str | None = None
-
-
-_seen_decoder = msgspec.json.Decoder(_Seen)
-
-
 class StepDownWatch:
     """Evaluates every tool's step-down observations on its results, and keeps the marks.
 
@@ -131,19 +116,18 @@ class StepDownWatch:
         Raises:
             LedgerCorrupt: a line is not a record (the daemon's own replay fails first).
         """
-        for path in ledger_files(folder):
-            for records, _ in decoded_blocks(path, _seen_decoder):
-                for record in records:
-                    if record.event == "finished":
-                        if not (record.note or "").startswith(_REPEAT_NOTE):
-                            self._observe(record.tool, record.call_id, record.code, record.time, (), live=False)
-                    elif record.event == "step_down":
-                        track = self._track(record.tool)
-                        if track.mark is None:  # fired under an earlier heading: the record stands
-                            track.mark = Mark(record.note or "step down", record.time, (record.call_id,),
-                                              suspended=self._suspend)
-                    elif record.event == "resumed":
-                        self._tracks.pop(record.tool, None)
+        for records in iter_events(folder):
+            for record in records:
+                if record.event == "finished":
+                    if not (record.note or "").startswith(_REPEAT_NOTE):
+                        self._observe(record.tool, record.call_id, record.code, record.time, (), live=False)
+                elif record.event == "step_down":
+                    track = self._track(record.tool)
+                    if track.mark is None:  # fired under an earlier heading: the record stands
+                        track.mark = Mark(record.note or "step down", record.time, (record.call_id,),
+                                          suspended=self._suspend)
+                elif record.event == "resumed":
+                    self._tracks.pop(record.tool, None)
         for name, track in self._tracks.items():
             if track.mark is not None:
                 log.warning("tool %s is still %s", name, track.mark.text(),

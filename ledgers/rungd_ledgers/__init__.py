@@ -21,13 +21,15 @@ from rungd_ledgers.anchors import Anchor, AnchorFileError, anchor_message, read_
 from rungd_ledgers.chain import GENESIS
 from rungd_ledgers.errors import LedgerClosed, LedgerCorrupt, LedgerError, LedgerUnavailable
 from rungd_ledgers.index import DEFAULT_RETENTION_SECONDS, Entry, Held, IdempotencyIndex, Unfinished
-from rungd_ledgers.reader import follow, iter_records
+from rungd_ledgers.reader import Event, follow, iter_events, iter_records
 from rungd_ledgers.records import EVENTS, SCHEMA_VERSION, PrunedFile, Record, input_digest
 from rungd_ledgers.retention import PruneResult, prune
 from rungd_ledgers.verify import Problem, VerifyReport, verify
 from rungd_ledgers.writer import DEFAULT_ROTATE_BYTES, Ledger, TornRepair
 
 __all__ = [
+    "Event",
+    "iter_events",
     "Anchor",
     "AnchorFileError",
     "PruneResult",

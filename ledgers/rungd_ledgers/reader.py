@@ -15,6 +15,35 @@ from rungd_ledgers.records import Record, decoder
 POLL_SECONDS = 0.2
 
 
+class Event(msgspec.Struct, gc=False):
+    """A record as the ledger's readers of many events see it: what happened, to which call
+    and tool, and how it ended. The decoder skips the rest of each line (the result, the
+    inputs), which makes a pass over a million events several times faster."""
+
+    time: float
+    event: str
+    call_id: str
+    tool: str
+    outcome: str | None = None
+    code: str | None = None
+    note: str | None = None
+
+
+_event_decoder = msgspec.json.Decoder(Event)
+
+
+def iter_events(folder: str | os.PathLike[str]) -> Iterator[list[Event]]:
+    """Every record of the ledger in ``folder`` as an ``Event``, in blocks, oldest first.
+
+    Raises:
+        OSError: a file cannot be read.
+        LedgerCorrupt: a line is not a record.
+    """
+    for path in ledger_files(Path(folder)):
+        for block, _ in decoded_blocks(path, _event_decoder):
+            yield block
+
+
 def iter_records(folder: str | os.PathLike[str], since_seq: int = 0) -> Iterator[Record]:
     """Yield the records with a seq above ``since_seq``, oldest first, across all files.
 
