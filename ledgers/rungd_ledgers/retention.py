@@ -29,7 +29,7 @@ import msgspec
 
 from rungd_ledgers.files import decoded_blocks, ledger_files
 from rungd_ledgers.records import PrunedFile, Record, decoder
-from rungd_ledgers.writer import Ledger, _line_start
+from rungd_ledgers.writer import Ledger, _fsync_path, _line_start
 
 
 class PruneResult(msgspec.Struct, frozen=True):
@@ -115,7 +115,7 @@ def prune(
     record = ledger.append("pruned", "", "", pruned=chosen, note=note)
     for item in chosen:
         (ledger.folder / item.name).unlink(missing_ok=True)
-    _fsync_folder(ledger.folder)
+    _fsync_path(ledger.folder)
     return PruneResult(record, kept_because, total)
 
 
@@ -137,11 +137,3 @@ def _holds_live_call(path: Path, live_calls: Container[str]) -> bool:
         if any(record.call_id in live_calls for record in records):
             return True
     return False
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -95,7 +95,6 @@ class Dispatcher:
                                max_results=config.server.max_results)
         self.requests = Requests(audit.index, self.calls)
         self.slots = Slots()
-        self.stopping = False
         self._scratch_threads = trio.CapacityLimiter(4)  # never the default limiter: see audit.py
         self.resources = preconditions.ResourceLocks()
         self.approvals = Approvals(config, self.calls, self._record_call, reaper)
@@ -110,6 +109,15 @@ class Dispatcher:
                                    open_files=bounds.open_files, processes=bounds.processes,
                                    file_size_bytes=bounds.file_size_bytes, core_bytes=bounds.core_bytes,
                                    no_new_privs=False))
+
+    @property
+    def stopping(self) -> bool:
+        """Whether shutdown began: held by the approvals, which refuse decisions from then on."""
+        return self.approvals.closed
+
+    @stopping.setter
+    def stopping(self, value: bool) -> None:
+        self.approvals.closed = value
 
     # --- what the server asks ---------------------------------------------------------------
 
@@ -154,8 +162,9 @@ class Dispatcher:
         Cancellation: interrupted calls end with INTERRUPTED (outcome unknown when their
         commit point had passed); their handlers clean up (kill trees) before returning.
         """
-        self.approvals.closed = True  # an approval from now on would start a call we interrupt
-        self.stopping = True  # and so would a new call from a connection still open
+        # From now on neither an approval nor a new call from a connection still open may
+        # start something this shutdown would interrupt.
+        self.stopping = True
         with trio.move_on_after(grace_s):
             await self.slots.wait_idle()
         for call in self.calls:
