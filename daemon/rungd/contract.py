@@ -462,6 +462,9 @@ class CallContext:
     # The daemon's reaper of adopted orphans; the runner registers the children it spawns
     # with it so their exit statuses are left for Trio. None outside a daemon.
     reaper: Any = None
+    # The daemon's askpass endpoint (rungd.runner.askpass_server.AskpassEndpoint), or None
+    # outside a daemon: then each call makes its own.
+    askpass: Any = None
 
     def mark_committed(self) -> None:
         """Record that the effect may have begun: a timeout from now on is ``unknown``."""

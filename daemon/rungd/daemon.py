@@ -29,6 +29,7 @@ from rungd.evidence import EvidenceStore
 from rungd.gates import check_gates, is_operator
 from rungd.ledger_upkeep import LedgerUpkeep
 from rungd.plugins import Hooks
+from rungd.runner.askpass_server import AskpassEndpoint
 from rungd.server import Connection, ConnectionLimits, Replies, bind_unix_socket
 from rungd.stepdown import StepDownWatch
 
@@ -99,10 +100,12 @@ class Daemon:
         try:
             async with trio.open_nursery() as housekeeping, trio.open_nursery() as calls_nursery:
                 await housekeeping.start(reaper.run)
+                askpass = AskpassEndpoint(state / "work" / ".askpass")
+                await housekeeping.start(askpass.run)
                 await housekeeping.start(sdnotify.run_watchdog)
                 self.dispatcher = Dispatcher(
                     self.tools, self.config, self._observe, self.credentials, self.audit, calls_nursery,
-                    reaper=reaper,
+                    reaper=reaper, askpass=askpass,
                 )
                 # Evidence is pruned by age and size at start-up and every prune_every_s,
                 # in threads of its own; serving does not wait for the first prune.

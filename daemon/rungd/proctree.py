@@ -525,8 +525,8 @@ class CallCgroup:
     cgroup with controllers for its children may hold no processes of its own does not apply,
     and the daemon can stay where it is.
 
-    A call's program is born in it: the runner makes the cgroup and moves a pre-forked launcher
-    into it ahead of time (``rungd.runner.launch``), so nothing the program forks is ever
+    A call's program is born in it: the runner's launcher makes it with ``clone3``'s
+    ``CLONE_INTO_CGROUP`` (``rungd.runner.launch``), so nothing the program forks is ever
     outside it. Such a spare cgroup is named ``rungd-s<random>`` and, once given to a call,
     labelled with the call's id (the ``user.rungd.call`` extended attribute: a cgroup v2 cannot
     be renamed); start-up recovery reads either.
@@ -830,8 +830,9 @@ class Reaper:
             while True:
                 self.reap()
                 if self.launchers is not None:
-                    # The next call's launcher is forked here, after the call that used the
-                    # last one was answered: a fork of the daemon blocks the loop for a few ms.
+                    # The next call's cgroup is made here, after the call that used the last
+                    # one was answered (a mkdir in cgroupfs can take the kernel milliseconds);
+                    # a launcher that died is started again.
                     self.launchers.refill()
                 if self._retired:
                     retired, self._retired = self._retired, []
@@ -844,7 +845,7 @@ class Reaper:
             # What is left is removed now; a cgroup a process is stuck in stays for the
             # next start-up's sweep.
             self._remove_retired(self._retired)
-            # The runner's spare launcher (rungd.runner.launch) lives as long as the daemon:
-            # it leaves, removing its cgroup, when the daemon stops.
+            # The runner's launcher (rungd.runner.launch) lives as long as the daemon: it
+            # exits, and the spare cgroup goes, when the daemon stops.
             if (launchers := getattr(self, "launchers", None)) is not None:
                 launchers.close()

@@ -71,6 +71,7 @@ class Dispatcher:
         nursery: where handlers run; it belongs to the daemon and outlives connections, so
             a call keeps running when the client that started it goes away.
         reaper: the daemon's reaper of adopted orphans, handed to the runner.
+        askpass: the daemon's askpass endpoint, handed to the runner.
     """
 
     def __init__(
@@ -83,12 +84,14 @@ class Dispatcher:
         nursery: trio.Nursery,
         *,
         reaper: Reaper | None = None,
+        askpass: Any = None,
     ) -> None:
         self.config = config
         self.audit = audit
         self._observe = observe
         self._credentials = credentials
         self._reaper = reaper
+        self._askpass = askpass
         self._nursery = nursery
         self.admission = Admission(tools, config)
         self.calls = CallTable(config.server.keep_results_s, lambda caller: is_operator(caller, config),
@@ -328,6 +331,7 @@ class Dispatcher:
             evidence_dir=self.evidence_dir,
             credentials=lambda name: self._credentials.get(name, tool.name),
             reaper=self._reaper,
+            askpass=self._askpass,
         )
         settle = tool.timing.settle.bind(inputs.model_dump()) if tool.timing.settle else None
         try:
@@ -337,8 +341,14 @@ class Dispatcher:
                     and not call.interrupted:
                 envelope = await self._settle_now(call, tool, envelope, settle)
             # The work folder is scratch for this call only (the runner's private files
-            # included): gone once the call is. Off the loop: a program may leave a big tree.
-            await trio.to_thread.run_sync(shutil.rmtree, work_dir, True, limiter=self._scratch_threads)
+            # included): gone once the call is. Most are left empty (one rmdir, here); a
+            # program that left a tree is removed off the loop.
+            try:
+                work_dir.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                await trio.to_thread.run_sync(shutil.rmtree, work_dir, True, limiter=self._scratch_threads)
             with trio.CancelScope(shield=True):  # the end of a call is recorded even at shutdown
                 await self._record_end(call, envelope, ctx)
         finally:

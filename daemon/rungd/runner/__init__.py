@@ -20,7 +20,8 @@ What ``run`` guarantees:
   answered, not even with nothing: the program is held until the kill.
 * The askpass endpoint answers only processes of the call's own tree (peer credentials).
 * Output is drained as it comes; head and tail within the cap are kept, and the full
-  redacted streams go to evidence files (themselves capped, and saying so).
+  redacted streams go to evidence files (themselves capped, and saying so; a stream that
+  printed nothing has none).
 * On the deadline or any cancellation the whole tree dies, descendants that left the
   process group included (``rungd.proctree``). Every wait after the kill is bounded.
 
@@ -31,7 +32,9 @@ Where each concern lives:
     environment.py     the child's environment, and credentials looked up for a call
     limits.py          Limits: setrlimit and no_new_privs, applied before exec
     streams.py         output capture: drain, redact, cap, evidence files
-    askpass_server.py  the call's private folder and the askpass endpoint in it
+    askpass_server.py  the daemon's askpass endpoint (a private one for another user's program)
+    launch.py          the daemon's side of starting a program: Launcher, Child
+    launcher.py        the launcher process: clone3 into the call's cgroup, then exec
     questions.py       the words of credential questions and terminal failures
     watch.py           prompt watching: feed stdin, notice a question, answer or stop
     execute.py         run(): spawn, supervise, kill and reap

@@ -14,6 +14,12 @@ this call's child, checked through the live parent chain in /proc. Neither the c
 cgroup (a process of the same uid may write its pid into a delegated cgroup) proves
 membership, so neither is accepted. A stranger's connection is closed unanswered; its
 question never reaches this call.
+
+A daemon has one such endpoint for all its calls (:class:`AskpassEndpoint`): one folder, one
+script and one socket made at start-up, and each call registers its child with it
+(:class:`CallAskpass`); a question goes to the running call its asker descends from, or to
+nobody. A program run as another user (``user =``) gets a private folder of its own
+(:class:`AskpassServer`), reachable by that user, as does code running without a daemon.
 """
 
 from __future__ import annotations
@@ -44,57 +50,16 @@ _MAX_DEPTH = 64  # a real call's tree is a few levels deep; a longer chain is re
 Answer = Callable[[str], "str | None"]
 
 
-class AskpassServer:
-    """The call's private folder: the askpass socket, the script GIT_ASKPASS, SSH_ASKPASS and
-    SUDO_ASKPASS point at, and credential files. Removed when the call ends.
+class _Secrets:
+    """A call's credential files: in-memory files its child inherits (see :meth:`secret_file`)."""
 
-    Args:
-        work_dir: the call's work folder. The private folder is always made inside it, whatever
-            the length of its path, because the daemon removes it when the call ends and
-            start-up sweeps every work folder after a crash: credentials never land in /tmp.
-    """
-
-    def __init__(self, work_dir: Path, owner: tuple[int, int] | None = None) -> None:
-        # A program run as another user (``owner``: its uid and gid) cannot reach the state
-        # folder (0700): its folder is made where that user can reach it, and is that user's
-        # alone (0700). It holds no secret either way (credential files are in memory).
-        where = None if owner is not None else work_dir
-        self.folder = Path(tempfile.mkdtemp(prefix=".rungd-", dir=where))  # unique per run
+    def __init__(self, owner: tuple[int, int] | None) -> None:
         self.owner = owner
-        self.socket_path = self.folder / "s"
-        self.script = self.folder / "askpass"
-        self.script.write_text(_HELPER)
-        # sudo runs SUDO_ASKPASS as the user who invoked it, who may not be the daemon's user:
-        # that user must be able to run the helper and reach the socket. That opens nothing:
-        # the folder cannot be listed, holds no secret (credential files are in memory), and
-        # the socket answers only this call's processes, whoever they run as.
-        self.folder.chmod(0o711)
-        self.script.chmod(0o755)
-        self._sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            # A path too long for sun_path is bound through a descriptor of its folder
-            # (askpass.socket_address); binding a local path does not block.
-            with askpass.socket_address(str(self.socket_path)) as address:
-                self._sock._sock.bind(address)
-            self.socket_path.chmod(0o666)
-            if owner is not None:
-                os.chown(self.folder, *owner)
-                os.chown(self.socket_path, *owner)
-                self.folder.chmod(0o700)
-            self._sock.listen(8)
-        except OSError:
-            self.close()
-            raise
-        self._held: list[trio.socket.SocketType] = []
         # Descriptors of credential files, for the child to inherit (see secret_file).
         self.pass_fds: list[int] = []
-        self.env = {
-            "GIT_ASKPASS": str(self.script),
-            "SSH_ASKPASS": str(self.script),
-            "SSH_ASKPASS_REQUIRE": "force",
-            "SUDO_ASKPASS": str(self.script),
-            askpass.SOCKET_ENV: str(self.socket_path),
-        }
+        # Connections of askpass helpers whose question was refused: held open, unanswered,
+        # until the call's tree is killed (close).
+        self._held: list[trio.socket.SocketType] = []
 
     def secret_file(self, label: str, secret: str) -> str:
         """A credential as a file only this call's processes hold: returns its path, ``/dev/fd/N``.
@@ -127,6 +92,62 @@ class AskpassServer:
             os.close(fd)
         self.pass_fds.clear()
 
+    def _close_held(self) -> None:
+        self.release_secrets()
+        for conn in self._held:
+            conn.close()
+        self._held.clear()
+
+
+class AskpassServer(_Secrets):
+    """The call's private folder: the askpass socket, the script GIT_ASKPASS, SSH_ASKPASS and
+    SUDO_ASKPASS point at, and credential files. Removed when the call ends.
+
+    Args:
+        work_dir: the call's work folder. The private folder is always made inside it, whatever
+            the length of its path, because the daemon removes it when the call ends and
+            start-up sweeps every work folder after a crash: credentials never land in /tmp.
+    """
+
+    def __init__(self, work_dir: Path, owner: tuple[int, int] | None = None) -> None:
+        # A program run as another user (``owner``: its uid and gid) cannot reach the state
+        # folder (0700): its folder is made where that user can reach it, and is that user's
+        # alone (0700). It holds no secret either way (credential files are in memory).
+        super().__init__(owner)
+        where = None if owner is not None else work_dir
+        self.folder = Path(tempfile.mkdtemp(prefix=".rungd-", dir=where))  # unique per run
+        self.socket_path = self.folder / "s"
+        self.script = self.folder / "askpass"
+        self.script.write_text(_HELPER)
+        # sudo runs SUDO_ASKPASS as the user who invoked it, who may not be the daemon's user:
+        # that user must be able to run the helper and reach the socket. That opens nothing:
+        # the folder cannot be listed, holds no secret (credential files are in memory), and
+        # the socket answers only this call's processes, whoever they run as.
+        self.folder.chmod(0o711)
+        self.script.chmod(0o755)
+        self._sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            # A path too long for sun_path is bound through a descriptor of its folder
+            # (askpass.socket_address); binding a local path does not block.
+            with askpass.socket_address(str(self.socket_path)) as address:
+                self._sock._sock.bind(address)
+            self.socket_path.chmod(0o666)
+            if owner is not None:
+                os.chown(self.folder, *owner)
+                os.chown(self.socket_path, *owner)
+                self.folder.chmod(0o700)
+            self._sock.listen(8)
+        except OSError:
+            self.close()
+            raise
+        self.env = {
+            "GIT_ASKPASS": str(self.script),
+            "SSH_ASKPASS": str(self.script),
+            "SSH_ASKPASS_REQUIRE": "force",
+            "SUDO_ASKPASS": str(self.script),
+            askpass.SOCKET_ENV: str(self.socket_path),
+        }
+
     async def serve(self, root: proctree.Member, answer: Answer) -> None:
         """Answer the askpass questions of this call's processes until the call ends.
 
@@ -144,41 +165,137 @@ class AskpassServer:
                 if pid is None or not descends_from(pid, root):
                     conn.close()  # a stranger: no answer, and nothing of it enters this call
                     continue
-                nursery.start_soon(self._one, conn, answer)
-
-    async def _one(self, conn: trio.socket.SocketType, answer: Answer) -> None:
-        """Read one member's question and reply with its secret, or hold the connection.
-
-        Cancellation: stops at once; a held connection stays open until :meth:`close`.
-        """
-        question = b""
-        try:
-            while len(question) < askpass.MAX_QUESTION and (chunk := await conn.recv(4096)):
-                question += chunk
-        except OSError:
-            conn.close()
-            return
-        secret = answer(question.decode("utf-8", "replace"))
-        if secret is None:
-            # No reply, not even "no": the helper holds the program until the kill.
-            self._held.append(conn)
-            return
-        reply = b"OK\n" + secret.encode()
-        try:
-            while reply:
-                reply = reply[await conn.send(reply):]
-        except OSError:
-            pass  # the helper died meanwhile
-        finally:
-            conn.close()
+                nursery.start_soon(_answer_one, conn, answer, self._held)
 
     def close(self) -> None:
         if hasattr(self, "pass_fds"):
-            self.release_secrets()
-        for conn in getattr(self, "_held", ()):
-            conn.close()
+            self._close_held()
         self._sock.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+async def _answer_one(conn: trio.socket.SocketType, answer: Answer, held: list[trio.socket.SocketType]) -> None:
+    """Read one member's question and reply with its secret, or hold the connection in
+    ``held`` (closed after the call's kill).
+
+    Cancellation: stops at once; a held connection stays open until it is closed.
+    """
+    question = b""
+    try:
+        while len(question) < askpass.MAX_QUESTION and (chunk := await conn.recv(4096)):
+            question += chunk
+    except OSError:
+        conn.close()
+        return
+    secret = answer(question.decode("utf-8", "replace"))
+    if secret is None:
+        # No reply, not even "no": the helper holds the program until the kill.
+        held.append(conn)
+        return
+    reply = b"OK\n" + secret.encode()
+    try:
+        while reply:
+            reply = reply[await conn.send(reply):]
+    except OSError:
+        pass  # the helper died meanwhile
+    finally:
+        conn.close()
+
+
+class AskpassEndpoint:
+    """The askpass endpoint of a whole daemon: one folder, script and socket for every call
+    whose program runs as the daemon's user, made once (a call would otherwise spend most of
+    a millisecond making and removing its own).
+
+    A connection is answered by the running call its peer descends from (:func:`_ancestors`,
+    the same live parent chain and start times as :func:`descends_from`), through that call's
+    :class:`CallAskpass`; a peer that descends from no running call is closed unanswered.
+
+    Args:
+        folder: made here (0711), inside the daemon's work folder, which start-up sweeps.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(mode=0o711)
+        self.folder = folder
+        script = folder / "askpass"
+        script.write_text(_HELPER)
+        script.chmod(0o755)
+        socket_path = folder / "s"
+        self._sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with askpass.socket_address(str(socket_path)) as address:
+                self._sock._sock.bind(address)
+            socket_path.chmod(0o666)
+            self._sock.listen(64)
+        except OSError:
+            self._sock.close()
+            raise
+        self.env = {
+            "GIT_ASKPASS": str(script),
+            "SSH_ASKPASS": str(script),
+            "SSH_ASKPASS_REQUIRE": "force",
+            "SUDO_ASKPASS": str(script),
+            askpass.SOCKET_ENV: str(socket_path),
+        }
+        self._calls: dict[proctree.Member, trio.MemorySendChannel[trio.socket.SocketType]] = {}
+
+    def for_call(self) -> CallAskpass:
+        """A call's handle on the endpoint (its credential files, its held helpers)."""
+        return CallAskpass(self)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Accept questions and hand each to the call its asker belongs to, until cancelled."""
+        task_status.started()
+        try:
+            while True:
+                conn, _ = await self._sock.accept()
+                pid = _peer_pid(conn)
+                channel = None
+                if pid is not None and self._calls:
+                    channel = next((self._calls[member] for member in _ancestors(pid)
+                                    if member in self._calls), None)
+                try:
+                    if channel is None:
+                        raise trio.WouldBlock
+                    channel.send_nowait(conn)
+                except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                    conn.close()  # a stranger (or a call asking faster than it is heard)
+        finally:
+            self._sock.close()
+
+
+class CallAskpass(_Secrets):
+    """One call's part of the daemon's :class:`AskpassEndpoint`: the same interface as
+    :class:`AskpassServer` (``env``, ``pass_fds``, ``serve``, ``close``), without a folder."""
+
+    folder = None
+
+    def __init__(self, endpoint: AskpassEndpoint) -> None:
+        super().__init__(None)
+        self._endpoint = endpoint
+        self.env = dict(endpoint.env)
+
+    async def serve(self, root: proctree.Member, answer: Answer) -> None:
+        """Answer the questions of ``root`` and its descendants until cancelled; as
+        :meth:`AskpassServer.serve`."""
+        send, receive = trio.open_memory_channel[trio.socket.SocketType](8)
+        self._endpoint._calls[root] = send
+        try:
+            async with trio.open_nursery() as nursery:
+                async for conn in receive:
+                    nursery.start_soon(_answer_one, conn, answer, self._held)
+        finally:
+            self._endpoint._calls.pop(root, None)
+            send.close()
+            while True:  # handed over but not read: nobody will answer them
+                try:
+                    receive.receive_nowait().close()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+
+    def close(self) -> None:
+        self._close_held()
 
 
 def _peer_pid(conn: trio.socket.SocketType) -> int | None:
@@ -198,17 +315,22 @@ def descends_from(pid: int, root: proctree.Member) -> bool:
     to the daemon (a double fork) is no longer in the chain and is refused: a question is
     asked by a program that waits for the answer, whose parent is alive.
     """
+    return root in _ancestors(pid)
+
+
+def _ancestors(pid: int) -> list[proctree.Member]:
+    """Process ``pid`` and its live ancestors (at most _MAX_DEPTH), nearest first."""
+    chain = []
     for _ in range(_MAX_DEPTH):
         stat = _stat(pid)
         if stat is None:
-            return False
+            break
         ppid, start = stat
-        if pid == root.pid:
-            return start == root.start
+        chain.append(proctree.Member(pid, start))
         if ppid <= 1:
-            return False
+            break
         pid = ppid
-    return False
+    return chain
 
 
 def _stat(pid: int) -> tuple[int, int] | None:

@@ -24,7 +24,7 @@ from rungd import proctree
 from rungd.contract import CallContext
 from rungd.errors import Failed, RungdError, ToolError
 from rungd.redact import Redactor
-from rungd.runner.askpass_server import AskpassServer
+from rungd.runner.askpass_server import AskpassServer, CallAskpass
 from rungd.runner.environment import child_env, credential
 from rungd.runner.exits import check_limits, check_terminal
 from rungd.runner import launch, limits
@@ -38,7 +38,7 @@ class _Scratch:
     """What a call opens before its program starts: the private folder; and the evidence
     files, opened only for output beyond what the result holds (:meth:`evidence_file`)."""
 
-    helper: AskpassServer
+    helper: AskpassServer | CallAskpass
     ctx: CallContext
     evidence: list[str]
     files: list[BinaryIO]
@@ -52,7 +52,12 @@ class _Scratch:
         """
         try:
             ctx.work_dir.mkdir(parents=True, exist_ok=True)
-            helper = AskpassServer(ctx.work_dir, owner)
+            # The daemon's one askpass endpoint serves programs run as its own user; one run
+            # as another user (or without a daemon) gets a private folder of its own.
+            if owner is None and ctx.askpass is not None:
+                helper: AskpassServer | CallAskpass = ctx.askpass.for_call()
+            else:
+                helper = AskpassServer(ctx.work_dir, owner)
         except OSError as exc:
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise _spawn_error(Program(argv=(ctx.tool.name,)), exc) from None
@@ -134,33 +139,28 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
     # A program run as another user works in its own private folder: the call's work
     # folder is the daemon's alone.
     cwd = scratch.helper.folder if program.user is not None else ctx.work_dir
-    launchers = launch.for_reaper(reaper)
+    launcher = launch.for_reaper(reaper)
     try:
-        launcher = launchers.take()
-        try:
-            ready = await launcher.ready()
-        except BaseException:
-            launcher.discard()
-            raise
-        if not ready:
-            raise OSError(errno.EAGAIN, "the launcher exited before the program was handed to it")
-        cgroup = launcher.cgroup
+        cgroup = launcher.cgroup()
         if cgroup is not None:
             cgroup.label(ctx.call_id)
-        # Registered before the program exists: an orphan it makes at once is already claimed.
-        tracker = proctree.Tracker(ctx.call_id, launcher.pid, cgroup=cgroup, subreaper=reaper is not None)
-        proctree.RUNNING[ctx.call_id] = tracker
         try:
-            child, err_r = launcher.spawn(
+            started = await launcher.spawn(
                 list(program.argv), child_env(ctx, program, credentials, scratch.helper.env),
                 str(program.cwd or cwd), limits.effective(program.limits), scratch.helper.pass_fds,
-                _user_ids(program.user))
+                _user_ids(program.user), cgroup)
         except BaseException:
-            launcher.discard()
-            _forget(ctx, launcher.pid)
+            if cgroup is not None:  # it holds nothing, unless a launcher died mid-start
+                cgroup.kill()
+                with trio.CancelScope(shield=True):
+                    await cgroup.remove_when_empty()
             raise
+        child = started.child
+        # Registered before anything awaits: an orphan the program makes is claimed at once.
+        tracker = proctree.Tracker(ctx.call_id, child.pid, cgroup=cgroup, subreaper=reaper is not None)
+        proctree.RUNNING[ctx.call_id] = tracker
         try:
-            await launch.exec_result(err_r)
+            await started.exec_result()
         except BaseException:
             with trio.CancelScope(shield=True):
                 await _abandon(ctx, child, tracker)
@@ -294,7 +294,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     return completed
 
 
-async def _supervise(proc: launch.Child, watch: Watch, helper: AskpassServer) -> RungdError | None:
+async def _supervise(proc: launch.Child, watch: Watch, helper: AskpassServer | CallAskpass) -> RungdError | None:
     """Drain, feed, serve askpass and watch until the program exits or asks.
 
     Returns:
@@ -361,9 +361,7 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
         if pipe is not None:
             await pipe.aclose()
     scratch.helper.close()
-    if reaper is None:
-        launch.for_reaper(reaper).refill()  # (keeps none: without a reaper each call forks its own)
-    # else the reaper, poked above, forks the next call's launcher once this call is answered.
+    # The reaper, poked above, makes the next call's cgroup once this call is answered.
 
 
 def _nothing_left(proc: launch.Child, cgroup: proctree.CallCgroup | None, reaper: Any) -> bool:

@@ -1,62 +1,52 @@
-"""Starting a call's program born in its own cgroup, from a launcher forked ahead of time.
+"""Starting a call's program, born in its own cgroup, through the daemon's launcher.
 
-Moving a running process into a cgroup (a write to ``cgroup.procs``) takes the kernel's
-threadgroup lock for writing; after ~100 ms without a migration that waits an RCU grace period,
-7-15 ms, longer than everything else a call costs. Python cannot pass ``CLONE_INTO_CGROUP`` to
-clone3 (neither ``subprocess`` nor ``os.posix_spawn`` can), so the runner keeps a *launcher*
-ready instead: a fork of the daemon that
+The launcher (:mod:`rungd.runner.launcher`) is a small process started once per daemon; it
+makes each program with ``clone3(CLONE_INTO_CGROUP | CLONE_PARENT)``, so the program runs its
+first instruction inside its call's cgroup (nothing it forks is ever outside it, and no
+migration after an idle pause costs the call 7-15 ms) and is the daemon's own child (the daemon
+waits for it by pidfd and hears its real exit status). The daemon is never forked: a fork of a
+40 MB multithreaded daemon cost each call 3-4 ms of CPU and copy-on-write afterwards.
 
-1. leaves the daemon's session (``setsid``), closes every descriptor it inherited but its own
-   socket (another call's pipes held here would keep that call from end-of-file), resets every
-   signal disposition and the signal mask;
-2. writes its own pid into a spare call cgroup (paying the migration in its own time, not the
-   call's) and says it is ready;
-3. waits for one spawn request on its socket (argv, environment, folder, limits, and the
-   descriptors by SCM_RIGHTS), lays the descriptors out, applies the limits and ``exec``\\ s.
+What the daemon does per program: four pipes, a descriptor of the call's cgroup, one message to
+the launcher (argv, environment, folder, limits, user, and the descriptors by SCM_RIGHTS), then
+it reads the error pipe: ``P<pid>`` first, then end of file (the program is running) or
+``<errno>:<step>`` (it could not be started).
 
-The program therefore runs its first instruction inside the call's cgroup: nothing it forks is
-ever outside it, and there is no window between spawn and cgroup move. The launcher is a direct
-child of the daemon, known by pid and pidfd from the moment of the fork, so the reaper never
-takes it for a stray and :class:`Child` can wait for the program without ever polling
-``waitpid`` on a live process (which would report a ptrace stop as an exit: "signal 5").
-
-One launcher is kept ready per daemon (:class:`Launchers`); a call that finds none forks one
-at once. A launcher whose daemon dies reads end-of-file and exits.
-
-Errors from ``exec`` (not found, E2BIG...) come back through a close-on-exec pipe, as
-``subprocess`` does: end-of-file on it means the program is running.
+:class:`Launcher` keeps the launcher process and a spare call cgroup made ahead of time (making
+one takes the kernel a moment): the daemon keeps one on its reaper (:func:`for_reaper`); code
+running without a daemon shares one per process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import gc
 import marshal
 import os
-import resource
 import signal
 import socket
-import struct
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import trio
 
 from rungd import proctree
-from rungd.runner.limits import Limits, apply_limits
+from rungd.runner import launcher as _launcher
+from rungd.runner.limits import Limits
 
-_HEADER = struct.Struct("!II")  # body length, number of descriptors
-_MAX_FDS = 250
-_READY, _NO_CGROUP = b"R", b"N"
+_LAUNCHER = Path(_launcher.__file__)
+_SEND_TIMEOUT_S = 5.0  # the launcher reads at once; one that does not is stuck, and replaced
+_PID_TIMEOUT_S = 5.0  # the new process says its pid before anything else
 
 
 class SpawnError(OSError):
-    """``exec`` (or what precedes it in the launcher) failed; ``errno`` says why."""
+    """The program could not be started (``exec``, or what precedes it); ``errno`` says why."""
 
 
 class Child:
-    """A program started by a launcher: the interface of ``trio.Process`` the runner uses.
+    """A program started by the launcher: the interface of ``trio.Process`` the runner uses.
 
     Its exit is learned from its pidfd, which becomes readable only when the process has
     exited; only then is it reaped (``waitid``). A stopped or ptrace-stopped child is
@@ -130,348 +120,250 @@ def _readable(fd: int) -> bool:
     return bool(poller.poll(0))
 
 
-class Launcher:
-    """One forked launcher, waiting (in its cgroup) to become a call's program.
+class Started:
+    """A program the launcher made, until its ``exec`` is known to have succeeded or failed.
 
-    Build with :meth:`fork`; then :meth:`ready` (async) and :meth:`spawn` once.
+    ``pid`` is the daemon's own child from the start; :meth:`exec_result` says whether the
+    program is running. Whoever gets one must either see ``exec_result`` through or kill and
+    wait for ``child``.
     """
 
-    def __init__(self, pid: int, pidfd: int, sock: socket.socket, cgroup: proctree.CallCgroup | None,
-                 owned: set[int] | None) -> None:
-        self.pid = pid
-        self.pidfd = pidfd
-        self.sock = sock
-        self.cgroup = cgroup
+    def __init__(self, child: Child, err_r: int, said: bytes) -> None:
+        self.child = child
+        self.pid = child.pid
+        self._err_r = err_r
+        self._said = said
+
+    async def exec_result(self) -> None:
+        """Wait for the verdict: end of file (exec succeeded) or an errno.
+
+        Raises:
+            SpawnError: exec (or chdir, or a limit) failed; the process exits 127 at once.
+
+        Cancellation: closes the pipe and lets the cancellation through; the caller kills
+        the child.
+        """
+        try:
+            data = self._said + await _read_to_end(self._err_r)
+        finally:
+            os.close(self._err_r)
+        if data:
+            raise _error(data)
+
+
+async def _read_to_end(fd: int) -> bytes:
+    data = b""
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        chunk = os.read(fd, 512)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def _error(data: bytes) -> SpawnError:
+    code, _, where = data.decode("utf-8", "replace").partition(":")
+    number = int(code) if code.isdigit() else errno.EIO
+    return SpawnError(number, os.strerror(number), where)
+
+
+class Launcher:
+    """The launcher process of one daemon (or of one process without a daemon).
+
+    Args:
+        owned: the reaper's set of the daemon's own children (the launcher and every program
+            it makes join it at once, so none is ever reaped or killed as a stray), or None.
+        reaper: the daemon's reaper, held off while a program's pid is not known yet.
+    """
+
+    def __init__(self, owned: set[int] | None, reaper: proctree.Reaper | None = None) -> None:
         self._owned = owned
-        self._ready: bool | None = None
+        self._reaper = reaper
+        self._process: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._spare: proctree.CallCgroup | None = None
+        self._closed = False
 
-    @classmethod
-    def fork(cls, owned: set[int] | None) -> Launcher:
-        """Fork a launcher (in the calling thread) into a new spare cgroup, if one can be made.
-
-        Args:
-            owned: the reaper's set of the daemon's own children; the launcher joins it at
-                once, so it is never reaped or killed as a stray.
+    def start(self) -> None:
+        """Start the launcher process if it is not running (from the event loop's thread: the
+        launcher dies with the thread that started it, PR_SET_PDEATHSIG).
 
         Raises:
             OSError: no socket or no process could be made (EMFILE, EAGAIN, ENOMEM).
         """
-        cgroup = proctree.CallCgroup.spare()
+        if self._process is not None and self._process.poll() is None:
+            return
+        self._stop_process()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        except OSError:
-            if cgroup is not None:
-                cgroup.remove()
-            raise
-        try:
-            pid = os.fork()
-        except OSError:
-            parent.close()
-            child.close()
-            if cgroup is not None:
-                cgroup.remove()
-            raise
-        if pid == 0:  # pragma: no cover - runs in the launcher, which never returns
-            try:
-                _launcher(child.fileno(), cgroup.path if cgroup else None)
-            except BaseException as exc:
-                with contextlib.suppress(BaseException):
-                    os.write(2, f"rungd launcher: {exc!r}\n".encode())
-            finally:
-                os._exit(127)
-        proctree.SPAWNED.add(pid)
-        if owned is not None:
-            owned.add(pid)
-        child.close()
-        pidfd = os.pidfd_open(pid)
-        parent.setblocking(False)
-        return cls(pid, pidfd, parent, cgroup, owned)
-
-    async def ready(self) -> bool:
-        """Wait until the launcher is in its cgroup; False if it died (it is then reaped)."""
-        if self._ready is None:
-            await trio.lowlevel.wait_readable(self.sock.fileno())
-            try:
-                answer = self.sock.recv(1)
-            except OSError:
-                answer = b""
-            if answer == _NO_CGROUP and self.cgroup is not None:
-                self.cgroup.remove()
-                self.cgroup = None
-            self._ready = answer in (_READY, _NO_CGROUP)
-            if not self._ready:
-                self.discard()
-        return self._ready
-
-    def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, limits: Limits | None,
-              pass_fds: Sequence[int], user: tuple[int, int, list[int]] | None = None) -> tuple[Child, int]:
-        """Hand the launcher what to ``exec``; returns the child and the read end of its error pipe.
-
-        The caller awaits :func:`exec_result` on that pipe. Descriptors are made here, so
-        EMFILE/ENFILE surface here as OSError.
-        """
-        made: list[int] = []
-        try:
-            stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
-            made += [stdin_r, stdin_w]
-            stdout_r, stdout_w = os.pipe2(os.O_CLOEXEC)
-            made += [stdout_r, stdout_w]
-            stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
-            made += [stderr_r, stderr_w]
-            err_r, err_w = os.pipe2(os.O_CLOEXEC)
-            made += [err_r, err_w]
-            body = marshal.dumps({
-                "argv": [os.fsencode(arg) for arg in argv],
-                "env": {os.fsencode(k): os.fsencode(v) for k, v in env.items()},
-                "cwd": os.fsencode(cwd),
-                "limits": _limits_tuple(limits),
-                "user": user,
-                "targets": [0, 1, 2, -1, *pass_fds],
-            })
-            fds = [stdin_r, stdout_w, stderr_w, err_w, *pass_fds]
-            self.sock.setblocking(True)
-            socket.send_fds(self.sock, [_HEADER.pack(len(body), len(fds))], fds)
-            self.sock.sendall(body)
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(_LAUNCHER), str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                env={}, cwd="/", start_new_session=True)
         except BaseException:
-            for fd in made:
-                os.close(fd)
+            ours.close()
             raise
         finally:
-            with contextlib.suppress(OSError):
-                self.sock.close()
-        for fd in (stdin_r, stdout_w, stderr_w, err_w):
-            os.close(fd)
-        child = Child(self.pid, self.pidfd, stdin_w, stdout_r, stderr_r)
-        return child, err_r
-
-    def discard(self) -> None:
-        """Stop and reap a launcher that will not be used; remove its cgroup."""
-        with contextlib.suppress(OSError):
-            self.sock.close()
-        with contextlib.suppress(OSError):
-            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitid(os.P_PID, self.pid, os.WEXITED)
-        with contextlib.suppress(OSError):
-            os.close(self.pidfd)
-        proctree.SPAWNED.discard(self.pid)
+            theirs.close()
+        ours.settimeout(_SEND_TIMEOUT_S)
+        self._process, self._sock = process, ours
+        proctree.SPAWNED.add(process.pid)
         if self._owned is not None:
-            self._owned.discard(self.pid)
-        if self.cgroup is not None:
-            self.cgroup.remove()
-
-
-async def exec_result(err_r: int) -> None:
-    """Wait for the launcher's verdict: end-of-file (exec succeeded) or an errno.
-
-    Raises:
-        SpawnError: exec (or chdir, or a limit) failed; ``errno`` and ``strerror`` say why.
-
-    Cancellation: closes the pipe and lets the cancellation through; the caller kills the child.
-    """
-    try:
-        await trio.lowlevel.wait_readable(err_r)
-        data = b""
-        while chunk := os.read(err_r, 512):
-            data += chunk
-    finally:
-        os.close(err_r)
-    if data:
-        code, _, where = data.decode("utf-8", "replace").partition(":")
-        number = int(code) if code.isdigit() else errno.EIO
-        raise SpawnError(number, os.strerror(number), where)
-
-
-def _limits_tuple(limits: Limits | None) -> tuple[object, ...] | None:
-    if limits is None:
-        return None
-    return (limits.cpu_s, limits.address_space_bytes, limits.open_files, limits.processes,
-            limits.file_size_bytes, limits.core_bytes, limits.no_new_privs)
-
-
-class Launchers:
-    """Keeps one launcher ready for the next call, so that call pays neither fork nor migration.
-
-    The daemon keeps one on its reaper (:func:`for_reaper`); it lives as long as the reaper.
-    A spare launcher whose socket closes (the daemon exits, crashes or drops it) leaves its
-    cgroup, removes it and exits.
-
-    Args:
-        owned: the reaper's set of the daemon's own children, or None without a reaper.
-        keep_spare: fork the next call's launcher ahead of time.
-    """
-
-    def __init__(self, owned: set[int] | None, *, keep_spare: bool = True) -> None:
-        self._owned = owned
-        self._keep_spare = keep_spare
-        self._spare: Launcher | None = None
-        self._closed = False  # the daemon stopped: a call still ending forks no spare
-
-    def take(self) -> Launcher:
-        """The launcher for this call: the one kept ready, else one forked now.
-
-        Raises:
-            OSError: as :meth:`Launcher.fork`.
-        """
-        spare, self._spare = self._spare, None
-        if spare is not None and _readable(spare.pidfd):  # it died meanwhile (killed by hand?)
-            spare.discard()
-            spare = None
-        return spare if spare is not None else Launcher.fork(self._owned)
+            self._owned.add(process.pid)
 
     def refill(self) -> None:
-        """Fork the next call's launcher, if none is kept; it moves into its cgroup in its own
-        time. Short of descriptors or processes, the next call forks its own."""
-        if self._keep_spare and self._spare is None and not self._closed:
-            with contextlib.suppress(OSError):
-                self._spare = Launcher.fork(self._owned)
+        """Make the next call's cgroup ahead of time, and start the launcher if it is not running.
+
+        Short of anything, the next call makes its own (and says why if it cannot).
+        """
+        if self._closed:
+            return
+        with contextlib.suppress(OSError):
+            self.start()
+        if self._spare is None:
+            self._spare = proctree.CallCgroup.spare()
+
+    def cgroup(self) -> proctree.CallCgroup | None:
+        """The cgroup for the next program: the spare one made ahead of time, else a new one
+        (None where the daemon may not make cgroups)."""
+        spare, self._spare = self._spare, None
+        return spare if spare is not None else proctree.CallCgroup.spare()
+
+    async def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, limits: Limits | None,
+                    pass_fds: Sequence[int], user: tuple[int, int, list[int]] | None,
+                    cgroup: proctree.CallCgroup | None) -> Started:
+        """Have the launcher make the program; returns once its pid is known.
+
+        The caller awaits :meth:`Started.exec_result` next. Descriptors are made here, so
+        EMFILE/ENFILE surface here as OSError; so does a launcher that could not make a
+        process (EAGAIN, ENOMEM): then nothing was started.
+
+        Cancellation: shielded until the pid is known (a few milliseconds); a process made
+        is then returned all the same, for the caller to kill, unless the cancellation came
+        before the request was sent.
+        """
+        made: list[int] = []
+        reaper = self._reaper
+        hold = reaper.spawning() if reaper is not None else contextlib.nullcontext()
+        with hold:
+            try:
+                stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
+                made += [stdin_r, stdin_w]
+                stdout_r, stdout_w = os.pipe2(os.O_CLOEXEC)
+                made += [stdout_r, stdout_w]
+                stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
+                made += [stderr_r, stderr_w]
+                err_r, err_w = os.pipe2(os.O_CLOEXEC)
+                made += [err_r, err_w]
+                fds = [stdin_r, stdout_w, stderr_w, err_w, *pass_fds]
+                if cgroup is not None:
+                    cgroup_fd = os.open(cgroup.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                    made.append(cgroup_fd)
+                    fds.append(cgroup_fd)
+                body = marshal.dumps({
+                    "argv": [os.fsencode(arg) for arg in argv],
+                    "env": {os.fsencode(k): os.fsencode(v) for k, v in env.items()},
+                    "cwd": os.fsencode(cwd),
+                    "limits": limits.wire() if limits is not None else None,
+                    "user": user,
+                    "targets": [0, 1, 2, -1, *pass_fds],
+                    "cgroup": cgroup is not None,
+                })
+                self._send(body, fds)
+            except BaseException:
+                for fd in made:
+                    os.close(fd)
+                raise
+            for fd in made:
+                if fd not in (stdin_w, stdout_r, stderr_r, err_r):
+                    os.close(fd)
+            with trio.CancelScope(shield=True):
+                said = await self._pid_line(err_r)
+            pid, _, rest = said.partition(b"\n") if said.startswith(b"P") else (b"", b"", said)
+            if not pid:
+                for fd in (stdin_w, stdout_r, stderr_r, err_r):
+                    os.close(fd)
+                if rest:
+                    raise _error(rest)  # the launcher could not make a process (EAGAIN...)
+                raise OSError(errno.EAGAIN, "the launcher stopped before it started the program")
+            pid_n = int(pid[1:])
+            proctree.SPAWNED.add(pid_n)
+            if self._owned is not None:
+                self._owned.add(pid_n)
+        pidfd = os.pidfd_open(pid_n)  # the daemon's own child: its pid is ours until reaped
+        return Started(Child(pid_n, pidfd, stdin_w, stdout_r, stderr_r), err_r, rest)
+
+    def _send(self, body: bytes, fds: list[int]) -> None:
+        """Hand a request to the launcher, starting (or restarting) it first if need be.
+
+        A launcher that died, or took more than a few seconds to read, is replaced once: it
+        had not read the whole request, so it started nothing for it.
+        """
+        header = _launcher.HEADER.pack(len(body), len(fds))
+        for attempt in (1, 2):
+            self.start()
+            assert self._sock is not None
+            try:
+                socket.send_fds(self._sock, [header], fds)
+                self._sock.sendall(body)
+                return
+            except OSError:
+                self._stop_process()
+                if attempt == 2:
+                    raise
+
+    async def _pid_line(self, err_r: int) -> bytes:
+        """What the error pipe says up to the pid's line (or end of file, or a bounded wait)."""
+        data = b""
+        with trio.move_on_after(_PID_TIMEOUT_S):
+            while not (data.startswith(b"P") and b"\n" in data):
+                await trio.lowlevel.wait_readable(err_r)
+                chunk = os.read(err_r, 512)
+                if not chunk:
+                    break
+                data += chunk
+        return data
+
+    def _stop_process(self) -> None:
+        """Let the launcher go (it exits on end of file) and reap it, killing one that lingers."""
+        process, sock = self._process, self._sock
+        self._process = self._sock = None
+        if sock is not None:
+            sock.close()
+        if process is None:
+            return
+        try:
+            process.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        proctree.SPAWNED.discard(process.pid)
+        if self._owned is not None:
+            self._owned.discard(process.pid)
 
     def close(self) -> None:
-        """Let the spare launcher go: it removes its own cgroup and exits; it is reaped here
-        (bounded: one that lingers is killed, and its cgroup removed for it)."""
+        """Stop the launcher and remove the spare cgroup; for good."""
         self._closed = True
+        self._stop_process()
         spare, self._spare = self._spare, None
-        if spare is None:
-            return
-        spare.sock.close()
-        import select
-
-        poller = select.poll()
-        poller.register(spare.pidfd, select.POLLIN)
-        if not poller.poll(500):
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(spare.pidfd, signal.SIGKILL)
-        spare.discard()
+        if spare is not None:
+            spare.remove()
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
 
 
-def for_reaper(reaper: proctree.Reaper | None) -> Launchers:
-    """The launchers of the daemon that owns ``reaper``; without one, a launcher per call."""
+_SHARED: Launcher | None = None
+
+
+def for_reaper(reaper: proctree.Reaper | None) -> Launcher:
+    """The launcher of the daemon that owns ``reaper``; without one, this process's own."""
+    global _SHARED
     if reaper is None:
-        return Launchers(None, keep_spare=False)
+        if _SHARED is None or _SHARED._closed:
+            _SHARED = Launcher(None)
+        return _SHARED
     if reaper.launchers is None:
-        reaper.launchers = Launchers(reaper.owned)
+        reaper.launchers = Launcher(reaper.owned, reaper)
     return reaper.launchers
-
-
-# --- what runs in the launcher ----------------------------------------------------------------
-
-
-def _launcher(sock: int, cgroup: Path | None) -> None:  # pragma: no cover - a forked process
-    """Become ready in ``cgroup``, then exec what the daemon asks. Never returns normally."""
-    gc.disable()  # a collected daemon object must not close a descriptor laid out for exec
-    os.setsid()  # leave the daemon's session and group: a Ctrl-C there is not for us
-    with contextlib.suppress(ValueError, OSError):
-        signal.set_wakeup_fd(-1)
-    for sig in signal.valid_signals():
-        if sig not in (signal.SIGKILL, signal.SIGSTOP):
-            with contextlib.suppress(OSError, ValueError):
-                signal.signal(sig, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    os.closerange(3, sock)
-    os.closerange(sock + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    answer = _NO_CGROUP
-    if cgroup is not None:
-        try:
-            fd = os.open(cgroup / "cgroup.procs", os.O_WRONLY)
-            try:
-                os.write(fd, b"0")  # "0": the writing process itself
-            finally:
-                os.close(fd)
-            answer = _READY
-        except OSError:
-            pass
-    os.write(sock, answer)
-    conn = socket.socket(fileno=sock)  # kept: a collected socket object closes its descriptor
-    try:
-        header, fds, _, _ = socket.recv_fds(conn, _HEADER.size, _MAX_FDS)
-    except ConnectionResetError:  # closed before it read our "ready"
-        header, fds = b"", []
-    if len(header) < _HEADER.size:
-        _leave(cgroup if answer == _READY else None)  # the daemon went away, or does not need us
-    size, count = _HEADER.unpack(header)
-    body = b""
-    while len(body) < size:
-        chunk = os.read(sock, size - len(body))
-        if not chunk:
-            _leave(cgroup if answer == _READY else None)
-        body += chunk
-    spec = marshal.loads(body)
-    _exec(spec, fds[:count])
-
-
-def _leave(cgroup: Path | None) -> None:  # pragma: no cover - a forked process
-    """Exit, removing the spare cgroup this launcher sat in: nobody else will."""
-    if cgroup is not None:
-        with contextlib.suppress(OSError):
-            fd = os.open(cgroup.parent / "cgroup.procs", os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
-            os.rmdir(cgroup)
-    os._exit(0)
-
-
-def _exec(spec: dict, fds: list[int]) -> None:  # pragma: no cover - a forked process
-    targets = spec["targets"]
-    err_w = -1
-    # Lift every received descriptor above the numbers it must end up at, so laying them out
-    # never overwrites one not placed yet.
-    floor = max([2, *targets]) + 1
-    lifted = []
-    for fd in fds:
-        lifted.append(_fcntl_dupfd(fd, floor))
-        os.close(fd)
-    where = "exec"
-    try:
-        for fd, target in zip(lifted, targets):
-            if target < 0:
-                err_w = fd  # close-on-exec: end-of-file tells the daemon exec succeeded
-            else:
-                os.dup2(fd, target, inheritable=True)
-        where = "chdir"
-        os.chdir(spec["cwd"])
-        if spec["user"] is not None:  # as subprocess does: groups, gid, then uid
-            where = "user"
-            uid, gid, groups = spec["user"]
-            os.setgroups(groups)
-            os.setregid(gid, gid)
-            os.setreuid(uid, uid)
-        where = "limits"
-        if spec["limits"] is not None:
-            apply_limits(Limits(*spec["limits"]))
-        where = "exec"
-        argv, env = spec["argv"], spec["env"]
-        program = argv[0]
-        if b"/" in program:
-            candidates = [program]
-        else:
-            path = env.get(b"PATH", os.defpath.encode())
-            candidates = [os.path.join(folder or b".", program) for folder in path.split(b":")]
-        failure: OSError | None = None
-        for candidate in candidates:
-            try:
-                os.execve(candidate, argv, env)
-            except OSError as exc:
-                # As execvp: keep looking after "not here"; remember the first other reason.
-                if failure is None or (failure.errno in (errno.ENOENT, errno.ENOTDIR)
-                                       and exc.errno not in (errno.ENOENT, errno.ENOTDIR)):
-                    failure = exc
-        raise failure or OSError(errno.ENOENT, "not found")
-    except Exception as exc:  # noqa: BLE001 - any failure here must reach the daemon as one
-        # Not only OSError: a NUL in argv or env is a ValueError, a limit above the hard one
-        # too; end-of-file on the pipe would read as a successful exec.
-        code = getattr(exc, "errno", None) or errno.EINVAL
-        with contextlib.suppress(OSError):
-            os.write(err_w, f"{code}:{where}".encode())
-    os._exit(127)
-
-
-def _fcntl_dupfd(fd: int, floor: int) -> int:  # pragma: no cover - a forked process
-    import fcntl
-
-    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor)

@@ -1,15 +1,11 @@
-"""Resource limits a tool may set on its program, applied in the child before exec."""
+"""Resource limits a tool may set on its program, applied in the new process before exec
+(by the launcher, ``rungd.runner.launcher``)."""
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import resource
-from collections.abc import Callable
 
 import trio
-
-_PR_SET_NO_NEW_PRIVS = 38  # from <linux/prctl.h>
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +19,11 @@ class Limits:
     file_size_bytes: int | None = None
     core_bytes: int | None = None
     no_new_privs: bool = True
+
+    def wire(self) -> tuple[object, ...]:
+        """The limits as the launcher applies them (``rungd.runner.launcher.apply_limits``)."""
+        return (self.cpu_s, self.address_space_bytes, self.open_files, self.processes,
+                self.file_size_bytes, self.core_bytes, self.no_new_privs)
 
 
 # What every call's program gets unless the configuration ([limits]) or the tool says otherwise:
@@ -55,29 +56,3 @@ def effective(limits: Limits | None) -> Limits:
         if value is None and name != "no_new_privs":
             chosen[name] = getattr(defaults, name)
     return Limits(**chosen)
-
-
-def apply_limits(limits: Limits) -> None:
-    """Apply ``limits`` to the calling process (a child between fork and exec)."""
-    pairs = (
-        (resource.RLIMIT_CPU, limits.cpu_s),
-        (resource.RLIMIT_AS, limits.address_space_bytes),
-        (resource.RLIMIT_NOFILE, limits.open_files),
-        (resource.RLIMIT_NPROC, limits.processes),
-        (resource.RLIMIT_FSIZE, limits.file_size_bytes),
-        (resource.RLIMIT_CORE, limits.core_bytes),
-    )
-    for which, value in pairs:
-        if value is not None:
-            resource.setrlimit(which, (value, value))
-    if limits.no_new_privs:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-
-
-def preexec(limits: Limits) -> Callable[[], None]:
-    """The function the child runs between fork and exec to apply ``limits`` to itself."""
-
-    def apply() -> None:
-        apply_limits(limits)
-
-    return apply

@@ -34,14 +34,13 @@ class Stream:
         self.evidence_error: str | None = None
         # Every call keeps its output as evidence, small or not: a result may hold only the
         # fields parsed from it, and operators (and ``rungctl evidence``) read what the program
-        # actually printed. A callable opens the file now; if the state folder cannot hold it,
-        # the stream says so in its evidence note and the call goes on.
+        # actually printed. A callable opens the file at the stream's first byte (a stream
+        # that prints nothing has nothing to keep, and costs no file); if the state folder
+        # cannot hold it, the stream says so in its evidence note and the call goes on.
         self._evidence: BinaryIO | None = None
+        self._open_evidence: Callable[[], BinaryIO] | None = None
         if callable(evidence):
-            try:
-                self._evidence = evidence()
-            except OSError as exc:
-                self.evidence_error = exc.strerror or str(exc)
+            self._open_evidence = evidence
         else:
             self._evidence = evidence
         self._evidence_cap = evidence_cap
@@ -103,7 +102,10 @@ class Stream:
         if room > 0 and data and self.evidence_error is None:
             try:
                 if self._evidence is None:
-                    return  # it could not be opened: close() says so
+                    if self._open_evidence is None:
+                        return  # it could not be opened: close() says so
+                    opener, self._open_evidence = self._open_evidence, None
+                    self._evidence = opener()
                 self._evidence.write(data[:room])
             except OSError as exc:
                 self.evidence_error = exc.strerror or str(exc)

@@ -1,0 +1,260 @@
+"""The launcher: one small process, started once per daemon, that starts every call's program.
+
+It runs as ``python -I -S launcher.py FD`` and imports nothing but the standard library, so it
+is a few megabytes, single-threaded, and cheap to copy. For each request the daemon sends on
+socket FD (the program's argv, environment, folder, limits and user, its descriptors by
+SCM_RIGHTS, and a descriptor of the call's cgroup), it makes one process with ``clone3``:
+
+- ``CLONE_INTO_CGROUP``: the process is *born* in the call's cgroup. Moving a running process
+  into a cgroup takes the kernel's threadgroup lock for writing, which after an idle pause
+  waits an RCU grace period (7-15 ms); being born there does not, and leaves no window in
+  which the program could fork outside its cgroup.
+- ``CLONE_PARENT``: the process is the daemon's child, not the launcher's. The daemon waits
+  for it by pidfd, reaps it, and hears its real exit status; nothing passes through here.
+
+The new process leaves the daemon's session (``setsid``), lays its descriptors out, switches
+user, applies the limits and ``exec``\\ s. Everything it has to say goes down the error pipe
+the daemon holds the other end of: first ``P<pid>\\n`` (so the daemon learns the pid even if
+this launcher dies meanwhile), then, only if the start failed, ``<errno>:<step>``. End of file
+on that pipe means the program is running (the pipe is close-on-exec). A start that makes no
+process at all (EAGAIN, ENOMEM) is reported on the same pipe by the launcher itself.
+
+Where ``clone3`` or ``CLONE_INTO_CGROUP`` is refused (kernels before 5.7, a seccomp filter),
+the launcher falls back to ``clone(CLONE_PARENT)`` and the new process joins its cgroup
+itself before ``exec``: slower after an idle pause, still before the program's first
+instruction.
+
+Only the daemon holds the other end of FD; the socket is close-on-exec here and closed in every
+new process before anything else, so no program can ask the launcher for anything.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import gc
+import marshal
+import os
+import platform
+import resource
+import signal
+import socket
+import struct
+import sys
+
+HEADER = struct.Struct("!II")  # body length, number of descriptors
+_INT = struct.Struct("i")
+MAX_FDS = 250
+
+_CLONE_PARENT = 0x0000_8000
+_CLONE_INTO_CGROUP = 0x2_0000_0000
+_SYS_CLONE3 = 435  # the same number on every architecture (new system calls are shared)
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220, "ppc64le": 120, "s390x": 120}.get(platform.machine())
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_RLIMITS = (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC,
+            resource.RLIMIT_FSIZE, resource.RLIMIT_CORE)
+
+
+class _CloneArgs(ctypes.Structure):  # struct clone_args, CLONE_ARGS_SIZE_VER2 (88 bytes)
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "flags", "pidfd", "child_tid", "parent_tid", "exit_signal", "stack", "stack_size", "tls",
+        "set_tid", "set_tid_size", "cgroup")]
+
+
+# The GIL stays held across the call (PyDLL): the new process resumes exactly where this one was.
+_libc = ctypes.PyDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+
+
+def apply_limits(limits: tuple[object, ...]) -> None:
+    """Apply limits in the wire order of ``rungd.runner.limits.Limits.wire`` to this process."""
+    *values, no_new_privs = limits
+    for which, value in zip(_RLIMITS, values):
+        if value is not None:
+            resource.setrlimit(which, (value, value))
+    if no_new_privs:
+        _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+def serve(sock_fd: int) -> None:
+    """Start what the daemon asks for until it closes the socket (or dies)."""
+    os.set_inheritable(sock_fd, False)
+    conn = socket.socket(fileno=sock_fd)
+    clone3 = True
+    while True:
+        try:
+            header, fds = _receive(conn)
+        except OSError:
+            return
+        if len(header) < HEADER.size:
+            return  # the daemon closed the socket: it is stopping, or gone
+        size, count = HEADER.unpack(header)
+        body = b""
+        while len(body) < size:
+            chunk = conn.recv(size - len(body))
+            if not chunk:
+                return
+            body += chunk
+        try:
+            spec = marshal.loads(body)
+            clone3 = _start(spec, fds[:count], sock_fd, clone3)
+        except Exception as exc:  # noqa: BLE001 - a bad request must not stop the launcher
+            _say(f"rungd launcher: a request failed: {exc!r}")
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
+    """A request's header and its descriptors, received close-on-exec (socket.recv_fds of
+    Python 3.11 drops the flag that asks for it)."""
+    size = socket.CMSG_LEN(MAX_FDS * _INT.size)
+    header, ancillary, _, _ = conn.recvmsg(HEADER.size, size, socket.MSG_CMSG_CLOEXEC)
+    fds: list[int] = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += [fd for (fd,) in _INT.iter_unpack(data[:len(data) - len(data) % _INT.size])]
+    return header, fds
+
+
+def _start(spec: dict, fds: list[int], sock_fd: int, clone3: bool) -> bool:
+    """Make one process for ``spec``; returns whether clone3 may be tried next time."""
+    targets = spec["targets"]
+    err_w = fds[targets.index(-1)]
+    cgroup_fd = fds[len(targets)] if spec["cgroup"] else -1
+    pid, join = -1, cgroup_fd
+    if clone3:
+        # No exit_signal: with CLONE_PARENT the kernel takes ours (SIGCHLD), and refuses any other.
+        args = _CloneArgs(flags=_CLONE_PARENT)
+        if cgroup_fd >= 0:
+            args.flags |= _CLONE_INTO_CGROUP
+            args.cgroup = cgroup_fd
+        pid = _syscall(_SYS_CLONE3, ctypes.byref(args), ctypes.sizeof(args))
+        if pid >= 0:
+            join = -1
+        elif ctypes.get_errno() in (errno.ENOSYS, errno.E2BIG, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM):
+            clone3 = _SYS_CLONE is None  # refused outright: use clone from now on, where known
+        else:
+            _report(err_w, ctypes.get_errno(), "start")
+            return clone3
+    if pid < 0:
+        if _SYS_CLONE is None:
+            _report(err_w, errno.ENOSYS, "start")
+            return clone3
+        pid = _syscall(_SYS_CLONE, _CLONE_PARENT | signal.SIGCHLD, 0, 0, 0, 0)
+        if pid < 0:
+            _report(err_w, ctypes.get_errno(), "start")
+            return clone3
+    if pid == 0:  # pragma: no cover - the new process: never returns
+        try:
+            os.close(sock_fd)
+            os.write(err_w, b"P%d\n" % os.getpid())
+            _exec(spec, fds[:len(targets)], join)
+        finally:
+            os._exit(127)
+    return clone3
+
+
+def _report(err_w: int, code: int, where: str) -> None:
+    try:
+        os.write(err_w, f"{code or errno.EIO}:{where}".encode())
+    except OSError:
+        pass  # the daemon gave up on this call: nobody is listening
+
+
+def _exec(spec: dict, fds: list[int], join_cgroup: int) -> None:  # pragma: no cover - a new process
+    """In the new process: leave the session, lay descriptors out, join, switch user, exec."""
+    targets = spec["targets"]
+    err_w = -1
+    where = "start"
+    try:
+        os.setsid()  # its own session and group: the call's kill signals the group
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        # Lift every received descriptor above the numbers it must end up at, so laying them
+        # out never overwrites one not placed yet; the lifted copies are close-on-exec.
+        floor = max([2, *targets]) + 1
+        lifted = [_dupfd(fd, floor) for fd in fds]
+        err_w = lifted[targets.index(-1)]
+        for fd in fds:
+            os.close(fd)  # received close-on-exec already; closed all the same
+        for fd, target in zip(lifted, targets):
+            if target >= 0:
+                os.dup2(fd, target, inheritable=True)
+        if join_cgroup >= 0:
+            where = "cgroup"
+            procs = os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=join_cgroup)
+            os.write(procs, b"0")
+        where = "chdir"
+        os.chdir(spec["cwd"])
+        if spec["user"] is not None:  # as subprocess does: groups, gid, then uid
+            where = "user"
+            uid, gid, groups = spec["user"]
+            os.setgroups(groups)
+            os.setregid(gid, gid)
+            os.setreuid(uid, uid)
+        where = "limits"
+        if spec["limits"] is not None:
+            apply_limits(spec["limits"])
+        where = "exec"
+        argv, env = spec["argv"], spec["env"]
+        program = argv[0]
+        if b"/" in program:
+            candidates = [program]
+        else:
+            path = env.get(b"PATH", os.defpath.encode())
+            candidates = [os.path.join(folder or b".", program) for folder in path.split(b":")]
+        failure: OSError | None = None
+        for candidate in candidates:
+            try:
+                os.execve(candidate, argv, env)
+            except OSError as exc:
+                # As execvp: keep looking after "not here"; remember the first other reason.
+                if failure is None or (failure.errno in (errno.ENOENT, errno.ENOTDIR)
+                                       and exc.errno not in (errno.ENOENT, errno.ENOTDIR)):
+                    failure = exc
+        raise failure or OSError(errno.ENOENT, "not found")
+    except Exception as exc:  # noqa: BLE001 - any failure here must reach the daemon as one
+        # Not only OSError: a NUL in argv or env is a ValueError, a limit above the hard one
+        # too; end of file on the pipe alone would read as a successful exec.
+        code = getattr(exc, "errno", None) or errno.EINVAL
+        _report(err_w if err_w >= 0 else fds[targets.index(-1)], code, where)
+
+
+def _dupfd(fd: int, floor: int) -> int:
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor)
+
+
+def _say(text: str) -> None:
+    try:
+        os.write(2, text.encode() + b"\n")
+    except OSError:
+        pass
+
+
+def main() -> None:
+    """Become the launcher of the daemon that started this process."""
+    sock_fd = int(sys.argv[1])
+    gc.disable()  # nothing here lives long enough to need it; and no collection in a new process
+    parent = os.getppid()
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        return  # the daemon died before the line above took effect
+    # What programs inherit: default dispositions and an empty mask. SIGPIPE stays ignored
+    # here (a daemon that gave up on a call closes its end of the error pipe) and is reset in
+    # each new process before exec.
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    serve(sock_fd)
+
+
+if __name__ == "__main__":
+    main()
