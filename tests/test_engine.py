@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import trio
 
 from rungd.client import Client
 
@@ -100,6 +101,29 @@ async def test_every_answer_the_runner_gave_is_an_answered_ledger_event(nursery,
     answered = [note for event, note in events if event == "answered"]
     assert len(answered) == 1 and answered[0].startswith("confirmation")  # the [y/N] the demo asks
     assert [event for event, _ in events].index("answered") < [event for event, _ in events].index("finished")
+    daemon.daemon.stop()
+
+
+async def test_a_reads_records_are_synced_within_a_second_and_a_writes_before_its_answer(nursery, short_tmp) -> None:
+    from rungd_ledgers import iter_records
+
+    from rungd.config import load_config
+    from rungd.testing import start_daemon, write_config
+
+    daemon = await start_daemon(nursery, load_config(write_config(short_tmp)))
+    ledger = daemon.daemon.audit.ledger
+    env = await daemon.call("inventory_item_show", {"item": "widget"})
+    assert env.status == "ok", env.error
+    # Written before the answer (a crash of the daemon loses nothing)...
+    events = [r.event for r in iter_records(daemon.config.state_dir / "ledger") if r.call_id == env.call_id]
+    assert events == ["received", "dispatched", "finished"]
+    # ...and synced by the daemon itself within a second, with no other call to do it.
+    with trio.fail_after(3):
+        while ledger.unsynced:
+            await trio.sleep(0.05)
+    env = await daemon.call("inventory_count_set", {"item": "widget", "count": 41}, request_id="w1")
+    assert env.status == "ok", env.error
+    assert not ledger.unsynced  # a write's records are durable before its caller hears
     daemon.daemon.stop()
 
 

@@ -67,9 +67,10 @@ class Audit:
             events: ``(event, call_id, tool, fields)`` in order.
             new_work: the events start something (received and dispatched or held): refused
                 while the ledger cannot keep its reserve, so what runs can always finish.
-            durable: False for a read's received and dispatched: written before the read
-                runs, made durable by its finished record's fsync (a machine crash before
-                that may lose them; a read has no effect to lose). Writes always wait.
+            durable: False for a read's records: written (to the kernel) before the read runs
+                and before its caller hears, made durable by the next fsync: another call's,
+                or :meth:`flush` within a second (a machine crash before that may lose them;
+                a read has no effect to lose). Writes always wait.
 
         Raises:
             LedgerUnavailable: as ``record``; none of the events was recorded.
@@ -93,6 +94,21 @@ class Audit:
             ) from None
         for record in records:
             self.index.apply(record)
+
+    async def flush(self) -> None:
+        """Make the records written without an fsync (reads') durable, if any wait.
+
+        Raises:
+            LedgerUnavailable: as ``record``.
+        """
+        if not self.ledger.unsynced:
+            return
+        try:
+            await trio.to_thread.run_sync(self.ledger.flush, abandon_on_cancel=False, limiter=self.limiter)
+        except LedgerWriteFailed as exc:
+            log.error("ledger flush failed: %s", exc)
+            raise LedgerUnavailable("rungd cannot write its ledger, so it runs nothing new",
+                                    hint="the operator must free space or fix the state folder") from None
 
     def close(self) -> None:
         self.ledger.close()

@@ -1,4 +1,4 @@
-"""The ledger's housekeeping in the daemon: anchors to the journal, and retention.
+"""The ledger's housekeeping in the daemon: reads' records synced, anchors, and retention.
 
     LedgerUpkeep(audit, config).run    started in the daemon's housekeeping nursery
     sign_anchor / check_anchor_signature   ssh-keygen -Y sign / verify (argv only, no shell)
@@ -10,6 +10,9 @@ is set (``LEDGER_ANCHOR_SIGNATURE``). The journal ships off-host; a host root wh
 the chain afterwards cannot rewrite the anchors already shipped, and
 ``rungctl ledger verify --anchors FILE`` finds the first one the copy contradicts.
 
+Sync. Every ``FLUSH_EVERY_S``, records written without an fsync (a read's) are made durable,
+if no other record's fsync did it already.
+
 Retention. Every ``ledger.prune_every_s`` (and at start), whole files past
 ``ledger.keep_days`` or beyond ``ledger.max_total_bytes`` are deleted, oldest first, after a
 ``pruned`` record names them (``rungd_ledgers.retention``). Never a file with a record inside
@@ -19,6 +22,7 @@ call still running, held or unknown.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import subprocess
 import tempfile
@@ -31,10 +35,14 @@ from rungd_ledgers.anchors import SIGNATURE_NAMESPACE, Anchor
 
 from rungd.audit import Audit
 from rungd.config import LedgerConfig
+from rungd.errors import RungdError
 
 log = logging.getLogger("rungd.ledger")
 
 SIGN_TIMEOUT_S = 10.0
+# Reads' records are written without an fsync of their own (rungd.audit): at most this long
+# passes before one makes them durable, when no write's record does it sooner.
+FLUSH_EVERY_S = 1.0
 _DAY = 86400.0
 
 
@@ -65,6 +73,7 @@ class LedgerUpkeep:
         worker thread finishes (its record and unlinks are not abandoned halfway).
         """
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._flush_loop)
             if self.config.anchor_every_s > 0:
                 nursery.start_soon(self._anchor_loop)
             if self.config.keep_days is not None or self.config.max_total_bytes is not None:
@@ -151,6 +160,18 @@ class LedgerUpkeep:
                     await self.anchor()
                 except (LedgerError, OSError) as exc:
                     log.warning("last ledger anchor not sent: %s", exc)
+
+    async def _flush_loop(self) -> None:
+        try:
+            while True:
+                await trio.sleep(FLUSH_EVERY_S)
+                try:
+                    await self.audit.flush()
+                except RungdError:
+                    pass  # logged by the audit; the next write's fsync tries again
+        finally:
+            with trio.CancelScope(shield=True), contextlib.suppress(RungdError):
+                await self.audit.flush()
 
     async def _prune_loop(self) -> None:
         while True:

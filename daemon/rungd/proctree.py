@@ -529,7 +529,8 @@ class CallCgroup:
     ``CLONE_INTO_CGROUP`` (``rungd.runner.launch``), so nothing the program forks is ever
     outside it. Such a spare cgroup is named ``rungd-s<random>`` and, once given to a call,
     labelled with the call's id (the ``user.rungd.call`` extended attribute: a cgroup v2 cannot
-    be renamed); start-up recovery reads either.
+    be renamed); start-up recovery reads either. One left empty by its call is given to the
+    next call, relabelled.
 
     Every method fails softly (None or False): without a cgroup the kill still works by
     signals.
@@ -578,6 +579,11 @@ class CallCgroup:
         """Record which call this (spare) cgroup now holds, for start-up recovery."""
         with contextlib.suppress(OSError):  # a filesystem without user xattrs: the tag remains
             os.setxattr(self.path, _LABEL_XATTR, call_id.encode())
+
+    def unlabel(self) -> None:
+        """Forget the call it held (it is a spare again, for the next call)."""
+        with contextlib.suppress(OSError):
+            os.removexattr(self.path, _LABEL_XATTR)
 
     def call_id(self) -> str:
         """The call this cgroup holds: its label, else the id in its name."""
@@ -761,10 +767,15 @@ class Reaper:
         self._interval_s = interval_s
         self._kill_strays = kill_strays
         self._spawns = 0
+        self._stopped = False
         self._poked = trio.Event()
 
     def retire(self, cgroup: CallCgroup) -> None:
-        """Remove ``cgroup`` soon (off the call's path), once it is empty."""
+        """Remove ``cgroup`` soon (off the call's path), once it is empty; at once if the
+        reaper has stopped (what cannot be removed then is left to the next start's sweep)."""
+        if self._stopped:
+            self._remove_retired([cgroup])
+            return
         self._retired.append(cgroup)
         self._poked.set()
 
@@ -844,6 +855,7 @@ class Reaper:
         finally:
             # What is left is removed now; a cgroup a process is stuck in stays for the
             # next start-up's sweep.
+            self._stopped = True
             self._remove_retired(self._retired)
             # The runner's launcher (rungd.runner.launch) lives as long as the daemon: it
             # exits, and the spare cgroup goes, when the daemon stops.

@@ -287,6 +287,37 @@ class Ledger:
                 raise ticket.error
         return [ticket.record for ticket in tickets if ticket.record is not None]
 
+    @property
+    def unsynced(self) -> bool:
+        """Whether appends made with ``sync=False`` wait for an fsync (see :meth:`flush`)."""
+        return self._unsynced
+
+    def flush(self) -> None:
+        """Make durable what appends with ``sync=False`` wrote: one fsync, if any is waiting.
+
+        Raises:
+            LedgerUnavailable: the fsync failed; those records may be lost in a machine crash.
+        """
+        with self._cond:
+            while self._writing:
+                self._cond.wait()
+            if self._closed or not self._unsynced:
+                return
+            self._writing = True  # appends queue meanwhile; the next one leads
+        synced = False
+        try:
+            os.fsync(self._fd)
+            synced = True
+        except OSError as error:
+            raise LedgerUnavailable(f"the ledger in {self._folder} could not be synced "
+                                    f"({error.strerror or error})") from error
+        finally:
+            with self._cond:
+                self._writing = False
+                if synced:
+                    self._unsynced = False
+                self._cond.notify_all()
+
     def close(self) -> None:
         """Wait for appends already queued, then release the files and the folder lock."""
         with self._cond:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -275,3 +279,36 @@ def test_append_many_writes_in_order_in_one_batch(tmp_path) -> None:
     assert [r.seq for r in records] == [1, 2]
     assert [r.event for r in iter_records(tmp_path)] == ["received", "dispatched"]
     assert verify(tmp_path).ok
+
+
+_UNSYNCED_THEN_FLUSH = """
+import sys
+from pathlib import Path
+from rungd_ledgers import Ledger
+ledger = Ledger.open(Path(sys.argv[1]))
+event = ("finished", "call-1", "demo.read", {"outcome": "done"})
+ledger.append_many([event, event], sync=False)
+ledger.append_many([event], sync=False)
+assert ledger.unsynced
+print("flushing", flush=True)
+ledger.flush()
+assert not ledger.unsynced
+ledger.flush()
+ledger.close()
+"""
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is missing: apt-get install strace")
+def test_appends_without_sync_are_made_durable_by_one_flush_and_only_once(folder: Path) -> None:
+    # Counted for real: strace lists every fsync the process makes after the appends.
+    trace = folder.parent / "trace"
+    subprocess.run(["strace", "-f", "-qq", "-o", str(trace), "-e", "trace=fsync,write", sys.executable, "-c",
+                    _UNSYNCED_THEN_FLUSH, str(folder)], check=True, stdout=subprocess.DEVNULL, timeout=60)
+    lines = trace.read_text().splitlines()
+    marker = next(i for i, line in enumerate(lines) if "flushing" in line)
+    # The descriptor the records were written to: the ledger file.
+    fd = next(re.search(r"write\((\d+), \"\{", line).group(1) for line in lines if re.search(r"write\(\d+, \"\{", line))
+    synced = [i for i, line in enumerate(lines) if f"fsync({fd})" in line]
+    # Not synced by the appends; once by the flush; a second flush and the close find nothing.
+    assert [i > marker for i in synced] == [True], lines
+    assert len(list(iter_records(folder))) == 3

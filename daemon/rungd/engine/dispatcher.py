@@ -9,7 +9,7 @@
     run           the handler under its deadline, in the daemon's call nursery
     settle        a write whose outcome is unknown: its settle read decides at once
     outcomes      whatever happened becomes one envelope, here only             (outcomes.py)
-    ledger        finished, durable before the caller hears it
+    ledger        finished, durable before the caller hears it (a read's: within a second)
 
 Every decision that reads shared state (the idempotency index, the running requests, the
 slots) is taken in ``start`` before its first ``await``, so two identical requests arriving
@@ -237,8 +237,8 @@ class Dispatcher:
                         if held else ("dispatched", call.call_id, call.tool, {"request_id": call.request_id}))
         try:
             # A write's records are durable before it runs. A read's are written before it runs
-            # and made durable by its finished record's fsync (the README says what a crash
-            # can lose): a read has no effect to be unsure about.
+            # and made durable by the next fsync, within a second (the README says what a
+            # crash can lose): a read has no effect to be unsure about.
             await self.audit.record_many([received, then], new_work=True,
                                          durable=held or tool.side_effect != "read")
         except RungdError as failure:  # the ledger cannot be written: run nothing (fail closed)
@@ -410,7 +410,9 @@ class Dispatcher:
         })
         for delay in (0.1, 0.5, 1.0, 2.0, None):  # space may come back: try for a few seconds
             try:
-                await self.audit.record_many([*answered, finished])
+                # A read's finished record is synced within a second, not before the caller
+                # hears: a read has no effect to lose (the README says what a crash can lose).
+                await self.audit.record_many([*answered, finished], durable=ctx.tool.side_effect != "read")
                 break
             except RungdError:
                 if delay is None:

@@ -334,17 +334,21 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
     Cancellation: the caller shields it; every wait in it is bounded.
     """
     cgroup, reaper = tracker.cgroup, ctx.reaper
-    # With a cgroup or as a subreaper, the kill looks only at the call's own processes, so it
-    # runs every time; without either it scans the host, and is skipped when provably idle.
-    if cgroup is not None or reaper is not None or not _nothing_left(proc, cgroup, reaper):
+    # A program that exited and left its cgroup empty left nothing: nothing forks its way out
+    # of a cgroup (one that moved itself out is an orphan of the daemon, which the reaper
+    # kills below). Otherwise the kill looks only at the call's own processes with a cgroup
+    # or a subreaper; without either it scans the host, and is skipped when provably idle.
+    settled = cgroup is not None and proc.returncode is not None and not cgroup.populated()
+    if not settled and (cgroup is not None or reaper is not None or not _nothing_left(proc, cgroup, reaper)):
         await proctree.kill_tree(tracker, grace_s=program.grace_s, pgid=proc.pid)
     with trio.move_on_after(2):
         await proc.wait()
-    if isinstance(proc, launch.Child):
-        proc.close()
+    proc.close()
     if cgroup is not None:
         if reaper is not None:
-            reaper.retire(cgroup)  # removing a cgroup takes milliseconds: off the call's path
+            # An empty one is the next call's; removing one takes the kernel milliseconds,
+            # so a populated one (a process still dying) is removed off the call's path.
+            launch.for_reaper(reaper).give_back(cgroup)
         else:
             await cgroup.remove_when_empty()
     proctree.RUNNING.pop(ctx.call_id, None)

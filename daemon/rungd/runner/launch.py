@@ -12,9 +12,10 @@ the launcher (argv, environment, folder, limits, user, and the descriptors by SC
 it reads the error pipe: ``P<pid>`` first, then end of file (the program is running) or
 ``<errno>:<step>`` (it could not be started).
 
-:class:`Launcher` keeps the launcher process and a spare call cgroup made ahead of time (making
-one takes the kernel a moment): the daemon keeps one on its reaper (:func:`for_reaper`); code
-running without a daemon shares one per process.
+:class:`Launcher` keeps the launcher process and a spare call cgroup (making and removing one
+takes the kernel a moment, so the empty cgroup of a call that ended is the next call's): the
+daemon keeps one on its reaper (:func:`for_reaper`); code running without a daemon shares one
+per process.
 """
 
 from __future__ import annotations
@@ -185,8 +186,8 @@ class Launcher:
         self._closed = False
 
     def start(self) -> None:
-        """Start the launcher process if it is not running (from the event loop's thread: the
-        launcher dies with the thread that started it, PR_SET_PDEATHSIG).
+        """Start the launcher process if it is not running; it exits when the daemon closes its
+        end of the socket, or dies.
 
         Raises:
             OSError: no socket or no process could be made (EMFILE, EAGAIN, ENOMEM).
@@ -210,6 +211,7 @@ class Launcher:
         proctree.SPAWNED.add(process.pid)
         if self._owned is not None:
             self._owned.add(process.pid)
+        self._keep(self._spare)
 
     def refill(self) -> None:
         """Make the next call's cgroup ahead of time, and start the launcher if it is not running.
@@ -221,13 +223,33 @@ class Launcher:
         with contextlib.suppress(OSError):
             self.start()
         if self._spare is None:
-            self._spare = proctree.CallCgroup.spare()
+            self._keep(proctree.CallCgroup.spare())
 
     def cgroup(self) -> proctree.CallCgroup | None:
         """The cgroup for the next program: the spare one made ahead of time, else a new one
         (None where the daemon may not make cgroups)."""
         spare, self._spare = self._spare, None
         return spare if spare is not None else proctree.CallCgroup.spare()
+
+    def give_back(self, cgroup: proctree.CallCgroup) -> None:
+        """Take back a call's cgroup once its call has ended: an empty one becomes the next
+        call's (relabelled then), any other is retired to the reaper, which removes it."""
+        if self._spare is None and not self._closed and not cgroup.populated():
+            cgroup.unlabel()
+            self._keep(cgroup)
+        elif self._reaper is not None:
+            self._reaper.retire(cgroup)
+        else:
+            cgroup.remove()
+
+    def _keep(self, cgroup: proctree.CallCgroup | None) -> None:
+        """Keep ``cgroup`` for the next call, and tell the launcher, which removes it if the
+        daemon dies before using it."""
+        self._spare = cgroup
+        if cgroup is not None and self._sock is not None:
+            body = marshal.dumps({"spare": os.fsencode(cgroup.path)})
+            with contextlib.suppress(OSError):  # a launcher that is gone is started again, and told
+                self._sock.sendall(_launcher.HEADER.pack(len(body), 0) + body)
 
     async def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, limits: Limits | None,
                     pass_fds: Sequence[int], user: tuple[int, int, list[int]] | None,
@@ -268,6 +290,7 @@ class Launcher:
                     "user": user,
                     "targets": [0, 1, 2, -1, *pass_fds],
                     "cgroup": cgroup is not None,
+                    "cgroup_path": os.fsencode(cgroup.path) if cgroup is not None else None,
                 })
                 self._send(body, fds)
             except BaseException:

@@ -24,6 +24,10 @@ the launcher falls back to ``clone(CLONE_PARENT)`` and the new process joins its
 itself before ``exec``: slower after an idle pause, still before the program's first
 instruction.
 
+The daemon also tells the launcher which empty cgroup it keeps for the next call: when the
+daemon dies (a crash, ``kill -9``), the launcher reads end of file, removes that cgroup and
+exits, so nothing of the daemon's is left in the cgroup tree.
+
 Only the daemon holds the other end of FD; the socket is close-on-exec here and closed in every
 new process before anything else, so no program can ask the launcher for anything.
 """
@@ -51,7 +55,6 @@ _CLONE_PARENT = 0x0000_8000
 _CLONE_INTO_CGROUP = 0x2_0000_0000
 _SYS_CLONE3 = 435  # the same number on every architecture (new system calls are shared)
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220, "ppc64le": 120, "s390x": 120}.get(platform.machine())
-_PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _RLIMITS = (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC,
             resource.RLIMIT_FSIZE, resource.RLIMIT_CORE)
@@ -80,9 +83,22 @@ def apply_limits(limits: tuple[object, ...]) -> None:
 
 
 def serve(sock_fd: int) -> None:
-    """Start what the daemon asks for until it closes the socket (or dies)."""
+    """Start what the daemon asks for until it closes the socket (or dies); then remove the
+    spare cgroups it was told of and that no program was started in."""
     os.set_inheritable(sock_fd, False)
     conn = socket.socket(fileno=sock_fd)
+    spares: set[bytes] = set()
+    try:
+        _serve(conn, sock_fd, spares)
+    finally:
+        for path in spares:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass  # in use after all, or gone: the daemon's next start sweeps what is left
+
+
+def _serve(conn: socket.socket, sock_fd: int, spares: set[bytes]) -> None:
     clone3 = True
     while True:
         try:
@@ -100,6 +116,10 @@ def serve(sock_fd: int) -> None:
             body += chunk
         try:
             spec = marshal.loads(body)
+            if "spare" in spec:  # a cgroup made ahead of time: removed here if the daemon dies
+                spares.add(spec["spare"])
+                continue
+            spares.discard(spec["cgroup_path"])
             clone3 = _start(spec, fds[:count], sock_fd, clone3)
         except Exception as exc:  # noqa: BLE001 - a bad request must not stop the launcher
             _say(f"rungd launcher: a request failed: {exc!r}")
@@ -238,10 +258,8 @@ def main() -> None:
     """Become the launcher of the daemon that started this process."""
     sock_fd = int(sys.argv[1])
     gc.disable()  # nothing here lives long enough to need it; and no collection in a new process
-    parent = os.getppid()
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        return  # the daemon died before the line above took effect
+    # No parent-death signal: the daemon's end of the socket is its lifeline (only the daemon
+    # holds it), and end of file lets it remove the spare cgroup before it goes.
     # What programs inherit: default dispositions and an empty mask. SIGPIPE stays ignored
     # here (a daemon that gave up on a call closes its end of the error pipe) and is reset in
     # each new process before exec.

@@ -188,7 +188,9 @@ class Watch:
             if self.refused is not None:
                 raise self.refused
             now = time.monotonic()
-            if now - last_snapshot >= SNAPSHOT_S:
+            # Without a cgroup the kill finds an orphan only if a snapshot saw it (or its tag);
+            # a cgroup holds every process of the call, so there is nothing to keep up.
+            if self.tracker.cgroup is None and now - last_snapshot >= SNAPSHOT_S:
                 self.tracker.snapshot()
                 last_snapshot = now
             quiet_since = max(s.last_output for s in self.streams)
@@ -201,7 +203,9 @@ class Watch:
     async def _check_for_question(self, quiet_since: float) -> None:
         if self.proc.stdin is None or self.program.stdin == "eof" or self._stdin_closed or self._feeding:
             return
-        pids = [self.proc.pid, *(pid for pid, _ in self.tracker.members())]
+        cgroup = self.tracker.cgroup
+        members = cgroup.pids() if cgroup is not None else [pid for pid, _ in self.tracker.members()]
+        pids = [self.proc.pid, *(pid for pid in members if pid != self.proc.pid)]
         if procwatch.waiting_for_input(pids, self._stdin_ino) is None:
             return  # busy, sleeping or waiting on something else: not our business
         # A prompt may sit in a pipe the readers have not been scheduled to read yet (on a
