@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -340,17 +341,15 @@ class Dispatcher:
             if envelope.outcome == "unknown" and spec and spec.at_once and settle and settle["expect"] \
                     and not call.interrupted:
                 envelope = await self._settle_now(call, tool, envelope, settle)
-            # The work folder is scratch for this call only (the runner's private files
-            # included): gone once the call is. Most are left empty (one rmdir, here); a
-            # program that left a tree is removed off the loop.
-            try:
-                work_dir.rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError:
-                await trio.to_thread.run_sync(shutil.rmtree, work_dir, True, limiter=self._scratch_threads)
             with trio.CancelScope(shield=True):  # the end of a call is recorded even at shutdown
-                await self._record_end(call, envelope, ctx)
+                # The work folder is scratch for this call only: gone before the caller hears,
+                # removed (in a worker thread: an rmdir waits on the filesystem's journal)
+                # while the finished record is written.
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._remove_work_dir, work_dir)
+                    await self._record_end(call, envelope, ctx)
+                self.requests.release(call)
+                self._finish(call, envelope)
         finally:
             # Released only once the caller can read the result, so a shutdown that waits
             # for idle never cuts off an answer.
@@ -397,8 +396,19 @@ class Dispatcher:
             return envelope
         return outcomes.settled(envelope, tool, happened=happened, read=read)
 
+    async def _remove_work_dir(self, work_dir: Path) -> None:
+        def remove() -> None:
+            try:
+                work_dir.rmdir()  # most calls leave it empty
+            except FileNotFoundError:
+                pass
+            except OSError:
+                shutil.rmtree(work_dir, ignore_errors=True)
+
+        await trio.to_thread.run_sync(remove, limiter=self._scratch_threads)
+
     async def _record_end(self, call: Call, envelope: Envelope, ctx: CallContext) -> None:
-        """Record what the runner answered and how the call finished, then let the caller hear it."""
+        """Record what the runner answered and how the call finished (the caller hears it next)."""
         answered: list[_Event] = [("answered", call.call_id, call.tool, {"request_id": call.request_id, "note": what})
                                   for what in ctx.answered]
         finished: _Event = ("finished", call.call_id, call.tool, {
@@ -422,8 +432,6 @@ class Dispatcher:
                     log.critical("finished record lost", extra={"call_id": call.call_id, "tool": call.tool})
                 else:
                     await trio.sleep(delay)
-        self.requests.release(call)
-        self._finish(call, envelope)
 
     async def _read_call(self, tool: str, inputs: dict[str, Any], caller: Caller) -> Envelope:
         """Run a read (a settle or precondition read) as a call of ``caller``, on the record."""

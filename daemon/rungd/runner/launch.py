@@ -211,7 +211,8 @@ class Launcher:
         proctree.SPAWNED.add(process.pid)
         if self._owned is not None:
             self._owned.add(process.pid)
-        self._keep(self._spare)
+        if self._spare is not None:
+            self._tell(self._spare)  # a new launcher knows nothing yet
 
     def refill(self) -> None:
         """Make the next call's cgroup ahead of time, and start the launcher if it is not running.
@@ -222,31 +223,40 @@ class Launcher:
             return
         with contextlib.suppress(OSError):
             self.start()
-        if self._spare is None:
-            self._keep(proctree.CallCgroup.spare())
+        if self._spare is None and (spare := proctree.CallCgroup.spare()) is not None:
+            self._tell(spare)
+            self._spare = spare
 
     def cgroup(self) -> proctree.CallCgroup | None:
-        """The cgroup for the next program: the spare one made ahead of time, else a new one
-        (None where the daemon may not make cgroups)."""
+        """The cgroup for the next program: the spare one, else a new one (None where the
+        daemon may not make cgroups)."""
         spare, self._spare = self._spare, None
-        return spare if spare is not None else proctree.CallCgroup.spare()
+        if spare is not None:
+            return spare
+        made = proctree.CallCgroup.spare()
+        if made is not None and self._reaper is not None:
+            self._tell(made)
+        return made
 
-    def give_back(self, cgroup: proctree.CallCgroup) -> None:
+    def give_back(self, cgroup: proctree.CallCgroup, *, empty: bool | None = None) -> None:
         """Take back a call's cgroup once its call has ended: an empty one becomes the next
-        call's (relabelled then), any other is retired to the reaper, which removes it."""
-        if self._spare is None and not self._closed and not cgroup.populated():
+        call's (relabelled then), any other is retired to the reaper, which removes it.
+
+        Args:
+            empty: what the caller just read of it, if it did.
+        """
+        if self._spare is None and not self._closed and (empty if empty is not None else not cgroup.populated()):
             cgroup.unlabel()
-            self._keep(cgroup)
+            self._spare = cgroup
         elif self._reaper is not None:
             self._reaper.retire(cgroup)
         else:
             cgroup.remove()
 
-    def _keep(self, cgroup: proctree.CallCgroup | None) -> None:
-        """Keep ``cgroup`` for the next call, and tell the launcher, which removes it if the
-        daemon dies before using it."""
-        self._spare = cgroup
-        if cgroup is not None and self._sock is not None:
+    def _tell(self, cgroup: proctree.CallCgroup) -> None:
+        """Tell the launcher of a cgroup the daemon made: if the daemon dies, the launcher
+        removes it (when empty: the spare kept for the next call)."""
+        if self._sock is not None:
             body = marshal.dumps({"spare": os.fsencode(cgroup.path)})
             with contextlib.suppress(OSError):  # a launcher that is gone is started again, and told
                 self._sock.sendall(_launcher.HEADER.pack(len(body), 0) + body)
@@ -290,7 +300,6 @@ class Launcher:
                     "user": user,
                     "targets": [0, 1, 2, -1, *pass_fds],
                     "cgroup": cgroup is not None,
-                    "cgroup_path": os.fsencode(cgroup.path) if cgroup is not None else None,
                 })
                 self._send(body, fds)
             except BaseException:

@@ -24,9 +24,9 @@ the launcher falls back to ``clone(CLONE_PARENT)`` and the new process joins its
 itself before ``exec``: slower after an idle pause, still before the program's first
 instruction.
 
-The daemon also tells the launcher which empty cgroup it keeps for the next call: when the
-daemon dies (a crash, ``kill -9``), the launcher reads end of file, removes that cgroup and
-exits, so nothing of the daemon's is left in the cgroup tree.
+The daemon also tells the launcher of each call cgroup it makes: when the daemon dies (a
+crash, ``kill -9``), the launcher reads end of file, removes those that are empty (the spare
+kept for the next call) and exits, so nothing of the daemon's is left in the cgroup tree.
 
 Only the daemon holds the other end of FD; the socket is close-on-exec here and closed in every
 new process before anything else, so no program can ask the launcher for anything.
@@ -50,6 +50,7 @@ import sys
 HEADER = struct.Struct("!II")  # body length, number of descriptors
 _INT = struct.Struct("i")
 MAX_FDS = 250
+_MAX_SPARES = 1000
 
 _CLONE_PARENT = 0x0000_8000
 _CLONE_INTO_CGROUP = 0x2_0000_0000
@@ -84,7 +85,7 @@ def apply_limits(limits: tuple[object, ...]) -> None:
 
 def serve(sock_fd: int) -> None:
     """Start what the daemon asks for until it closes the socket (or dies); then remove the
-    spare cgroups it was told of and that no program was started in."""
+    call cgroups it was told of (those in use or gone stay as they are)."""
     os.set_inheritable(sock_fd, False)
     conn = socket.socket(fileno=sock_fd)
     spares: set[bytes] = set()
@@ -116,10 +117,11 @@ def _serve(conn: socket.socket, sock_fd: int, spares: set[bytes]) -> None:
             body += chunk
         try:
             spec = marshal.loads(body)
-            if "spare" in spec:  # a cgroup made ahead of time: removed here if the daemon dies
+            if "spare" in spec:  # a cgroup the daemon made: removed here if the daemon dies
+                if len(spares) >= _MAX_SPARES:  # forget those removed since
+                    spares.intersection_update({path for path in spares if os.path.exists(path)})
                 spares.add(spec["spare"])
                 continue
-            spares.discard(spec["cgroup_path"])
             clone3 = _start(spec, fds[:count], sock_fd, clone3)
         except Exception as exc:  # noqa: BLE001 - a bad request must not stop the launcher
             _say(f"rungd launcher: a request failed: {exc!r}")
