@@ -84,7 +84,7 @@ class Member(NamedTuple):
     start: int
 
 
-class _Stat(NamedTuple):
+class Stat(NamedTuple):
     """What this module reads from ``/proc/PID/stat``."""
 
     state: str
@@ -94,23 +94,41 @@ class _Stat(NamedTuple):
     session: int
 
 
-def _read_stat(pid: int) -> _Stat | None:
+def read_file(path: str | os.PathLike[str]) -> bytes:
+    """The whole of a small kernel file (``/proc``, cgroupfs) in four system calls.
+
+    ``open()`` adds a stat, a terminal check and two seeks to each, and the call path reads
+    a dozen such files.
+
+    Raises:
+        OSError: as ``os.open`` and ``os.read`` (the file is gone, or not ours to read).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_stat(pid: int) -> Stat | None:
     """The stat of process ``pid``, or None when there is no such process any more."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            data = file.read()
+        data = read_file(f"/proc/{pid}/stat")
     except OSError:  # it was reaped between listing /proc and reading it
         return None
     # The command name is in parentheses and may itself contain ") ", so split after the last.
     fields = data[data.rindex(b")") + 2 :].split()
-    return _Stat(fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]), int(fields[3]))
+    return Stat(fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]), int(fields[3]))
 
 
-def _scan() -> dict[int, _Stat]:
+def _scan() -> dict[int, Stat]:
     """The stat of every process on the machine (about 1 ms for a hundred processes)."""
-    table: dict[int, _Stat] = {}
+    table: dict[int, Stat] = {}
     for name in os.listdir("/proc"):
-        if name.isdigit() and (stat := _read_stat(int(name))) is not None:
+        if name.isdigit() and (stat := read_stat(int(name))) is not None:
             table[int(name)] = stat
     return table
 
@@ -118,8 +136,7 @@ def _scan() -> dict[int, _Stat]:
 def _tagged(pid: int, call_id: str) -> bool:
     """Whether process ``pid`` was started with ``RUNGD_CALL=call_id`` in its environment."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as file:
-            environ = file.read()
+        environ = read_file(f"/proc/{pid}/environ")
     except OSError:  # gone, or another user's process (a setuid program, say)
         return False
     return f"{TAG_ENV}={call_id}".encode() in environ.split(b"\0")
@@ -143,8 +160,7 @@ def _children(pid: int | str) -> list[int]:
         return children
     for tid in tasks:
         try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as file:
-                children.extend(int(child) for child in file.read().split())
+            children.extend(int(child) for child in read_file(f"/proc/{pid}/task/{tid}/children").split())
         except OSError:  # the thread ended meanwhile
             continue
     return children
@@ -201,7 +217,7 @@ def _send(member: Member, signals: tuple[signal.Signals, ...]) -> bool:
         # The pidfd holds on to whatever process has this pid now. If that process started when
         # the member did, it is the member, and the signals reach it and nothing else, even if
         # it dies and its pid is reused meanwhile.
-        stat = _read_stat(member.pid)
+        stat = read_stat(member.pid)
         if stat is None or stat.start != member.start:
             return False
         for sig in signals:
@@ -254,7 +270,7 @@ class Tracker:
 
     def __init__(self, call_id: str, root_pid: int, *, cgroup: CallCgroup | None = None,
                  subreaper: bool = False) -> None:
-        stat = _read_stat(root_pid)
+        stat = read_stat(root_pid)
         if stat is None:
             raise ProcessLookupError(
                 f"process {root_pid} does not exist; create the Tracker right after spawning "
@@ -281,35 +297,35 @@ class Tracker:
         if self.cgroup is None and not self.subreaper:
             self._snapshot_by_scan(group)
             return
-        found: dict[int, _Stat] = {}
+        found: dict[int, Stat] = {}
         todo: list[int] = []
 
-        def take(pid: int, stat: _Stat | None) -> None:
+        def take(pid: int, stat: Stat | None) -> None:
             if stat is not None and pid not in found and stat.start >= self.root.start:
                 found[pid] = stat
                 todo.append(pid)
 
         for member in self._members:
-            stat = _read_stat(member.pid)
+            stat = read_stat(member.pid)
             if stat is not None and stat.start == member.start:
                 take(member.pid, stat)
         if self.cgroup is not None:
             for pid in self.cgroup.pids():
                 if pid not in found:
-                    take(pid, _read_stat(pid))
+                    take(pid, read_stat(pid))
         if self.subreaper:
             # An orphan of the call was re-parented to us: it is one of our own children.
             for pid in own_children():
-                if pid not in found and (stat := _read_stat(pid)) is not None \
+                if pid not in found and (stat := read_stat(pid)) is not None \
                         and self._claims_orphan(pid, stat, group):
                     take(pid, stat)
         while todo:
             for child in _children(todo.pop()):
                 if child not in found:
-                    take(child, _read_stat(child))
+                    take(child, read_stat(child))
         self._members = {Member(pid, stat.start): stat for pid, stat in found.items()}
 
-    def _claims_orphan(self, pid: int, stat: _Stat, group: int | None) -> bool:
+    def _claims_orphan(self, pid: int, stat: Stat, group: int | None) -> bool:
         if stat.start < self.root.start or stat.state in _DEAD_STATES:
             return False
         # The root leads the call's session and group, and is reaped only after the call
@@ -319,7 +335,7 @@ class Tracker:
 
     def claims(self, pid: int) -> bool:
         """Whether process ``pid``, an orphan this process adopted, belongs to this call now."""
-        stat = _read_stat(pid)
+        stat = read_stat(pid)
         if stat is None:
             return False
         if Member(pid, stat.start) in self._members or self._claims_orphan(pid, stat, None):
@@ -607,8 +623,7 @@ class CallCgroup:
     def pids(self) -> list[int]:
         """The processes in the cgroup now; exited ones are not listed, even unreaped."""
         try:
-            with open(self.path / "cgroup.procs", "rb") as file:
-                return [int(pid) for pid in file.read().split()]
+            return [int(pid) for pid in read_file(self.path / "cgroup.procs").split()]
         except OSError:  # removed
             return []
 
@@ -619,8 +634,7 @@ class CallCgroup:
         the cgroup cannot be removed.
         """
         try:
-            with open(self.path / "cgroup.events", "rb") as file:
-                return b"populated 1" in file.read()
+            return b"populated 1" in read_file(self.path / "cgroup.events")
         except OSError:  # removed
             return False
 
@@ -814,7 +828,7 @@ class Reaper:
         # and whoever started it waits for it: reaping it would steal its exit status.
         own_session = os.getsid(0)
         for pid in own_children():
-            stat = _read_stat(pid)
+            stat = read_stat(pid)
             if stat is None or pid in self.owned or pid in SPAWNED or stat.session == own_session:
                 continue
             if stat.state == "Z":

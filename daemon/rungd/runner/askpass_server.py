@@ -322,24 +322,11 @@ def _ancestors(pid: int) -> list[proctree.Member]:
     """Process ``pid`` and its live ancestors (at most _MAX_DEPTH), nearest first."""
     chain = []
     for _ in range(_MAX_DEPTH):
-        stat = _stat(pid)
+        stat = proctree.read_stat(pid)
         if stat is None:
             break
-        ppid, start = stat
-        chain.append(proctree.Member(pid, start))
-        if ppid <= 1:
+        chain.append(proctree.Member(pid, stat.start))
+        if stat.ppid <= 1:
             break
-        pid = ppid
+        pid = stat.ppid
     return chain
-
-
-def _stat(pid: int) -> tuple[int, int] | None:
-    """Parent pid and start time (clock ticks since boot) of ``pid``, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            data = file.read()
-    except OSError:
-        return None
-    # The command name is in parentheses and may itself contain ") ", so split after the last.
-    fields = data[data.rindex(b")") + 2:].split()
-    return int(fields[1]), int(fields[19])

@@ -354,9 +354,11 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
     proctree.RUNNING.pop(ctx.call_id, None)
     if reaper:
         reaper.owned.discard(proc.pid)
-        # What left the call's cgroup, session and tag is now a stray: the reaper kills it.
-        reaper.reap()
-        reaper.poke()
+        if not settled:
+            # What left the call's cgroup, session and tag is now a stray: the reaper kills
+            # it. (A settled call left nothing; the reaper's own passes reap its zombies.)
+            reaper.reap()
+            reaper.poke()
     for stream in watch.streams:
         stream.close()
     # All three pipes, now: left to the garbage collector they outlive the call (the streams,
