@@ -33,6 +33,8 @@ import os
 import struct
 from collections.abc import Callable, Iterable
 
+from rungd.proctree import read_file
+
 # poll(2) and epoll(7) share these bits; either one means "wake me when there is data to read".
 _READ_EVENTS = 0x001 | 0x040  # POLLIN | POLLRDNORM, EPOLLIN | EPOLLRDNORM
 
@@ -95,8 +97,7 @@ def fds_reading(pid: int) -> set[int]:
 def _task_fds_reading(task: str) -> set[int]:
     """The fds one thread (``task``, its /proc directory) is blocked waiting to read."""
     try:
-        with open(f"{task}/syscall") as f:
-            fields = f.read().split()
+        fields = read_file(f"{task}/syscall").split()
         # "NR ARG0..ARG5 SP PC" in a syscall; "running"; or "-1 SP PC" when blocked outside
         # one. Neither of the last two starts with a digit.
         if not fields or not fields[0].isdigit():

@@ -21,6 +21,10 @@ from rungd.runner.streams import Stream
 # program's exit wakes it at once. A look reads a few /proc files of the call's own processes.
 POLL_S = 0.01
 POLL_MAX_S = 0.1
+# A program silent for IDLE_AFTER_S is looked at less often: a long silent call costs the
+# daemon well under 1 % of a core, and a question it prints still wakes the watch at once.
+IDLE_AFTER_S = 2.0
+POLL_IDLE_MAX_S = 0.25
 SNAPSHOT_S = 0.2
 _PAUSE_S = 0.01
 _SETTLE_S = 0.003
@@ -182,7 +186,8 @@ class Watch:
                 self._woken = trio.Event()
                 interval = POLL_S
             else:
-                interval = min(interval * 2, POLL_MAX_S)
+                silent_s = time.monotonic() - max(s.last_output for s in self.streams)
+                interval = min(interval * 2, POLL_MAX_S if silent_s < IDLE_AFTER_S else POLL_IDLE_MAX_S)
             if self.proc.returncode is not None:
                 return
             if self.refused is not None:
