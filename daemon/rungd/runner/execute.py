@@ -51,21 +51,18 @@ class _Scratch:
             owner: uid and gid of the user the program runs as, when not the daemon's.
         """
         try:
-            ctx.work_dir.mkdir(parents=True, exist_ok=True)
-            # The daemon's one askpass endpoint serves programs run as its own user; one run
-            # as another user (or without a daemon) gets a private folder of its own.
+            # The daemon's one askpass endpoint serves programs run as its own user (whose
+            # new process makes the work folder it starts in); one run as another user (or
+            # without a daemon) gets a private folder of its own, inside the work folder.
             if owner is None and ctx.askpass is not None:
                 helper: AskpassServer | CallAskpass = ctx.askpass.for_call()
             else:
+                ctx.work_dir.mkdir(parents=True, exist_ok=True)
                 helper = AskpassServer(ctx.work_dir, owner)
         except OSError as exc:
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise _spawn_error(Program(argv=(ctx.tool.name,)), exc) from None
-            raise Failed(
-                f"rungd cannot prepare the call's folders: {exc.strerror}; nothing was run",
-                hint="retry later; the operator must free space in rungd's state folder",
-                retry="yes", next_action="retry_later",
-            ) from None
+            raise _no_folders(exc) from None
         return cls(helper, ctx, [], [])
 
     def evidence_file(self, label: str) -> Callable[[], BinaryIO]:
@@ -148,7 +145,7 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
             started = await launcher.spawn(
                 list(program.argv), child_env(ctx, program, credentials, scratch.helper.env),
                 str(program.cwd or cwd), limits.effective(program.limits), scratch.helper.pass_fds,
-                _user_ids(program.user), cgroup)
+                _user_ids(program.user), cgroup, make_cwd=program.cwd is None and not ctx.work_dir.exists())
         except BaseException:
             if cgroup is not None:  # it holds nothing, unless a launcher died mid-start
                 cgroup.kill()
@@ -193,9 +190,17 @@ async def _abandon(ctx: CallContext, child: launch.Child, tracker: proctree.Trac
     _forget(ctx, child.pid)
 
 
+def _no_folders(exc: OSError) -> Failed:
+    return Failed(f"rungd cannot prepare the call's folders: {exc.strerror}; nothing was run",
+                  hint="retry later; the operator must free space in rungd's state folder",
+                  retry="yes", next_action="retry_later", outcome="not_started")
+
+
 def _spawn_error(program: Program, exc: OSError) -> RungdError:
     """The honest error for a program that could not be started, by what the kernel said."""
     name = program.argv[0]
+    if exc.filename == "workdir" and exc.errno not in (errno.EMFILE, errno.ENFILE):
+        return _no_folders(exc)
     if exc.errno in (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM):
         return ToolError(
             "RESOURCE_EXHAUSTED",

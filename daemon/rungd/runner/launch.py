@@ -263,12 +263,14 @@ class Launcher:
 
     async def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, limits: Limits | None,
                     pass_fds: Sequence[int], user: tuple[int, int, list[int]] | None,
-                    cgroup: proctree.CallCgroup | None) -> Started:
+                    cgroup: proctree.CallCgroup | None, *, make_cwd: bool = False) -> Started:
         """Have the launcher make the program; returns once its pid is known.
 
         The caller awaits :meth:`Started.exec_result` next. Descriptors are made here, so
         EMFILE/ENFILE surface here as OSError; so does a launcher that could not make a
-        process (EAGAIN, ENOMEM): then nothing was started.
+        process (EAGAIN, ENOMEM): then nothing was started. ``make_cwd``: the new process
+        makes ``cwd`` (0700, and its parents) before it starts there; a failure says
+        ``workdir``.
 
         Cancellation: shielded until the pid is known (a few milliseconds); a process made
         is then returned all the same, for the caller to kill, unless the cancellation came
@@ -296,6 +298,7 @@ class Launcher:
                     "argv": [os.fsencode(arg) for arg in argv],
                     "env": {os.fsencode(k): os.fsencode(v) for k, v in env.items()},
                     "cwd": os.fsencode(cwd),
+                    "mkdir": make_cwd,
                     "limits": limits.wire() if limits is not None else None,
                     "user": user,
                     "targets": [0, 1, 2, -1, *pass_fds],

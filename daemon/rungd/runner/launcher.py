@@ -209,6 +209,9 @@ def _exec(spec: dict, fds: list[int], join_cgroup: int) -> None:  # pragma: no c
             where = "cgroup"
             procs = os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=join_cgroup)
             os.write(procs, b"0")
+        if spec["mkdir"]:
+            where = "workdir"
+            os.makedirs(spec["cwd"], 0o700, exist_ok=True)
         where = "chdir"
         os.chdir(spec["cwd"])
         if spec["user"] is not None:  # as subprocess does: groups, gid, then uid
