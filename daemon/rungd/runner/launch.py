@@ -38,6 +38,7 @@ from rungd.runner import launcher as _launcher
 from rungd.runner.limits import Limits
 
 _LAUNCHER = Path(_launcher.__file__)
+MAX_SPARES = 32  # empty call cgroups kept for the next calls (each costs the kernel little)
 _SEND_TIMEOUT_S = 5.0  # the launcher reads at once; one that does not is stuck, and replaced
 _PID_TIMEOUT_S = 5.0  # the new process says its pid before anything else
 
@@ -182,7 +183,9 @@ class Launcher:
         self._reaper = reaper
         self._process: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
-        self._spare: proctree.CallCgroup | None = None
+        # Empty call cgroups kept for the next calls, and those the running launcher was told of.
+        self._spares: list[proctree.CallCgroup] = []
+        self._told: set[Path] = set()
         self._closed = False
 
     def start(self) -> None:
@@ -211,8 +214,9 @@ class Launcher:
         proctree.SPAWNED.add(process.pid)
         if self._owned is not None:
             self._owned.add(process.pid)
-        if self._spare is not None:
-            self._tell(self._spare)  # a new launcher knows nothing yet
+        self._told = set()  # a new launcher knows nothing yet
+        for spare in self._spares:
+            self._tell(spare)
 
     def refill(self) -> None:
         """Make the next call's cgroup ahead of time, and start the launcher if it is not running.
@@ -223,32 +227,35 @@ class Launcher:
             return
         with contextlib.suppress(OSError):
             self.start()
-        if self._spare is None and (spare := proctree.CallCgroup.spare()) is not None:
+        if not self._spares and (spare := proctree.CallCgroup.spare()) is not None:
             self._tell(spare)
-            self._spare = spare
+            self._spares.append(spare)
 
     def cgroup(self) -> proctree.CallCgroup | None:
-        """The cgroup for the next program: the spare one, else a new one (None where the
+        """The cgroup for the next program: a spare one, else a new one (None where the
         daemon may not make cgroups)."""
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            return spare
+        if self._spares:
+            return self._spares.pop()
         made = proctree.CallCgroup.spare()
         if made is not None and self._reaper is not None:
             self._tell(made)
         return made
 
     def give_back(self, cgroup: proctree.CallCgroup, *, empty: bool | None = None) -> None:
-        """Take back a call's cgroup once its call has ended: an empty one becomes the next
-        call's (relabelled then), any other is retired to the reaper, which removes it.
+        """Take back a call's cgroup once its call has ended: an empty one is kept for a next
+        call (relabelled then; up to MAX_SPARES, as many as calls ran at once), any other is
+        retired to the reaper, which removes it.
 
         Args:
             empty: what the caller just read of it, if it did.
         """
-        if self._spare is None and not self._closed and (empty if empty is not None else not cgroup.populated()):
+        if len(self._spares) < MAX_SPARES and not self._closed \
+                and (empty if empty is not None else not cgroup.populated()):
             cgroup.unlabel()
-            self._spare = cgroup
-        elif self._reaper is not None:
+            self._spares.append(cgroup)
+            return
+        self._told.discard(cgroup.path)
+        if self._reaper is not None:
             self._reaper.retire(cgroup)
         else:
             cgroup.remove()
@@ -256,10 +263,11 @@ class Launcher:
     def _tell(self, cgroup: proctree.CallCgroup) -> None:
         """Tell the launcher of a cgroup the daemon made: if the daemon dies, the launcher
         removes it (when empty: the spare kept for the next call)."""
-        if self._sock is not None:
+        if self._sock is not None and cgroup.path not in self._told:
             body = marshal.dumps({"spare": os.fsencode(cgroup.path)})
             with contextlib.suppress(OSError):  # a launcher that is gone is started again, and told
                 self._sock.sendall(_launcher.HEADER.pack(len(body), 0) + body)
+                self._told.add(cgroup.path)
 
     async def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, limits: Limits | None,
                     pass_fds: Sequence[int], user: tuple[int, int, list[int]] | None,
@@ -377,11 +385,11 @@ class Launcher:
             self._owned.discard(process.pid)
 
     def close(self) -> None:
-        """Stop the launcher and remove the spare cgroup; for good."""
+        """Stop the launcher and remove the spare cgroups; for good."""
         self._closed = True
         self._stop_process()
-        spare, self._spare = self._spare, None
-        if spare is not None:
+        spares, self._spares = self._spares, []
+        for spare in spares:
             spare.remove()
 
     def __del__(self) -> None:
