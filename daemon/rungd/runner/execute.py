@@ -314,7 +314,8 @@ async def _supervise(proc: launch.Child, watch: Watch, helper: AskpassServer | C
         nursery.start_soon(helper.serve, watch.tracker.root, watch.askpass_answer)
         # Declared stdin is fed beside the watch: a program that asks before it reads
         # all of it must still be noticed.
-        nursery.start_soon(watch.feed_stdin)
+        if watch.program.stdin != "none" or watch.program.stdin_eof:
+            nursery.start_soon(watch.feed_stdin)
         nursery.start_soon(watch.wake_on_exit)
         try:
             await watch.until_exit()
