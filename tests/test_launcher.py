@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import socket
+import time
 
 import pytest
 import trio
@@ -172,3 +173,119 @@ async def test_one_endpoint_answers_each_call_with_its_own_credential_and_strang
         assert results[name].stdout.strip() != ""
     assert stranger == [b""]
     assert endpoint._calls == {}  # every call left the endpoint when it ended
+
+
+async def test_a_question_asked_while_the_daemons_loop_is_busy_still_reaches_its_call(short_tmp, fake_program) -> None:
+    # The loop stalls (as under load) around the moment the program starts: its question may
+    # arrive before the call has read its pid; it waits for the claim instead of being refused.
+    asker = fake_program("asker", ASKER)
+    endpoint = AskpassEndpoint(short_tmp / "askpass")
+    done: list[tuple[float, runner.Completed]] = []
+
+    async def call(stall_at: float) -> None:
+        ctx = make_ctx(short_tmp, {"pw": "stall-Secret-9"})
+        ctx.askpass = endpoint
+        program = runner.Program(argv=(str(asker), "Password for stall:"),
+                                 askpass=(runner.CredentialPrompt(re.compile("^Password for"), "pw"),))
+        done.append((stall_at, await runner.run(ctx, program)))
+
+    async def stall(stall_at: float) -> None:
+        await trio.sleep(stall_at)
+        time.sleep(0.4)  # blocks the whole loop, on purpose
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(endpoint.run)
+            for stall_at in (0.0, 0.003, 0.02):
+                async with trio.open_nursery() as both:
+                    both.start_soon(call, stall_at)
+                    both.start_soon(stall, stall_at)
+            nursery.cancel_scope.cancel()
+    assert [(stall_at, result.answered) for stall_at, result in done] == [
+        (stall_at, ["askpass pw"]) for stall_at in (0.0, 0.003, 0.02)]
+
+
+async def test_a_stopped_launcher_fails_one_call_without_stalling_the_loop_and_is_replaced(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch, "_PID_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(launch, "_SEND_TIMEOUT_S", 0.5)
+    launcher = launch.Launcher(None)
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = trio.current_time()
+        while True:
+            await trio.sleep(0.01)
+            gaps.append(trio.current_time() - last)
+            last = trio.current_time()
+
+    try:
+        await start(launcher, ["/bin/true"])
+        stopped = launcher._process
+        assert stopped is not None
+        os.kill(stopped.pid, signal.SIGSTOP)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            with pytest.raises(OSError) as failure:
+                await launcher.spawn(["/bin/true"], {}, "/", None, [], None, None)
+            assert failure.value.errno == errno.EAGAIN
+            child, _ = await start(launcher, ["/bin/sh", "-c", "exit 5"])  # a new launcher
+            nursery.cancel_scope.cancel()
+        assert child.returncode == 5
+        assert stopped.poll() is not None  # killed and reaped, not left stopped
+        assert max(gaps) < 0.3, max(gaps)  # the loop kept running while it waited
+    finally:
+        launcher.close()
+
+
+FREEZER = """
+    import os
+    with open("/proc/self/cgroup") as file:
+        path = [line.split(":", 2)[2] for line in file.read().splitlines() if line.startswith("0::")][0]
+    mounts = [line.split() for line in open("/proc/self/mounts") if line.split()[2] == "cgroup2"]
+    with open(os.path.join(mounts[0][1], path.lstrip("/"), "cgroup.freeze"), "w") as file:
+        file.write("1")
+"""
+
+
+async def test_a_cgroup_its_program_froze_is_not_given_to_the_next_call(fake_program) -> None:
+    cgroup = proctree.CallCgroup.spare()
+    if cgroup is None:
+        pytest.skip("no cgroup v2 hierarchy this process may make cgroups in")
+    launcher = launch.Launcher(None)
+    try:
+        started = await launcher.spawn([str(fake_program("freezer", FREEZER))], {"PATH": "/usr/bin:/bin"}, "/",
+                                       None, [], None, cgroup)
+        await started.exec_result()
+        with trio.fail_after(10):
+            while b"frozen 1" not in proctree.read_file(cgroup.path / "cgroup.events"):
+                await trio.sleep(0.01)
+        cgroup.kill()  # what the call's end does: frozen or not, the tree dies
+        await started.child.wait()
+        for stream in (started.child.stdin, started.child.stdout, started.child.stderr):
+            assert stream is not None
+            await stream.aclose()
+        assert not cgroup.populated()
+        launcher.give_back(cgroup, empty=True)
+        assert launcher._spares == []  # empty, but frozen: retired, not given to the next call
+    finally:
+        launcher.close()
+        if cgroup.path.exists():
+            (cgroup.path / "cgroup.freeze").write_text("0")
+            await cgroup.remove_when_empty()
+
+
+async def test_a_spare_cgroup_removed_under_the_daemon_costs_the_call_nothing(short_tmp) -> None:
+    spare = proctree.CallCgroup.spare()
+    if spare is None:
+        pytest.skip("no cgroup v2 hierarchy this process may make cgroups in")
+    old = time.time() - 3600
+    os.utime(spare.path, (old, old))
+    spare.unlabel()  # reused: its age starts again, so no start-up sweep takes it for a leftover
+    assert time.time() - spare.path.stat().st_mtime < 60
+    # Another daemon's sweep removes it all the same: the call makes a new one and runs.
+    shared = launch.for_reaper(None)
+    shared._spares.append(spare)
+    spare.remove()
+    done = await runner.run(make_ctx(short_tmp), runner.Program(argv=("/bin/sh", "-c", "echo ran")))
+    assert done.stdout == "ran\n"

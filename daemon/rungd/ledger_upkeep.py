@@ -89,6 +89,9 @@ class LedgerUpkeep:
         Cancellation: may be cancelled while signing (ssh-keygen is killed); nothing is
         sent then.
         """
+        # Only a durable head is shipped: a read's records wait up to a second for their fsync,
+        # and an anchor that a machine crash could take back would read as tampering later.
+        await self.audit.flush()
         seq, head_hash, record_time = await trio.to_thread.run_sync(lambda: self.audit.ledger.head,
                                                                     limiter=self._limiter)
         if seq == 0 or seq == self._anchored_seq:

@@ -597,9 +597,25 @@ class CallCgroup:
             os.setxattr(self.path, _LABEL_XATTR, call_id.encode())
 
     def unlabel(self) -> None:
-        """Forget the call it held (it is a spare again, for the next call)."""
+        """Forget the call it held: it is a spare again, for the next call. Its time is set to
+        now, so that a start-up sweep (of this daemon or another in the same cgroup) takes it
+        for a cgroup just made, not for one a crash left a minute ago."""
         with contextlib.suppress(OSError):
             os.removexattr(self.path, _LABEL_XATTR)
+        with contextlib.suppress(OSError):
+            os.utime(self.path)
+
+    def reusable(self) -> bool:
+        """Whether it is as it was made: empty, not frozen, no cgroup inside it, no controller
+        enabled for children. A program of the call may have changed any of that."""
+        try:
+            events = read_file(self.path / "cgroup.events")
+            stat = read_file(self.path / "cgroup.stat")
+            controllers = read_file(self.path / "cgroup.subtree_control")
+        except OSError:
+            return False
+        return (b"populated 0" in events and b"frozen 0" in events and b"nr_descendants 0\n" in stat
+                and not controllers.strip())
 
     def call_id(self) -> str:
         """The call this cgroup holds: its label, else the id in its name."""
@@ -858,7 +874,7 @@ class Reaper:
                     # The next call's cgroup is made here, after the call that used the last
                     # one was answered (a mkdir in cgroupfs can take the kernel milliseconds);
                     # a launcher that died is started again.
-                    self.launchers.refill()
+                    await self.launchers.refill()
                 if self._retired:
                     retired, self._retired = self._retired, []
                     left = await trio.to_thread.run_sync(self._remove_retired, retired)

@@ -25,18 +25,23 @@ nobody. A program run as another user (``user =``) gets a private folder of its 
 from __future__ import annotations
 
 import fcntl
+import logging
+import math
 import os
 import shutil
 import socket
 import struct
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import trio
 
 from rungd import askpass, proctree
+
+log = logging.getLogger("rungd.askpass")
 
 _UCRED = struct.Struct("3i")  # struct ucred: pid_t pid; uid_t uid; gid_t gid
 # The helper is the daemon's own askpass module, copied whole and run in isolated mode (-I):
@@ -45,6 +50,10 @@ _UCRED = struct.Struct("3i")  # struct ucred: pid_t pid; uid_t uid; gid_t gid
 _HELPER = f"#!{sys.executable} -I\n" + Path(askpass.__file__).read_text()
 _SECRET_FD_MIN = 256
 _MAX_DEPTH = 64  # a real call's tree is a few levels deep; a longer chain is refused
+_MAX_PER_CALL = 16  # questions of one call in flight at once; more are closed unanswered
+_QUESTION_S = 10.0  # a connection that sends no whole question in this long is closed
+_WAIT_FOR_CLAIM_S = 5.0  # how long a child's question waits for its call to claim it
+_MAX_WAITING = 64
 
 # What the watch answers a member's question with: the secret, or None to refuse it.
 Answer = Callable[[str], "str | None"]
@@ -148,6 +157,9 @@ class AskpassServer(_Secrets):
             askpass.SOCKET_ENV: str(self.socket_path),
         }
 
+    def claim(self, root: proctree.Member) -> None:
+        """Nothing to do: this call's own socket queues what its child asks until :meth:`serve`."""
+
     async def serve(self, root: proctree.Member, answer: Answer) -> None:
         """Answer the askpass questions of this call's processes until the call ends.
 
@@ -182,9 +194,10 @@ async def _answer_one(conn: trio.socket.SocketType, answer: Answer, held: list[t
     """
     question = b""
     try:
-        while len(question) < askpass.MAX_QUESTION and (chunk := await conn.recv(4096)):
-            question += chunk
-    except OSError:
+        with trio.fail_after(_QUESTION_S):  # the helper sends it at once, then closes its side
+            while len(question) < askpass.MAX_QUESTION and (chunk := await conn.recv(4096)):
+                question += chunk
+    except (OSError, trio.TooSlowError):
         conn.close()
         return
     secret = answer(question.decode("utf-8", "replace"))
@@ -209,7 +222,10 @@ class AskpassEndpoint:
 
     A connection is answered by the running call its peer descends from (:func:`_ancestors`,
     the same live parent chain and start times as :func:`descends_from`), through that call's
-    :class:`CallAskpass`; a peer that descends from no running call is closed unanswered.
+    :class:`CallAskpass`; a peer that descends from no running call is closed unanswered. A
+    call claims its child the moment the daemon learns its pid, before its program runs; a
+    peer that descends from a child of the daemon no call has claimed yet (the daemon's loop
+    was busy) waits for the claim, a few seconds at most.
 
     Args:
         folder: made here (0711), inside the daemon's work folder, which start-up sweeps.
@@ -239,35 +255,82 @@ class AskpassEndpoint:
             askpass.SOCKET_ENV: str(socket_path),
         }
         self._calls: dict[proctree.Member, trio.MemorySendChannel[trio.socket.SocketType]] = {}
+        # Peers of a child no call has claimed yet: (when, their chain, the connection).
+        self._waiting: list[tuple[float, list[proctree.Member], trio.socket.SocketType]] = []
+        self._daemon = os.getpid()
 
     def for_call(self) -> CallAskpass:
         """A call's handle on the endpoint (its credential files, its held helpers)."""
         return CallAskpass(self)
 
+    def claim(self, root: proctree.Member, channel: trio.MemorySendChannel[trio.socket.SocketType]) -> None:
+        """Send the questions of ``root`` and its descendants to ``channel`` from now on."""
+        self._calls[root] = channel
+        waiting, self._waiting = self._waiting, []
+        for since, chain, conn in waiting:
+            if root in chain:
+                _deliver(channel, conn)
+            else:
+                self._waiting.append((since, chain, conn))
+
+    def release(self, root: proctree.Member) -> None:
+        self._calls.pop(root, None)
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Accept questions and hand each to the call its asker belongs to, until cancelled."""
+        """Accept questions and hand each to the call its asker belongs to, until cancelled.
+
+        Never ends on a failed accept (out of descriptors, say): it says so and goes on.
+        """
         task_status.started()
         try:
             while True:
-                conn, _ = await self._sock.accept()
-                pid = _peer_pid(conn)
-                channel = None
-                if pid is not None and self._calls:
-                    channel = next((self._calls[member] for member in _ancestors(pid)
-                                    if member in self._calls), None)
-                try:
-                    if channel is None:
-                        raise trio.WouldBlock
-                    channel.send_nowait(conn)
-                except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                    conn.close()  # a stranger (or a call asking faster than it is heard)
+                self._expire()
+                with trio.move_on_after(_WAIT_FOR_CLAIM_S if self._waiting else math.inf):
+                    try:
+                        conn, _ = await self._sock.accept()
+                    except OSError as exc:
+                        log.warning("askpass endpoint: accept failed (%s); retrying", exc.strerror or exc)
+                        await trio.sleep(0.1)
+                        continue
+                    self._place(conn)
         finally:
+            for _, _, conn in self._waiting:
+                conn.close()
             self._sock.close()
+
+    def _place(self, conn: trio.socket.SocketType) -> None:
+        pid = _peer_pid(conn)
+        chain = _ancestors(pid) if pid is not None else []
+        channel = next((self._calls[member] for member in chain if member in self._calls), None)
+        if channel is not None:
+            _deliver(channel, conn)
+        elif any(member.pid == self._daemon for member in chain[1:]) and len(self._waiting) < _MAX_WAITING:
+            self._waiting.append((time.monotonic(), chain, conn))
+        else:
+            conn.close()  # a stranger: no answer, and nothing of it enters any call
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        keep = []
+        for entry in self._waiting:
+            if now - entry[0] < _WAIT_FOR_CLAIM_S:
+                keep.append(entry)
+            else:
+                entry[2].close()  # no call claimed it: a process of a call that has ended
+        self._waiting = keep
+
+
+def _deliver(channel: trio.MemorySendChannel[trio.socket.SocketType], conn: trio.socket.SocketType) -> None:
+    try:
+        channel.send_nowait(conn)
+    except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+        conn.close()  # a call asking faster than it is heard, or one that just ended
 
 
 class CallAskpass(_Secrets):
     """One call's part of the daemon's :class:`AskpassEndpoint`: the same interface as
-    :class:`AskpassServer` (``env``, ``pass_fds``, ``serve``, ``close``), without a folder."""
+    :class:`AskpassServer` (``env``, ``pass_fds``, ``claim``, ``serve``, ``close``), without a
+    folder."""
 
     folder = None
 
@@ -275,26 +338,37 @@ class CallAskpass(_Secrets):
         super().__init__(None)
         self._endpoint = endpoint
         self.env = dict(endpoint.env)
+        self._root: proctree.Member | None = None
+        self._send, self._receive = trio.open_memory_channel[trio.socket.SocketType](_MAX_PER_CALL)
+
+    def claim(self, root: proctree.Member) -> None:
+        """The call's child is ``root``: its questions (and its descendants') come here, from
+        now on, even before :meth:`serve` listens."""
+        self._root = root
+        self._endpoint.claim(root, self._send)
 
     async def serve(self, root: proctree.Member, answer: Answer) -> None:
         """Answer the questions of ``root`` and its descendants until cancelled; as
-        :meth:`AskpassServer.serve`."""
-        send, receive = trio.open_memory_channel[trio.socket.SocketType](8)
-        self._endpoint._calls[root] = send
-        try:
-            async with trio.open_nursery() as nursery:
-                async for conn in receive:
-                    nursery.start_soon(_answer_one, conn, answer, self._held)
-        finally:
-            self._endpoint._calls.pop(root, None)
-            send.close()
-            while True:  # handed over but not read: nobody will answer them
-                try:
-                    receive.receive_nowait().close()
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
+        :meth:`AskpassServer.serve`. At most a few at once: more are closed unanswered."""
+        if self._root != root:
+            self.claim(root)
+        async with trio.open_nursery() as nursery:
+            async for conn in self._receive:
+                if len(nursery.child_tasks) >= _MAX_PER_CALL:
+                    conn.close()
+                    continue
+                nursery.start_soon(_answer_one, conn, answer, self._held)
 
     def close(self) -> None:
+        """Leave the endpoint; close what was handed over and the held helpers (after the kill)."""
+        if self._root is not None:
+            self._endpoint.release(self._root)
+        self._send.close()
+        while True:  # handed over but not read: nobody will answer them
+            try:
+                self._receive.receive_nowait().close()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
         self._close_held()
 
 

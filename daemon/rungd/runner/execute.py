@@ -138,24 +138,32 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
     cwd = scratch.helper.folder if program.user is not None else ctx.work_dir
     launcher = launch.for_reaper(reaper)
     try:
-        cgroup = launcher.cgroup()
-        if cgroup is not None:
-            cgroup.label(ctx.call_id)
-        try:
-            started = await launcher.spawn(
-                list(program.argv), child_env(ctx, program, credentials, scratch.helper.env),
-                str(program.cwd or cwd), limits.effective(program.limits), scratch.helper.pass_fds,
-                _user_ids(program.user), cgroup, make_cwd=program.cwd is None and not ctx.work_dir.exists())
-        except BaseException:
-            if cgroup is not None:  # it holds nothing, unless a launcher died mid-start
-                cgroup.kill()
-                with trio.CancelScope(shield=True):
-                    await cgroup.remove_when_empty()
-            raise
+        for attempt in (1, 2):
+            cgroup = launcher.cgroup()
+            if cgroup is not None:
+                cgroup.label(ctx.call_id)
+            try:
+                started = await launcher.spawn(
+                    list(program.argv), child_env(ctx, program, credentials, scratch.helper.env),
+                    str(program.cwd or cwd), limits.effective(program.limits), scratch.helper.pass_fds,
+                    _user_ids(program.user), cgroup, make_cwd=program.cwd is None and not ctx.work_dir.exists())
+            except BaseException as exc:
+                if cgroup is not None:  # it holds nothing, unless a launcher died mid-start
+                    cgroup.kill()
+                    with trio.CancelScope(shield=True):
+                        await cgroup.remove_when_empty()
+                    # A spare cgroup removed under us (another daemon's start-up sweep): once
+                    # more with a new one.
+                    if attempt == 1 and isinstance(exc, OSError) and not cgroup.path.exists():
+                        continue
+                raise
+            break
         child = started.child
         # Registered before anything awaits: an orphan the program makes is claimed at once.
         tracker = proctree.Tracker(ctx.call_id, child.pid, cgroup=cgroup, subreaper=reaper is not None)
         proctree.RUNNING[ctx.call_id] = tracker
+        # Its askpass questions are this call's from now on, even before the watch listens.
+        scratch.helper.claim(tracker.root)
         try:
             await started.exec_result()
         except BaseException:
@@ -164,6 +172,8 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
             raise
     except OSError as exc:
         scratch.close()
+        if isinstance(exc, launch.LostStart) and program.commits:
+            ctx.mark_spawned()  # it was killed at once, but may have run its first instructions
         raise _spawn_error(program, exc) from None
     finally:
         scratch.helper.release_secrets()  # the child holds its own copies now
@@ -201,6 +211,9 @@ def _spawn_error(program: Program, exc: OSError) -> RungdError:
     name = program.argv[0]
     if exc.filename == "workdir" and exc.errno not in (errno.EMFILE, errno.ENFILE):
         return _no_folders(exc)
+    if isinstance(exc, launch.LostStart):
+        return Failed(f"rungd lost hold of {name} as it started ({exc.strerror}); it was killed at once",
+                      hint="retry later; if it persists the operator must find what holds rungd's descriptors")
     if exc.errno in (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM):
         return ToolError(
             "RESOURCE_EXHAUSTED",

@@ -20,6 +20,7 @@ per process.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import errno
 import marshal
@@ -45,6 +46,11 @@ _PID_TIMEOUT_S = 5.0  # the new process says its pid before anything else
 
 class SpawnError(OSError):
     """The program could not be started (``exec``, or what precedes it); ``errno`` says why."""
+
+
+class LostStart(OSError):
+    """The program was made, but the daemon could not hold on to it (no descriptor for its
+    pidfd): it was killed at once, and may have run its first instructions."""
 
 
 class Child:
@@ -163,6 +169,27 @@ async def _read_to_end(fd: int) -> bytes:
         data += chunk
 
 
+async def _write(sock: socket.socket, header: bytes, fds: list[int], body: bytes) -> None:
+    """Write one request on the launcher's non-blocking socket, waiting while it is full."""
+    data = memoryview(header + body)
+    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+    while data:
+        try:
+            sent = sock.sendmsg([data], ancillary)
+        except BlockingIOError:
+            await trio.lowlevel.wait_writable(sock)
+            continue
+        data, ancillary = data[sent:], []  # the descriptors go with the first byte only
+
+
+def _kill_and_reap(pid: int) -> None:
+    """SIGKILL and reap our own child ``pid`` (its pid cannot be reused before the reap)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
 def _error(data: bytes) -> SpawnError:
     code, _, where = data.decode("utf-8", "replace").partition(":")
     number = int(code) if code.isdigit() else errno.EIO
@@ -186,7 +213,10 @@ class Launcher:
         # Empty call cgroups kept for the next calls, and those the running launcher was told of.
         self._spares: list[proctree.CallCgroup] = []
         self._told: set[Path] = set()
+        self._untold: list[Path] = []  # made, not told yet: told with the next request
         self._closed = False
+        self._lock: trio.Lock | None = None  # requests never interleave on the socket
+        self._lock_run: object = None
 
     def start(self) -> None:
         """Start the launcher process if it is not running; it exits when the daemon closes its
@@ -209,27 +239,26 @@ class Launcher:
             raise
         finally:
             theirs.close()
-        ours.settimeout(_SEND_TIMEOUT_S)
+        ours.setblocking(False)  # every send is awaited, bounded, never a stall of the loop
         self._process, self._sock = process, ours
         proctree.SPAWNED.add(process.pid)
         if self._owned is not None:
             self._owned.add(process.pid)
         self._told = set()  # a new launcher knows nothing yet
-        for spare in self._spares:
-            self._tell(spare)
+        self._untold += [spare.path for spare in self._spares if spare.path not in self._untold]
 
-    def refill(self) -> None:
+    async def refill(self) -> None:
         """Make the next call's cgroup ahead of time, and start the launcher if it is not running.
 
         Short of anything, the next call makes its own (and says why if it cannot).
         """
         if self._closed:
             return
-        with contextlib.suppress(OSError):
-            self.start()
         if not self._spares and (spare := proctree.CallCgroup.spare()) is not None:
-            self._tell(spare)
+            self._untold.append(spare.path)
             self._spares.append(spare)
+        with contextlib.suppress(OSError):
+            await self._send(None, [])  # starts the launcher if need be, and tells it of the spare
 
     def cgroup(self) -> proctree.CallCgroup | None:
         """The cgroup for the next program: a spare one, else a new one (None where the
@@ -238,7 +267,7 @@ class Launcher:
             return self._spares.pop()
         made = proctree.CallCgroup.spare()
         if made is not None and self._reaper is not None:
-            self._tell(made)
+            self._untold.append(made.path)  # told with this call's request
         return made
 
     def give_back(self, cgroup: proctree.CallCgroup, *, empty: bool | None = None) -> None:
@@ -249,8 +278,9 @@ class Launcher:
         Args:
             empty: what the caller just read of it, if it did.
         """
-        if len(self._spares) < MAX_SPARES and not self._closed \
-                and (empty if empty is not None else not cgroup.populated()):
+        # Only as it was made: a program may have frozen its cgroup, made cgroups inside it or
+        # enabled controllers for them, and the next call's program must not be born into that.
+        if len(self._spares) < MAX_SPARES and not self._closed and (empty is not False) and cgroup.reusable():
             cgroup.unlabel()
             self._spares.append(cgroup)
             return
@@ -259,15 +289,6 @@ class Launcher:
             self._reaper.retire(cgroup)
         else:
             cgroup.remove()
-
-    def _tell(self, cgroup: proctree.CallCgroup) -> None:
-        """Tell the launcher of a cgroup the daemon made: if the daemon dies, the launcher
-        removes it (when empty: the spare kept for the next call)."""
-        if self._sock is not None and cgroup.path not in self._told:
-            body = marshal.dumps({"spare": os.fsencode(cgroup.path)})
-            with contextlib.suppress(OSError):  # a launcher that is gone is started again, and told
-                self._sock.sendall(_launcher.HEADER.pack(len(body), 0) + body)
-                self._told.add(cgroup.path)
 
     async def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, limits: Limits | None,
                     pass_fds: Sequence[int], user: tuple[int, int, list[int]] | None,
@@ -312,7 +333,7 @@ class Launcher:
                     "targets": [0, 1, 2, -1, *pass_fds],
                     "cgroup": cgroup is not None,
                 })
-                self._send(body, fds)
+                await self._send(body, fds)
             except BaseException:
                 for fd in made:
                     os.close(fd)
@@ -328,32 +349,56 @@ class Launcher:
                     os.close(fd)
                 if rest:
                     raise _error(rest)  # the launcher could not make a process (EAGAIN...)
-                raise OSError(errno.EAGAIN, "the launcher stopped before it started the program")
+                # Stopped, frozen or too slow: replaced, so the next call does not wait too.
+                self._stop_process(kill=True)
+                raise OSError(errno.EAGAIN, "the launcher did not start the program in time")
             pid_n = int(pid[1:])
+            try:
+                pidfd = os.pidfd_open(pid_n)  # the daemon's own child: its pid is ours until reaped
+            except OSError as exc:
+                _kill_and_reap(pid_n)
+                for fd in (stdin_w, stdout_r, stderr_r, err_r):
+                    os.close(fd)
+                raise LostStart(exc.errno, exc.strerror) from None
             proctree.SPAWNED.add(pid_n)
             if self._owned is not None:
                 self._owned.add(pid_n)
-        pidfd = os.pidfd_open(pid_n)  # the daemon's own child: its pid is ours until reaped
         return Started(Child(pid_n, pidfd, stdin_w, stdout_r, stderr_r), err_r, rest)
 
-    def _send(self, body: bytes, fds: list[int]) -> None:
-        """Hand a request to the launcher, starting (or restarting) it first if need be.
+    async def _send(self, body: bytes | None, fds: list[int]) -> None:
+        """Hand a request to the launcher (after the cgroups it was not told of yet), starting
+        it first if need be; ``body`` None sends only those.
 
-        A launcher that died, or took more than a few seconds to read, is replaced once: it
-        had not read the whole request, so it started nothing for it.
+        Bounded and shielded: a launcher that does not read within a few seconds (stopped,
+        frozen) is killed and replaced once, and a request is never left half-written. A
+        launcher that did not read the whole request started nothing for it.
+
+        Raises:
+            OSError: no launcher took it (EAGAIN), or none could be started.
         """
-        header = _launcher.HEADER.pack(len(body), len(fds))
-        for attempt in (1, 2):
-            self.start()
-            assert self._sock is not None
-            try:
-                socket.send_fds(self._sock, [header], fds)
-                self._sock.sendall(body)
+        if self._lock is None or self._lock_run is not trio.lowlevel.current_trio_token():
+            self._lock, self._lock_run = trio.Lock(), trio.lowlevel.current_trio_token()
+        async with self._lock:
+            for attempt in (1, 2):
+                self.start()
+                assert self._sock is not None
+                untold = [path for path in self._untold if path not in self._told]
+                messages = [(marshal.dumps({"spare": os.fsencode(path)}), []) for path in untold]
+                if body is not None:
+                    messages.append((body, fds))
+                try:
+                    with trio.CancelScope(shield=True), trio.fail_after(_SEND_TIMEOUT_S):
+                        for message, message_fds in messages:
+                            await _write(self._sock, _launcher.HEADER.pack(len(message), len(message_fds)),
+                                         message_fds, message)
+                except (OSError, trio.TooSlowError):
+                    self._stop_process(kill=True)
+                    if attempt == 2:
+                        raise OSError(errno.EAGAIN, "the launcher did not take the request") from None
+                    continue
+                self._told.update(untold)
+                self._untold.clear()
                 return
-            except OSError:
-                self._stop_process()
-                if attempt == 2:
-                    raise
 
     async def _pid_line(self, err_r: int) -> bytes:
         """What the error pipe says up to the pid's line (or end of file, or a bounded wait)."""
@@ -367,8 +412,9 @@ class Launcher:
                 data += chunk
         return data
 
-    def _stop_process(self) -> None:
-        """Let the launcher go (it exits on end of file) and reap it, killing one that lingers."""
+    def _stop_process(self, *, kill: bool = False) -> None:
+        """Let the launcher go (it exits on end of file) and reap it, killing one that lingers;
+        with ``kill``, at once (a launcher that stopped answering)."""
         process, sock = self._process, self._sock
         self._process = self._sock = None
         if sock is not None:
@@ -376,7 +422,7 @@ class Launcher:
         if process is None:
             return
         try:
-            process.wait(timeout=0.5)
+            process.wait(timeout=0 if kill else 0.5)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()

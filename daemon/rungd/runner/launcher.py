@@ -155,13 +155,17 @@ def _start(spec: dict, fds: list[int], sock_fd: int, clone3: bool) -> bool:
             args.flags |= _CLONE_INTO_CGROUP
             args.cgroup = cgroup_fd
         pid = _syscall(_SYS_CLONE3, ctypes.byref(args), ctypes.sizeof(args))
+        failure = ctypes.get_errno() if pid < 0 else 0
         if pid >= 0:
             join = -1
-        elif ctypes.get_errno() in (errno.ENOSYS, errno.E2BIG, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM):
-            clone3 = _SYS_CLONE is None  # refused outright: use clone from now on, where known
-        else:
-            _report(err_w, ctypes.get_errno(), "start")
+        elif failure in (errno.ENOSYS, errno.E2BIG):
+            clone3 = _SYS_CLONE is None  # no clone3 here (an old kernel, a seccomp filter): clone from now on
+        elif cgroup_fd < 0 or failure not in (errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM, errno.EBUSY,
+                                              errno.ENODEV, errno.ENOENT):
+            _report(err_w, failure, "start")
             return clone3
+        # else: this cgroup could not be entered at birth; clone, and join it before exec (its
+        # own error then says why, if it cannot be joined either)
     if pid < 0:
         if _SYS_CLONE is None:
             _report(err_w, errno.ENOSYS, "start")
