@@ -124,7 +124,7 @@ class Ledger:
         self._reserved_to = 0  # the file offset up to which blocks are allocated
         self._low = False
         self._repair = repair
-        # (seq, hash) of the last durable record: where the next batch chains on.
+        # (seq, hash) of the last record written: where the next batch chains on.
         self._head = (last.seq, last.hash) if last is not None else (0, GENESIS)
         self._head_time = last.time if last is not None else 0.0
         self._cond = threading.Condition(threading.Lock())
@@ -137,6 +137,8 @@ class Ledger:
         self._offset = 0
         self._needs_truncate = False
         self._unsynced = False  # bytes written by a batch that asked for no fsync
+        # (offset, head, head time) as of the last fsync: what a failed fsync cuts back to.
+        self._synced: tuple[int, tuple[int, str], float] = (0, self._head, self._head_time)
 
     @classmethod
     def open(cls, folder: str | os.PathLike[str], *, rotate_bytes: int = DEFAULT_ROTATE_BYTES,
@@ -190,14 +192,16 @@ class Ledger:
 
     @property
     def last_seq(self) -> int:
-        """The seq of the last durable record, 0 for an empty ledger."""
+        """The seq of the last record written, 0 for an empty ledger (it may wait for an fsync
+        if it was appended with ``sync=False``)."""
         return self._head[0]
 
     @property
     def head(self) -> tuple[int, str, float]:
-        """``(seq, hash, time)`` of the last durable record; ``(0, GENESIS, 0.0)`` when empty.
+        """``(seq, hash, time)`` of the last record written; ``(0, GENESIS, 0.0)`` when empty.
 
-        What an anchor publishes (see ``rungd_ledgers.anchors``).
+        What an anchor publishes (see ``rungd_ledgers.anchors``), after :meth:`flush`: only a
+        durable head may leave the host.
         """
         with self._cond:
             while self._writing:  # a batch being written moves seq, hash and time together
@@ -304,18 +308,22 @@ class Ledger:
             if self._closed or not self._unsynced:
                 return
             self._writing = True  # appends queue meanwhile; the next one leads
-        synced = False
         try:
             os.fsync(self._fd)
-            synced = True
+            self._unsynced = False
+            self._synced = (self._offset, self._head, self._head_time)
         except OSError as error:
+            # The unsynced records may be gone from the page cache: cut them off (reads'
+            # records only, which the README allows a crash to lose), so that nothing later
+            # chains on bytes the disk may not hold.
+            self._needs_truncate = True
+            with contextlib.suppress(OSError):
+                self._truncate_to_last_record()
             raise LedgerUnavailable(f"the ledger in {self._folder} could not be synced "
                                     f"({error.strerror or error})") from error
         finally:
             with self._cond:
                 self._writing = False
-                if synced:
-                    self._unsynced = False
                 self._cond.notify_all()
 
     def close(self) -> None:
@@ -385,6 +393,8 @@ class Ledger:
         self._offset += len(data)
         self._head = (seq, prev)
         self._head_time = now
+        if not self._unsynced:
+            self._synced = (self._offset, self._head, self._head_time)
         for ticket, record in zip(batch, records):
             ticket.record = record
         self._reserve()
@@ -428,10 +438,16 @@ class Ledger:
             raise
 
     def _truncate_to_last_record(self) -> None:
-        os.ftruncate(self._fd, self._offset)  # also frees the reserve: the next batch retakes it
+        """Cut the file back to its last durable record (as of the last fsync that worked):
+        records written since without an fsync (reads') go too, and the chain goes on from
+        that record."""
+        offset, head, head_time = self._synced
+        os.ftruncate(self._fd, offset)  # also frees the reserve: the next batch retakes it
         os.fsync(self._fd)
         self._needs_truncate = False
-        self._reserved_to = self._offset
+        self._unsynced = False
+        self._offset, self._head, self._head_time = offset, head, head_time
+        self._reserved_to = offset
 
     def _use_file(self, number: int) -> None:
         """Append to ledger file ``number`` from now on, creating it durably if it is new."""
@@ -454,6 +470,7 @@ class Ledger:
             os.close(self._fd)
         self._fd, self._number, self._offset = fd, number, offset
         self._reserved_to = offset
+        self._synced = (offset, self._head, self._head_time)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)

@@ -312,3 +312,40 @@ def test_appends_without_sync_are_made_durable_by_one_flush_and_only_once(folder
     # Not synced by the appends; once by the flush; a second flush and the close find nothing.
     assert [i > marker for i in synced] == [True], lines
     assert len(list(iter_records(folder))) == 3
+
+
+_FLUSH_FAILS = """
+import sys
+from pathlib import Path
+from rungd_ledgers import Ledger, LedgerUnavailable
+ledger = Ledger.open(Path(sys.argv[1]))
+ledger.append("finished", "call-w", "demo.write", outcome="done")
+ledger.append_many([("finished", "call-r1", "demo.read", {}), ("finished", "call-r2", "demo.read", {})], sync=False)
+print("flushing", flush=True)
+try:
+    ledger.flush()
+except LedgerUnavailable:
+    print("flush failed", flush=True)
+ledger.append("finished", "call-w2", "demo.write", outcome="done")
+ledger.close()
+"""
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is missing: apt-get install strace")
+def test_a_failed_flush_cuts_the_unsynced_records_and_the_chain_goes_on_whole(folder: Path) -> None:
+    # Count the fsyncs up to the flush in a dry run, then make exactly that one fail (EIO).
+    dry = folder.parent / "dry"
+    trace = folder.parent / "trace"
+    subprocess.run(["strace", "-f", "-qq", "-o", str(trace), "-e", "trace=fsync,write", sys.executable, "-c",
+                    _FLUSH_FAILS, str(dry)], check=True, stdout=subprocess.DEVNULL, timeout=60)
+    lines = trace.read_text().splitlines()
+    marker = next(i for i, line in enumerate(lines) if "flushing" in line)
+    nth = sum("fsync(" in line for line in lines[:marker]) + 1
+    run = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=fsync", "-e",
+                          f"inject=fsync:error=EIO:when={nth}", sys.executable, "-c", _FLUSH_FAILS, str(folder)],
+                         check=True, capture_output=True, text=True, timeout=60)
+    assert "flush failed" in run.stdout, run.stdout + run.stderr
+    # The reads' records are gone (a crash could have lost them anyway); the writes' are
+    # there, chained one after the other, and the whole ledger verifies.
+    assert [record.call_id for record in iter_records(folder)] == ["call-w", "call-w2"]
+    assert verify(folder).ok
