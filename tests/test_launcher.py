@@ -266,7 +266,7 @@ async def test_a_cgroup_its_program_froze_is_not_given_to_the_next_call(fake_pro
             assert stream is not None
             await stream.aclose()
         assert not cgroup.populated()
-        launcher.give_back(cgroup, empty=True)
+        launcher.give_back(cgroup)
         assert launcher._spares == []  # empty, but frozen: retired, not given to the next call
     finally:
         launcher.close()

@@ -367,7 +367,7 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
         if reaper is not None:
             # An empty one is the next call's; removing one takes the kernel milliseconds,
             # so a populated one (a process still dying) is removed off the call's path.
-            launch.for_reaper(reaper).give_back(cgroup, empty=settled or None)
+            launch.for_reaper(reaper).give_back(cgroup)
         else:
             await cgroup.remove_when_empty()
     proctree.RUNNING.pop(ctx.call_id, None)

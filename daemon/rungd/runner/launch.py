@@ -270,17 +270,13 @@ class Launcher:
             self._untold.append(made.path)  # told with this call's request
         return made
 
-    def give_back(self, cgroup: proctree.CallCgroup, *, empty: bool | None = None) -> None:
+    def give_back(self, cgroup: proctree.CallCgroup) -> None:
         """Take back a call's cgroup once its call has ended: an empty one is kept for a next
         call (relabelled then; up to MAX_SPARES, as many as calls ran at once), any other is
-        retired to the reaper, which removes it.
-
-        Args:
-            empty: what the caller just read of it, if it did.
-        """
+        retired to the reaper, which removes it."""
         # Only as it was made: a program may have frozen its cgroup, made cgroups inside it or
         # enabled controllers for them, and the next call's program must not be born into that.
-        if len(self._spares) < MAX_SPARES and not self._closed and (empty is not False) and cgroup.reusable():
+        if len(self._spares) < MAX_SPARES and not self._closed and cgroup.reusable():
             cgroup.unlabel()
             self._spares.append(cgroup)
             return
