@@ -289,3 +289,35 @@ async def test_a_spare_cgroup_removed_under_the_daemon_costs_the_call_nothing(sh
     spare.remove()
     done = await runner.run(make_ctx(short_tmp), runner.Program(argv=("/bin/sh", "-c", "echo ran")))
     assert done.stdout == "ran\n"
+
+
+async def test_a_cgroup_once_killed_is_never_given_to_another_call() -> None:
+    # This kernel kills every process born (CLONE_INTO_CGROUP) into a cgroup that was written
+    # cgroup.kill once: the next call would die at birth.
+    cgroup = proctree.CallCgroup.spare()
+    if cgroup is None:
+        pytest.skip("no cgroup v2 hierarchy this process may make cgroups in")
+    launcher = launch.Launcher(None)
+    try:
+        started = await launcher.spawn(["/bin/sleep", "30"], {}, "/", None, [], None, cgroup)
+        await started.exec_result()
+        assert cgroup.kill()
+        assert await started.child.wait() == -signal.SIGKILL
+        for stream in (started.child.stdin, started.child.stdout, started.child.stderr):
+            assert stream is not None
+            await stream.aclose()
+        with trio.fail_after(5):
+            while cgroup.populated():
+                await trio.sleep(0.01)
+        assert not cgroup.reusable()
+        # The same cgroup, used anyway, says what happened, and the launcher stays.
+        survivor = launcher._process
+        with pytest.raises(OSError, match="killed as it was made"):
+            await launcher.spawn(["/bin/true"], {}, "/", None, [], None, proctree.CallCgroup(cgroup.path))
+        assert launcher._process is survivor
+        launcher.give_back(cgroup)
+        assert launcher._spares == []
+    finally:
+        launcher.close()
+        if cgroup.path.exists():
+            await cgroup.remove_when_empty()

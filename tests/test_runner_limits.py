@@ -145,6 +145,12 @@ async def test_no_call_leaves_its_cgroup_behind(rungd_daemon) -> None:
     ]
     left = {CallCgroup(path).call_id() for path in base.glob("rungd-*")}
     assert not left & {env.call_id for env in calls}
+    # The call after a killed one runs whole: a cgroup that was killed is never reused (the
+    # kernel kills what is born into it), and each call's own cgroup holds only its own.
+    assert calls[1].error is not None and calls[1].error.code == "TIMEOUT"
+    assert calls[2].status == "ok", calls[2].error
+    after = await rungd_daemon.call("fake_run", {"program": "exit_with", "args": ["0"]})
+    assert after.status == "ok", after.error
 
 
 async def test_the_configs_limits_are_every_programs_defaults(rungd_daemon) -> None:

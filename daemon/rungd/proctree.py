@@ -557,6 +557,9 @@ class CallCgroup:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # Written to cgroup.kill once: the kernel (6.18 here) then kills every process born into
+        # it with CLONE_INTO_CGROUP, so such a cgroup is never given to another call.
+        self.killed = False
 
     @classmethod
     def create(cls, call_id: str) -> CallCgroup | None:
@@ -606,8 +609,10 @@ class CallCgroup:
             os.utime(self.path)
 
     def reusable(self) -> bool:
-        """Whether it is as it was made: empty, not frozen, no cgroup inside it, no controller
-        enabled for children. A program of the call may have changed any of that."""
+        """Whether it is as it was made: never killed, empty, not frozen, no cgroup inside it,
+        no controller enabled for children. A program of the call may have changed any of that."""
+        if self.killed:
+            return False
         try:
             events = read_file(self.path / "cgroup.events")
             stat = read_file(self.path / "cgroup.stat")
@@ -660,6 +665,7 @@ class CallCgroup:
         Returns:
             False if the kernel refused.
         """
+        self.killed = True
         try:
             (self.path / "cgroup.kill").write_text("1\n")
         except OSError:

@@ -148,14 +148,17 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
                     str(program.cwd or cwd), limits.effective(program.limits), scratch.helper.pass_fds,
                     _user_ids(program.user), cgroup, make_cwd=program.cwd is None and not ctx.work_dir.exists())
             except BaseException as exc:
-                if cgroup is not None:  # it holds nothing, unless a launcher died mid-start
-                    cgroup.kill()
-                    with trio.CancelScope(shield=True):
-                        await cgroup.remove_when_empty()
-                    # A spare cgroup removed under us (another daemon's start-up sweep): once
-                    # more with a new one.
-                    if attempt == 1 and isinstance(exc, OSError) and not cgroup.path.exists():
-                        continue
+                if cgroup is None:
+                    raise
+                # A spare cgroup removed under us (another daemon's start-up sweep): once more
+                # with a new one. Any other failure: it holds nothing, unless a launcher died
+                # mid-start; it goes.
+                vanished = isinstance(exc, OSError) and not cgroup.path.exists()
+                cgroup.kill()
+                with trio.CancelScope(shield=True):
+                    await cgroup.remove_when_empty()
+                if attempt == 1 and vanished:
+                    continue
                 raise
             break
         child = started.child
@@ -229,6 +232,11 @@ def _spawn_error(program: Program, exc: OSError) -> RungdError:
             "lets a program take (E2BIG; one argument at most 128 KiB); nothing was run",
             hint="pass a shorter input; for long data the tool's author must pass it on stdin or in a file",
             outcome="not_started", retry="no", next_action="repair")
+    step = _STEPS.get(exc.filename or "exec")
+    if step is not None:  # not the program itself: the folder it starts in, its cgroup, its user...
+        return Failed(f"could not start {name}: {step}: {exc.strerror}",
+                      hint="nothing was run; the operator must fix what the step names (the tool's cwd or "
+                      "user, rungd's cgroup or state folder)", outcome="not_started")
     if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ENOEXEC):
         return Failed(
             f"could not start {name}: {exc.strerror}",
@@ -236,6 +244,12 @@ def _spawn_error(program: Program, exc: OSError) -> RungdError:
             outcome="not_started")
     return Failed(f"could not start {name}: {exc.strerror}",
                   hint="nothing was run; the daemon's journal may say more", outcome="not_started")
+
+
+# What the launcher was doing when a start failed, when it was not the exec itself.
+_STEPS = {"chdir": "entering its working folder", "cgroup": "joining the call's cgroup",
+          "user": "switching to the tool's user", "limits": "applying the tool's limits",
+          "start": "making its process"}
 
 
 async def run(ctx: CallContext, program: Program) -> Completed:

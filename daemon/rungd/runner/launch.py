@@ -338,13 +338,15 @@ class Launcher:
                 if fd not in (stdin_w, stdout_r, stderr_r, err_r):
                     os.close(fd)
             with trio.CancelScope(shield=True):
-                said = await self._pid_line(err_r)
+                said, ended = await self._pid_line(err_r)
             pid, _, rest = said.partition(b"\n") if said.startswith(b"P") else (b"", b"", said)
             if not pid:
                 for fd in (stdin_w, stdout_r, stderr_r, err_r):
                     os.close(fd)
                 if rest:
                     raise _error(rest)  # the launcher could not make a process (EAGAIN...)
+                if ended:  # made, and killed before its first word (a killed cgroup kills newborns)
+                    raise OSError(errno.EAGAIN, "the program's process was killed as it was made")
                 # Stopped, frozen or too slow: replaced, so the next call does not wait too.
                 self._stop_process(kill=True)
                 raise OSError(errno.EAGAIN, "the launcher did not start the program in time")
@@ -396,17 +398,18 @@ class Launcher:
                 self._untold.clear()
                 return
 
-    async def _pid_line(self, err_r: int) -> bytes:
-        """What the error pipe says up to the pid's line (or end of file, or a bounded wait)."""
+    async def _pid_line(self, err_r: int) -> tuple[bytes, bool]:
+        """What the error pipe says up to the pid's line, and whether it ended (end of file)
+        before that; bounded: neither in a few seconds means the launcher is stuck."""
         data = b""
         with trio.move_on_after(_PID_TIMEOUT_S):
             while not (data.startswith(b"P") and b"\n" in data):
                 await trio.lowlevel.wait_readable(err_r)
                 chunk = os.read(err_r, 512)
                 if not chunk:
-                    break
+                    return data, True
                 data += chunk
-        return data
+        return data, False
 
     def _stop_process(self, *, kill: bool = False) -> None:
         """Let the launcher go (it exits on end of file) and reap it, killing one that lingers;
