@@ -754,6 +754,23 @@ def sweep_cgroups(recovered: Collection[str]) -> int:
 # daemons in one process) never takes another's call for strays.
 RUNNING: dict[str, Tracker] = {}
 SPAWNED: set[int] = set()
+_SPAWNS_IN_FLIGHT = [0]
+
+
+@contextlib.contextmanager
+def spawning() -> Iterator[None]:
+    """Hold off every reaper of this process while a child is made and not yet in SPAWNED.
+
+    A program made by the launcher (CLONE_PARENT) is this process's child from its first
+    instruction, before anyone here knows its pid; a reaper that looked then would take it for
+    a stray. Process-wide, as being a subreaper is: tests and ``rungctl check`` run several
+    daemons in one process.
+    """
+    _SPAWNS_IN_FLIGHT[0] += 1
+    try:
+        yield
+    finally:
+        _SPAWNS_IN_FLIGHT[0] -= 1
 
 
 class Reaper:
@@ -802,7 +819,6 @@ class Reaper:
         self._retired: list[CallCgroup] = []
         self._interval_s = interval_s
         self._kill_strays = kill_strays
-        self._spawns = 0
         self._stopped = False
         self._poked = trio.Event()
 
@@ -823,14 +839,10 @@ class Reaper:
                 left.append(cgroup)
         return left
 
-    @contextlib.contextmanager
-    def spawning(self) -> Iterator[None]:
-        """Hold off reaping while a child is being spawned and registered in ``owned``."""
-        self._spawns += 1
-        try:
-            yield
-        finally:
-            self._spawns -= 1
+    def spawning(self) -> contextlib.AbstractContextManager[None]:
+        """Hold off reaping while a child is being spawned and registered in ``owned`` (every
+        reaper of the process: see :func:`spawning`)."""
+        return spawning()
 
     def poke(self) -> None:
         """Ask for a reaping pass now, e.g. after a kill; safe to call from the Trio thread only."""
@@ -842,7 +854,7 @@ class Reaper:
         Returns:
             The pids reaped; none while a spawn is in flight.
         """
-        if self._spawns:
+        if _SPAWNS_IN_FLIGHT[0]:
             return []
         reaped = []
         # Calls run in sessions of their own; a child in the daemon's own session was started

@@ -202,8 +202,13 @@ async def _answer_one(conn: trio.socket.SocketType, answer: Answer, held: list[t
         return
     secret = answer(question.decode("utf-8", "replace"))
     if secret is None:
-        # No reply, not even "no": the helper holds the program until the kill.
-        held.append(conn)
+        # No reply, not even "no": the helper holds the program until the kill. The connection
+        # is held open too, up to a few per call (the helper holds on end of file as well, so
+        # closing the rest answers nothing; it only keeps a call from taking every descriptor).
+        if len(held) < _MAX_PER_CALL:
+            held.append(conn)
+        else:
+            conn.close()
         return
     reply = b"OK\n" + secret.encode()
     try:

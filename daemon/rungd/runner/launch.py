@@ -202,7 +202,7 @@ class Launcher:
     Args:
         owned: the reaper's set of the daemon's own children (the launcher and every program
             it makes join it at once, so none is ever reaped or killed as a stray), or None.
-        reaper: the daemon's reaper, held off while a program's pid is not known yet.
+        reaper: the daemon's reaper, which removes the cgroups of ended calls that are not reused.
     """
 
     def __init__(self, owned: set[int] | None, reaper: proctree.Reaper | None = None) -> None:
@@ -302,9 +302,7 @@ class Launcher:
         before the request was sent.
         """
         made: list[int] = []
-        reaper = self._reaper
-        hold = reaper.spawning() if reaper is not None else contextlib.nullcontext()
-        with hold:
+        with proctree.spawning():  # no reaper of this process may take it for a stray meanwhile
             try:
                 stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
                 made += [stdin_r, stdin_w]
