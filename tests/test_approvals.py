@@ -32,7 +32,7 @@ async def test_a_signed_approval_failing_across_the_ttl_ends_the_call_expired() 
     async def record(event: str, call: Call, **fields: object) -> None:
         recorded.append(event)
 
-    approvals = SlowBadSigner(config, calls, record, None)
+    approvals = SlowBadSigner(config, calls, record)
     call = Call.new("t", "r1", CALLER)
     call.gate = "signature"
     calls.add(call)
@@ -63,7 +63,7 @@ async def test_an_approval_while_the_daemon_stops_is_refused() -> None:
     async def record(event: str, call: Call, **fields: object) -> None:
         pass
 
-    approvals = Approvals(config, calls, record, None)
+    approvals = Approvals(config, calls, record)
     call = Call.new("t", "r1", CALLER)
     call.gate = "review"
     calls.add(call)
@@ -86,7 +86,7 @@ async def test_an_expiry_the_ledger_cannot_record_still_ends_the_call_expired() 
     async def record(event: str, call: Call, **fields: object) -> None:
         raise LedgerUnavailable("disk full", hint="free space")
 
-    approvals = Approvals(config, calls, record, None)
+    approvals = Approvals(config, calls, record)
     call = Call.new("t", "r1", CALLER)
     call.gate = "review"
     calls.add(call)

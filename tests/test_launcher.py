@@ -13,6 +13,7 @@ import re
 import signal
 import socket
 import time
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import trio
@@ -42,10 +43,33 @@ async def start(launcher: launch.Launcher, argv: list[str], cgroup: proctree.Cal
     while chunk := await child.stdout.receive_some():
         out += chunk
     await child.wait()
+    await close_streams(child)
+    return child, out
+
+
+async def close_streams(child: launch.Child) -> None:
     for stream in (child.stdin, child.stdout, child.stderr):
         assert stream is not None
         await stream.aclose()
-    return child, out
+
+
+@pytest.fixture
+async def call_cgroup() -> AsyncIterator[proctree.CallCgroup]:
+    """A new call cgroup (skips where none can be made); thawed and removed after."""
+    cgroup = proctree.CallCgroup.spare()
+    if cgroup is None:
+        pytest.skip("no cgroup v2 hierarchy this process may make cgroups in")
+    yield cgroup
+    if cgroup.path.exists():
+        (cgroup.path / "cgroup.freeze").write_text("0")
+        await cgroup.remove_when_empty()
+
+
+@pytest.fixture
+def launcher() -> Iterator[launch.Launcher]:
+    launcher = launch.Launcher(None)
+    yield launcher
+    launcher.close()
 
 
 async def test_a_program_is_our_own_child_in_its_own_session_with_nothing_but_its_three_streams(
@@ -65,18 +89,10 @@ async def test_a_program_is_our_own_child_in_its_own_session_with_nothing_but_it
     assert report["cwd"] == str(short_tmp)
 
 
-async def test_a_program_is_born_in_the_cgroup_it_was_given(fake_program) -> None:
-    cgroup = proctree.CallCgroup.spare()
-    if cgroup is None:
-        pytest.skip("no cgroup v2 hierarchy this process may make cgroups in")
-    launcher = launch.Launcher(None)
-    try:
-        _, out = await start(launcher, [str(fake_program("report", SELF_REPORT))], cgroup)
-    finally:
-        launcher.close()
-        await cgroup.remove_when_empty()
+async def test_a_program_is_born_in_the_cgroup_it_was_given(fake_program, launcher, call_cgroup) -> None:
+    _, out = await start(launcher, [str(fake_program("report", SELF_REPORT))], call_cgroup)
     # Its very first look at itself already finds it there: it never ran anywhere else.
-    assert json.loads(out)["cgroup"].endswith("/" + cgroup.path.name)
+    assert json.loads(out)["cgroup"].endswith("/" + call_cgroup.path.name)
 
 
 async def test_a_launcher_killed_between_calls_is_replaced_and_reaped() -> None:
@@ -248,31 +264,23 @@ FREEZER = """
 """
 
 
-async def test_a_cgroup_its_program_froze_is_not_given_to_the_next_call(fake_program) -> None:
-    cgroup = proctree.CallCgroup.spare()
-    if cgroup is None:
-        pytest.skip("no cgroup v2 hierarchy this process may make cgroups in")
-    launcher = launch.Launcher(None)
-    try:
-        started = await launcher.spawn([str(fake_program("freezer", FREEZER))], {"PATH": "/usr/bin:/bin"}, "/",
-                                       None, [], None, cgroup)
-        await started.exec_result()
-        with trio.fail_after(10):
-            while b"frozen 1" not in proctree.read_file(cgroup.path / "cgroup.events"):
-                await trio.sleep(0.01)
-        cgroup.kill()  # what the call's end does: frozen or not, the tree dies
-        await started.child.wait()
-        for stream in (started.child.stdin, started.child.stdout, started.child.stderr):
-            assert stream is not None
-            await stream.aclose()
-        assert not cgroup.populated()
-        launcher.give_back(cgroup)
-        assert launcher._spares == []  # empty, but frozen: retired, not given to the next call
-    finally:
-        launcher.close()
-        if cgroup.path.exists():
-            (cgroup.path / "cgroup.freeze").write_text("0")
-            await cgroup.remove_when_empty()
+async def test_a_cgroup_its_program_froze_is_not_given_to_the_next_call(fake_program, launcher,
+                                                                       call_cgroup) -> None:
+    started = await launcher.spawn([str(fake_program("freezer", FREEZER))], {"PATH": "/usr/bin:/bin"}, "/",
+                                   None, [], None, call_cgroup)
+    await started.exec_result()
+    with trio.fail_after(10):
+        while b"frozen 1" not in proctree.read_file(call_cgroup.path / "cgroup.events"):
+            await trio.sleep(0.01)
+    (call_cgroup.path / "cgroup.kill").write_text("1")  # its tree dies; not through kill(), which marks it
+    await started.child.wait()
+    await close_streams(started.child)
+    with trio.fail_after(5):
+        while call_cgroup.populated():
+            await trio.sleep(0.01)
+    assert not call_cgroup.killed and not call_cgroup.reusable()  # empty, but frozen
+    launcher.give_back(call_cgroup)
+    assert launcher._spares == []  # retired, not given to the next call
 
 
 async def test_a_spare_cgroup_removed_under_the_daemon_costs_the_call_nothing(short_tmp) -> None:
@@ -291,33 +299,22 @@ async def test_a_spare_cgroup_removed_under_the_daemon_costs_the_call_nothing(sh
     assert done.stdout == "ran\n"
 
 
-async def test_a_cgroup_once_killed_is_never_given_to_another_call() -> None:
+async def test_a_cgroup_once_killed_is_never_given_to_another_call(launcher, call_cgroup) -> None:
     # This kernel kills every process born (CLONE_INTO_CGROUP) into a cgroup that was written
     # cgroup.kill once: the next call would die at birth.
-    cgroup = proctree.CallCgroup.spare()
-    if cgroup is None:
-        pytest.skip("no cgroup v2 hierarchy this process may make cgroups in")
-    launcher = launch.Launcher(None)
-    try:
-        started = await launcher.spawn(["/bin/sleep", "30"], {}, "/", None, [], None, cgroup)
-        await started.exec_result()
-        assert cgroup.kill()
-        assert await started.child.wait() == -signal.SIGKILL
-        for stream in (started.child.stdin, started.child.stdout, started.child.stderr):
-            assert stream is not None
-            await stream.aclose()
-        with trio.fail_after(5):
-            while cgroup.populated():
-                await trio.sleep(0.01)
-        assert not cgroup.reusable()
-        # The same cgroup, used anyway, says what happened, and the launcher stays.
-        survivor = launcher._process
-        with pytest.raises(OSError, match="killed as it was made"):
-            await launcher.spawn(["/bin/true"], {}, "/", None, [], None, proctree.CallCgroup(cgroup.path))
-        assert launcher._process is survivor
-        launcher.give_back(cgroup)
-        assert launcher._spares == []
-    finally:
-        launcher.close()
-        if cgroup.path.exists():
-            await cgroup.remove_when_empty()
+    started = await launcher.spawn(["/bin/sleep", "30"], {}, "/", None, [], None, call_cgroup)
+    await started.exec_result()
+    assert call_cgroup.kill()
+    assert await started.child.wait() == -signal.SIGKILL
+    await close_streams(started.child)
+    with trio.fail_after(5):
+        while call_cgroup.populated():
+            await trio.sleep(0.01)
+    assert not call_cgroup.reusable()
+    # The same cgroup, used anyway, says what happened, and the launcher stays.
+    survivor = launcher._process
+    with pytest.raises(OSError, match="killed as it was made"):
+        await launcher.spawn(["/bin/true"], {}, "/", None, [], None, proctree.CallCgroup(call_cgroup.path))
+    assert launcher._process is survivor
+    launcher.give_back(call_cgroup)
+    assert launcher._spares == []

@@ -20,7 +20,7 @@ import psutil
 import pytest
 import trio
 
-from rungd.proctree import TAG_ENV, CallCgroup, Reaper, Tracker, kill_tree, set_child_subreaper
+from rungd.proctree import TAG_ENV, CallCgroup, Reaper, Tracker, kill_tree, set_child_subreaper, spawning
 
 # Unique per run, so that no leftover of another run counts as this call's.
 CALL = f"c{secrets.token_hex(4)}"
@@ -177,7 +177,7 @@ async def started(
     env = {name: value for name, value in os.environ.items() if name != TAG_ENV}
     if tag is not None:
         env[TAG_ENV] = tag
-    with reaper.spawning() if reaper else contextlib.nullcontext():
+    with spawning():
         process = await trio.lowlevel.open_process(
             [sys.executable, "-c", code],
             start_new_session=True,

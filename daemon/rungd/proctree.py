@@ -787,14 +787,14 @@ class Reaper:
     ``subprocess.run`` do by default) are never reaped here. Every child the runner spawns in
     a session of its own must be registered like this::
 
-        with reaper.spawning():
+        with proctree.spawning():
             process = await trio.lowlevel.open_process(...)
             owned.add(process.pid)
         ...
         await process.wait()
         owned.discard(process.pid)
 
-    ``spawning()`` matters: Trio spawns in a worker thread, so a child can exist, and even
+    :func:`spawning` matters: Trio spawns in a worker thread, so a child can exist, and even
     exit, before its pid is known; no reaping happens while a spawn is in flight.
 
     Strays: an adopted orphan that is still alive and that no running call claims (see
@@ -838,11 +838,6 @@ class Reaper:
             if cgroup.populated() or not (cgroup.remove() or not cgroup.path.exists()):
                 left.append(cgroup)
         return left
-
-    def spawning(self) -> contextlib.AbstractContextManager[None]:
-        """Hold off reaping while a child is being spawned and registered in ``owned`` (every
-        reaper of the process: see :func:`spawning`)."""
-        return spawning()
 
     def poke(self) -> None:
         """Ask for a reaping pass now, e.g. after a kill; safe to call from the Trio thread only."""

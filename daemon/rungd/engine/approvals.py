@@ -10,7 +10,6 @@ never starts a call the daemon would interrupt at once.
 
 from __future__ import annotations
 
-import contextlib
 import pwd
 import time
 from typing import Literal
@@ -21,7 +20,7 @@ from rungd.config import Config
 from rungd.contract import Caller, ToolInputs
 from rungd.errors import ApprovalExpired, Busy, Denied, GateDenied, RungdError
 from rungd.gates import approval_message, is_operator, verify_signature
-from rungd.proctree import Reaper
+from rungd.proctree import spawning
 
 from rungd.engine.calls import Call, CallTable, Held
 
@@ -35,14 +34,12 @@ class Approvals:
         config: the daemon's configuration (gates: TTL, operators, allowed signers).
         calls: the daemon's calls.
         record: ``await record(event, call, **fields)``, durable before it returns.
-        reaper: keeps off ssh-keygen's exit status while a signature is checked.
     """
 
-    def __init__(self, config: Config, calls: CallTable, record, reaper: Reaper | None) -> None:  # noqa: ANN001
+    def __init__(self, config: Config, calls: CallTable, record) -> None:  # noqa: ANN001
         self._config = config
         self._calls = calls
         self._record = record
-        self._reaper = reaper
         self.closed = False
 
     def check_room(self, caller: Caller) -> None:
@@ -164,9 +161,9 @@ class Approvals:
         message = approval_message(call.call_id, call.tool, call.digest)
         signers = self._config.gates.allowed_signers
         assert signers is not None and signature is not None  # check_gates refused to start without it
-        # ssh-keygen is our child: keep the reaper off it, or its exit status is lost and a
+        # ssh-keygen is our child: keep every reaper off it, or its exit status is lost and a
         # failed verification would read as a success.
-        with self._reaper.spawning() if self._reaper else contextlib.nullcontext():
+        with spawning():
             principal = await trio.to_thread.run_sync(verify_signature, signers, message, signature)
         # The two-person rule holds for signatures too: whoever submits it, a signature by
         # the caller's own key is the caller approving its own call.

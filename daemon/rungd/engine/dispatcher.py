@@ -101,7 +101,7 @@ class Dispatcher:
         self.slots = Slots()
         self._scratch_threads = trio.CapacityLimiter(4)  # never the default limiter: see audit.py
         self.resources = preconditions.ResourceLocks()
-        self.approvals = Approvals(config, self.calls, self._record_call, reaper)
+        self.approvals = Approvals(config, self.calls, self._record_call)
         self.reconciler = Reconciler(config, audit.index, audit.record, self._read_call)
         self.evidence_dir = config.state_dir / "evidence"
         self.work_root = config.state_dir / "work"

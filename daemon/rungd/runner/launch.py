@@ -12,10 +12,10 @@ the launcher (argv, environment, folder, limits, user, and the descriptors by SC
 it reads the error pipe: ``P<pid>`` first, then end of file (the program is running) or
 ``<errno>:<step>`` (it could not be started).
 
-:class:`Launcher` keeps the launcher process and a spare call cgroup (making and removing one
-takes the kernel a moment, so the empty cgroup of a call that ended is the next call's): the
-daemon keeps one on its reaper (:func:`for_reaper`); code running without a daemon shares one
-per process.
+:class:`Launcher` keeps the launcher process and up to ``MAX_SPARES`` empty call cgroups
+(making and removing one takes the kernel a moment, so the empty cgroup of a call that ended
+is a next call's, unless it was killed or changed): the daemon keeps one Launcher on its
+reaper (:func:`for_reaper`); code running without a daemon shares one per process.
 """
 
 from __future__ import annotations
@@ -131,14 +131,13 @@ def _readable(fd: int) -> bool:
 class Started:
     """A program the launcher made, until its ``exec`` is known to have succeeded or failed.
 
-    ``pid`` is the daemon's own child from the start; :meth:`exec_result` says whether the
+    ``child`` is the daemon's own child from the start; :meth:`exec_result` says whether the
     program is running. Whoever gets one must either see ``exec_result`` through or kill and
     wait for ``child``.
     """
 
     def __init__(self, child: Child, err_r: int, said: bytes) -> None:
         self.child = child
-        self.pid = child.pid
         self._err_r = err_r
         self._said = said
 

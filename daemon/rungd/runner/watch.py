@@ -182,23 +182,23 @@ class Watch:
             # on a timer that backs off while nothing changes.
             with trio.move_on_after(interval):
                 await self._woken.wait()
+            now = time.monotonic()
+            quiet_since = max(s.last_output for s in self.streams)
             if self._woken.is_set():
                 self._woken = trio.Event()
                 interval = POLL_S
             else:
-                silent_s = time.monotonic() - max(s.last_output for s in self.streams)
-                interval = min(interval * 2, POLL_MAX_S if silent_s < IDLE_AFTER_S else POLL_IDLE_MAX_S)
+                idle = now - quiet_since >= IDLE_AFTER_S
+                interval = min(interval * 2, POLL_IDLE_MAX_S if idle else POLL_MAX_S)
             if self.proc.returncode is not None:
                 return
             if self.refused is not None:
                 raise self.refused
-            now = time.monotonic()
             # Without a cgroup the kill finds an orphan only if a snapshot saw it (or its tag);
             # a cgroup holds every process of the call, so there is nothing to keep up.
             if self.tracker.cgroup is None and now - last_snapshot >= SNAPSHOT_S:
                 self.tracker.snapshot()
                 last_snapshot = now
-            quiet_since = max(s.last_output for s in self.streams)
             if now - quiet_since < _PAUSE_S:
                 interval = POLL_S  # output is pausing: look again as soon as it has
             elif quiet_since > self._checked_at:
