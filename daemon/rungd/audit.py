@@ -5,12 +5,15 @@ about it, and ``dispatched`` is durable before the handler starts: if the ledger
 written, nothing new runs (fail closed). The idempotency index is rebuilt from the ledger
 at start-up and kept current with every record appended.
 
-Ledger writes run in worker threads of their own (``Audit.limiter``): nothing a caller or a
-file can make slow (an export parse, a lock probe) ever waits in front of the ledger.
+Ledger writes that wait on the disk run in worker threads of their own (``Audit.limiter``):
+nothing a caller or a file can make slow (an export parse, a lock probe) ever waits in front
+of the ledger. A read's records, which need no fsync, are written on the loop when the
+writer is free (one write to the page cache, as evidence is).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -78,14 +81,14 @@ class Audit:
         Cancellation: not abandoned: once handed to the writer, a record is either durable
         or failed before this returns, so the index never disagrees with the file.
         """
-        def append() -> list[Any]:
-            if new_work and self.ledger.low_on_space:
-                raise LedgerWriteFailed("the disk holding the ledger is nearly full (its reserve for "
-                                        "finishing running calls cannot be kept)")
-            return self.ledger.append_many(events, sync=durable)
-
         try:
-            records = await trio.to_thread.run_sync(append, abandon_on_cancel=False, limiter=self.limiter)
+            # A read's records need no fsync: written on the loop (one write to the page
+            # cache) when the writer is free, in a worker thread when it is busy.
+            records = None if durable else self.ledger.append_now(events, keep_reserve=new_work)
+            if records is None:
+                records = await trio.to_thread.run_sync(
+                    functools.partial(self.ledger.append_many, events, sync=durable, keep_reserve=new_work),
+                    abandon_on_cancel=False, limiter=self.limiter)
         except LedgerWriteFailed as exc:
             log.error("ledger write failed: %s", exc, extra={"call_id": events[0][1], "tool": events[0][2]})
             raise LedgerUnavailable(

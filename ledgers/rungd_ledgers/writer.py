@@ -16,7 +16,9 @@ leader/follower scheme on one ``threading.Condition`` and no background thread:
 No background thread means nothing to start, stop or lose on shutdown, an error raised in
 the thread whose append failed, and no hop between threads for a lone append: a single
 append costs one write and one fsync. The daemon calls ``append`` through
-``trio.to_thread.run_sync``, so blocking here blocks a worker thread, never the event loop.
+``trio.to_thread.run_sync``, so blocking here blocks a worker thread, never the event loop;
+only ``append_now`` (records that need no fsync, written when nothing else is) runs on the
+loop itself.
 
 Files
 -----
@@ -220,18 +222,22 @@ class Ledger:
         with self._cond:
             while self._writing:
                 self._cond.wait()
-            if self._closed or self._reserve_bytes <= 0:
-                return False
-            self._reserve()
-            if self._low:
-                return True
-            # The reserve is for finishing; new work needs room of its own beside it (its
-            # own records, evidence, scratch): as much again, free on the filesystem.
-            try:
-                stats = os.fstatvfs(self._fd)
-            except OSError:
-                return False
-            return stats.f_bavail * stats.f_frsize < self._reserve_bytes
+            return self._short_of_reserve()
+
+    def _short_of_reserve(self) -> bool:
+        """``low_on_space``, for a caller holding the lock while no batch is being written."""
+        if self._closed or self._reserve_bytes <= 0:
+            return False
+        self._reserve()
+        if self._low:
+            return True
+        # The reserve is for finishing; new work needs room of its own beside it (its
+        # own records, evidence, scratch): as much again, free on the filesystem.
+        try:
+            stats = os.fstatvfs(self._fd)
+        except OSError:
+            return False
+        return stats.f_bavail * stats.f_frsize < self._reserve_bytes
 
     @property
     def repair(self) -> TornRepair | None:
@@ -264,7 +270,8 @@ class Ledger:
         """
         return self.append_many([(event, call_id, tool, fields)])[0]
 
-    def append_many(self, events: list[tuple[str, str, str, dict[str, Any]]], *, sync: bool = True) -> list[Record]:
+    def append_many(self, events: list[tuple[str, str, str, dict[str, Any]]], *, sync: bool = True,
+                    keep_reserve: bool = False) -> list[Record]:
         """Record several events, in this order and next to each other, with one fsync.
 
         All or nothing: they join the same batch, so they are written together or not at
@@ -274,18 +281,65 @@ class Ledger:
             sync: False writes them (to the kernel: a crash of this process loses nothing)
                 without waiting for an fsync; the next append that syncs makes them durable,
                 being later in the same file. A machine crash before that may lose them.
+            keep_reserve: the events start new work: refused (``LedgerUnavailable``, nothing
+                written) while ``low_on_space`` says so, so that what runs can always finish.
         """
-        tickets = [_Ticket(_draft(event, call_id, tool, fields), sync)
-                   for event, call_id, tool, fields in events]
+        tickets = self._tickets(events, sync)
         with self._cond:
-            if self._closed:
-                raise LedgerClosed(f"the ledger in {self._folder} was closed; open it again to append")
+            self._check_open()
+            if keep_reserve:
+                while self._writing:
+                    self._cond.wait()
+                self._refuse_if_short()
             self._queue.extend(tickets)
             while any(t.record is None and t.error is None for t in tickets):
                 if self._writing:
                     self._cond.wait()
                 else:
                     self._lead()
+        return self._answer(tickets)
+
+    def append_now(self, events: list[tuple[str, str, str, dict[str, Any]]], *,
+                   keep_reserve: bool = False) -> list[Record] | None:
+        """``append_many(events, sync=False)`` if it can be done without waiting: no other
+        batch or fsync under way, and no rotation or cut-back due (each may wait on the
+        disk). Then it costs one ``write`` to the page cache, in the calling thread: the
+        daemon's loop calls it for reads' records, and hops to a worker thread only when
+        this returns None.
+
+        Args and errors are those of ``append_many``.
+        """
+        tickets = self._tickets(events, False)
+        if not self._cond.acquire(blocking=False):
+            return None
+        try:
+            self._check_open()
+            if (self._writing or self._queue or self._needs_truncate or self._fd < 0
+                    or self._offset >= self._rotate_bytes):
+                return None
+            if keep_reserve:
+                self._refuse_if_short()
+            self._queue.extend(tickets)
+            self._lead()
+        finally:
+            self._cond.release()
+        return self._answer(tickets)
+
+    @staticmethod
+    def _tickets(events: list[tuple[str, str, str, dict[str, Any]]], sync: bool) -> list[_Ticket]:
+        return [_Ticket(_draft(event, call_id, tool, fields), sync) for event, call_id, tool, fields in events]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LedgerClosed(f"the ledger in {self._folder} was closed; open it again to append")
+
+    def _refuse_if_short(self) -> None:
+        if self._short_of_reserve():
+            raise LedgerUnavailable("the disk holding the ledger is nearly full (its reserve for "
+                                    "finishing running calls cannot be kept)")
+
+    @staticmethod
+    def _answer(tickets: list[_Ticket]) -> list[Record]:
         for ticket in tickets:
             if ticket.error is not None:
                 raise ticket.error
