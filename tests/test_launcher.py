@@ -38,19 +38,12 @@ async def start(launcher: launch.Launcher, argv: list[str], cgroup: proctree.Cal
     started = await launcher.spawn(argv, {"PATH": "/usr/bin:/bin"}, cwd, None, [], None, cgroup)
     await started.exec_result()
     child = started.child
-    assert child.stdout is not None
     out = b""
     while chunk := await child.stdout.receive_some():
         out += chunk
     await child.wait()
-    await close_streams(child)
+    child.close_pipes()
     return child, out
-
-
-async def close_streams(child: launch.Child) -> None:
-    for stream in (child.stdin, child.stdout, child.stderr):
-        assert stream is not None
-        await stream.aclose()
 
 
 @pytest.fixture
@@ -274,7 +267,7 @@ async def test_a_cgroup_its_program_froze_is_not_given_to_the_next_call(fake_pro
             await trio.sleep(0.01)
     (call_cgroup.path / "cgroup.kill").write_text("1")  # its tree dies; not through kill(), which marks it
     await started.child.wait()
-    await close_streams(started.child)
+    started.child.close_pipes()
     with trio.fail_after(5):
         while call_cgroup.populated():
             await trio.sleep(0.01)
@@ -306,7 +299,7 @@ async def test_a_cgroup_once_killed_is_never_given_to_another_call(launcher, cal
     await started.exec_result()
     assert call_cgroup.kill()
     assert await started.child.wait() == -signal.SIGKILL
-    await close_streams(started.child)
+    started.child.close_pipes()
     with trio.fail_after(5):
         while call_cgroup.populated():
             await trio.sleep(0.01)

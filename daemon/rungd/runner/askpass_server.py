@@ -34,7 +34,7 @@ import struct
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
@@ -160,6 +160,10 @@ class AskpassServer(_Secrets):
     def claim(self, root: proctree.Member) -> None:
         """Nothing to do: this call's own socket queues what its child asks until :meth:`serve`."""
 
+    def listen(self, root: proctree.Member, answer: Answer) -> Callable[[], Awaitable[None]]:
+        """What answers this call's questions: :meth:`serve`, a task to run beside the watch."""
+        return lambda: self.serve(root, answer)
+
     async def serve(self, root: proctree.Member, answer: Answer) -> None:
         """Answer the askpass questions of this call's processes until the call ends.
 
@@ -200,6 +204,9 @@ async def _answer_one(conn: trio.socket.SocketType, answer: Answer, held: list[t
     except (OSError, trio.TooSlowError):
         conn.close()
         return
+    except BaseException:  # the call ended meanwhile: nobody answers
+        conn.close()
+        raise
     secret = answer(question.decode("utf-8", "replace"))
     if secret is None:
         # No reply, not even "no": the helper holds the program until the kill. The connection
@@ -230,7 +237,8 @@ class AskpassEndpoint:
     :class:`CallAskpass`; a peer that descends from no running call is closed unanswered. A
     call claims its child the moment the daemon learns its pid, before its program runs; a
     peer that descends from a child of the daemon no call has claimed yet (the daemon's loop
-    was busy) waits for the claim, a few seconds at most.
+    was busy) waits for the claim, a few seconds at most. Questions are read and answered by
+    tasks of the endpoint (:meth:`run`), so a call needs no task of its own for them.
 
     Args:
         folder: made here (0711), inside the daemon's work folder, which start-up sweeps.
@@ -259,45 +267,52 @@ class AskpassEndpoint:
             "SUDO_ASKPASS": str(script),
             askpass.SOCKET_ENV: str(socket_path),
         }
-        self._calls: dict[proctree.Member, trio.MemorySendChannel[trio.socket.SocketType]] = {}
+        self._calls: dict[proctree.Member, CallAskpass] = {}
         # Peers of a child no call has claimed yet: (when, their chain, the connection).
         self._waiting: list[tuple[float, list[proctree.Member], trio.socket.SocketType]] = []
         self._daemon = os.getpid()
+        self._nursery: trio.Nursery | None = None
 
     def for_call(self) -> CallAskpass:
         """A call's handle on the endpoint (its credential files, its held helpers)."""
         return CallAskpass(self)
 
-    def claim(self, root: proctree.Member, channel: trio.MemorySendChannel[trio.socket.SocketType]) -> None:
-        """Send the questions of ``root`` and its descendants to ``channel`` from now on."""
-        self._calls[root] = channel
+    def claim(self, root: proctree.Member, call: CallAskpass) -> None:
+        """Send the questions of ``root`` and its descendants to ``call`` from now on."""
+        self._calls[root] = call
         waiting, self._waiting = self._waiting, []
         for since, chain, conn in waiting:
             if root in chain:
-                _deliver(channel, conn)
+                call.take(conn)
             else:
                 self._waiting.append((since, chain, conn))
 
     def release(self, root: proctree.Member) -> None:
         self._calls.pop(root, None)
 
+    def answer_soon(self, task: Callable[[], Awaitable[None]]) -> None:
+        """Run ``task`` (a call's answer to one question) in the endpoint's nursery."""
+        assert self._nursery is not None, "a question reaches a call only through run()"
+        self._nursery.start_soon(task)
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Accept questions and hand each to the call its asker belongs to, until cancelled.
 
         Never ends on a failed accept (out of descriptors, say): it says so and goes on.
         """
-        task_status.started()
         try:
-            while True:
-                self._expire()
-                with trio.move_on_after(_WAIT_FOR_CLAIM_S if self._waiting else math.inf):
-                    try:
-                        conn, _ = await self._sock.accept()
-                    except OSError as exc:
-                        log.warning("askpass endpoint: accept failed (%s); retrying", exc.strerror or exc)
-                        await trio.sleep(0.1)
-                        continue
-                    self._place(conn)
+            async with trio.open_nursery() as self._nursery:
+                task_status.started()
+                while True:
+                    self._expire()
+                    with trio.move_on_after(_WAIT_FOR_CLAIM_S if self._waiting else math.inf):
+                        try:
+                            conn, _ = await self._sock.accept()
+                        except OSError as exc:
+                            log.warning("askpass endpoint: accept failed (%s); retrying", exc.strerror or exc)
+                            await trio.sleep(0.1)
+                            continue
+                        self._place(conn)
         finally:
             for _, _, conn in self._waiting:
                 conn.close()
@@ -306,9 +321,9 @@ class AskpassEndpoint:
     def _place(self, conn: trio.socket.SocketType) -> None:
         pid = _peer_pid(conn)
         chain = _ancestors(pid) if pid is not None else []
-        channel = next((self._calls[member] for member in chain if member in self._calls), None)
-        if channel is not None:
-            _deliver(channel, conn)
+        call = next((self._calls[member] for member in chain if member in self._calls), None)
+        if call is not None:
+            call.take(conn)
         elif any(member.pid == self._daemon for member in chain[1:]) and len(self._waiting) < _MAX_WAITING:
             self._waiting.append((time.monotonic(), chain, conn))
         else:
@@ -325,17 +340,10 @@ class AskpassEndpoint:
         self._waiting = keep
 
 
-def _deliver(channel: trio.MemorySendChannel[trio.socket.SocketType], conn: trio.socket.SocketType) -> None:
-    try:
-        channel.send_nowait(conn)
-    except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-        conn.close()  # a call asking faster than it is heard, or one that just ended
-
-
 class CallAskpass(_Secrets):
     """One call's part of the daemon's :class:`AskpassEndpoint`: the same interface as
-    :class:`AskpassServer` (``env``, ``pass_fds``, ``claim``, ``serve``, ``close``), without a
-    folder."""
+    :class:`AskpassServer` (``env``, ``pass_fds``, ``claim``, ``listen``, ``close``), without
+    a folder, and without a task of its own: its questions are answered in the endpoint's."""
 
     folder = None
 
@@ -344,36 +352,61 @@ class CallAskpass(_Secrets):
         self._endpoint = endpoint
         self.env = dict(endpoint.env)
         self._root: proctree.Member | None = None
-        self._send, self._receive = trio.open_memory_channel[trio.socket.SocketType](_MAX_PER_CALL)
+        self._answer: Answer | None = None
+        self._early: list[trio.socket.SocketType] = []  # asked before listen()
+        self._answering: set[trio.CancelScope] = set()
+        self._closed = False
 
     def claim(self, root: proctree.Member) -> None:
         """The call's child is ``root``: its questions (and its descendants') come here, from
-        now on, even before :meth:`serve` listens."""
+        now on, even before :meth:`listen`."""
         self._root = root
-        self._endpoint.claim(root, self._send)
+        self._endpoint.claim(root, self)
 
-    async def serve(self, root: proctree.Member, answer: Answer) -> None:
-        """Answer the questions of ``root`` and its descendants until cancelled; as
-        :meth:`AskpassServer.serve`. At most a few at once: more are closed unanswered."""
+    def listen(self, root: proctree.Member, answer: Answer) -> None:
+        """Answer the questions of ``root`` and its descendants with ``answer`` from now on
+        (those asked since :meth:`claim` first), until :meth:`close`; as
+        :meth:`AskpassServer.serve`, at most a few at once (more are closed unanswered).
+        Returns None: no task to run beside the watch."""
         if self._root != root:
             self.claim(root)
-        async with trio.open_nursery() as nursery:
-            async for conn in self._receive:
-                if len(nursery.child_tasks) >= _MAX_PER_CALL:
-                    conn.close()
-                    continue
-                nursery.start_soon(_answer_one, conn, answer, self._held)
+        self._answer = answer
+        early, self._early = self._early, []
+        for conn in early:
+            self.take(conn)
+        return None
+
+    def take(self, conn: trio.socket.SocketType) -> None:
+        """A question of this call's processes (from the endpoint)."""
+        if self._closed or len(self._answering) + len(self._early) >= _MAX_PER_CALL:
+            conn.close()  # a call asking faster than it is heard, or one that just ended
+        elif self._answer is None:
+            self._early.append(conn)
+        else:
+            self._endpoint.answer_soon(lambda: self._answer_one(conn))
+
+    async def _answer_one(self, conn: trio.socket.SocketType) -> None:
+        with trio.CancelScope() as scope:
+            if self._closed:
+                scope.cancel()
+            self._answering.add(scope)
+            try:
+                assert self._answer is not None
+                await _answer_one(conn, self._answer, self._held)
+            finally:
+                self._answering.discard(scope)
 
     def close(self) -> None:
-        """Leave the endpoint; close what was handed over and the held helpers (after the kill)."""
+        """Leave the endpoint; stop the answers under way, close what was not answered and
+        the held helpers (after the kill)."""
+        self._closed = True
         if self._root is not None:
             self._endpoint.release(self._root)
-        self._send.close()
-        while True:  # handed over but not read: nobody will answer them
-            try:
-                self._receive.receive_nowait().close()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
+        for scope in self._answering:
+            scope.cancel()
+        for conn in self._early:  # asked but never listened to: nobody will answer them
+            conn.close()
+        self._early.clear()
         self._close_held()
 
 

@@ -13,8 +13,9 @@ import dataclasses
 import errno
 import os
 import pwd
+import select
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -29,16 +30,18 @@ from rungd.runner.environment import child_env, credential
 from rungd.runner.exits import check_limits, check_terminal
 from rungd.runner import launch, limits
 from rungd.runner.program import Completed, Program
-from rungd.runner.streams import Stream, drain
+from rungd.runner.streams import Outputs, Stream
 from rungd.runner.watch import Watch
 
 
 @dataclasses.dataclass
 class _Scratch:
-    """What a call opens before its program starts: the private folder; and the evidence
-    files, opened only for output beyond what the result holds (:meth:`evidence_file`)."""
+    """What a call opens before its program starts: its askpass handle (and private folder),
+    the epoll its output is watched through; and the evidence files, opened at a stream's
+    first byte (:meth:`evidence_file`)."""
 
     helper: AskpassServer | CallAskpass
+    poller: select.epoll
     ctx: CallContext
     evidence: list[str]
     files: list[BinaryIO]
@@ -51,6 +54,10 @@ class _Scratch:
             owner: uid and gid of the user the program runs as, when not the daemon's.
         """
         try:
+            poller = select.epoll()
+        except OSError as exc:  # EMFILE, ENFILE, ENOMEM
+            raise _spawn_error(Program(argv=(ctx.tool.name,)), exc) from None
+        try:
             # The daemon's one askpass endpoint serves programs run as its own user (whose
             # new process makes the work folder it starts in); one run as another user (or
             # without a daemon) gets a private folder of its own, inside the work folder.
@@ -60,10 +67,11 @@ class _Scratch:
                 ctx.work_dir.mkdir(parents=True, exist_ok=True)
                 helper = AskpassServer(ctx.work_dir, owner)
         except OSError as exc:
+            poller.close()
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise _spawn_error(Program(argv=(ctx.tool.name,)), exc) from None
             raise _no_folders(exc) from None
-        return cls(helper, ctx, [], [])
+        return cls(helper, poller, ctx, [], [])
 
     def evidence_file(self, label: str) -> Callable[[], BinaryIO]:
         """What opens the evidence file ``label`` when a stream first needs it.
@@ -81,11 +89,12 @@ class _Scratch:
         return open_it
 
     def close(self) -> None:
-        """Close the askpass server and the evidence files; safe to call twice."""
+        """Close the askpass server, the poller and the evidence files; safe to call twice."""
         if getattr(self, "_closed", False):
             return
         self._closed = True
         self.helper.close()
+        self.poller.close()
         for file in self.files:
             file.close()
 
@@ -195,9 +204,7 @@ async def _abandon(ctx: CallContext, child: launch.Child, tracker: proctree.Trac
     with trio.move_on_after(2):
         await child.wait()
     child.close()
-    for stream in (child.stdin, child.stdout, child.stderr):
-        if stream is not None:
-            await stream.aclose()
+    child.close_pipes()
     if tracker.cgroup is not None:
         await tracker.cgroup.remove_when_empty()
     _forget(ctx, child.pid)
@@ -298,9 +305,16 @@ async def run(ctx: CallContext, program: Program) -> Completed:
                     Redactor(secrets))
     stderr = Stream("stderr", program.keep_bytes, scratch.evidence_file("stderr"), program.evidence_bytes,
                     Redactor(secrets))
-    watch = Watch(ctx, program, proc, tracker, (stdout, stderr), Redactor(secrets))
     try:
-        question = await _supervise(proc, watch, scratch.helper)
+        outputs = Outputs(scratch.poller, proc, (stdout, stderr))
+    except OSError as exc:  # the kernel would not watch one more descriptor (ENOMEM, ENOSPC)
+        with trio.CancelScope(shield=True):
+            await _abandon(ctx, proc, tracker)
+        scratch.close()
+        raise _spawn_error(program, exc) from None
+    watch = Watch(ctx, program, proc, tracker, outputs, (stdout, stderr), Redactor(secrets))
+    try:
+        question = await _supervise(watch, scratch.helper)
     finally:
         with trio.CancelScope(shield=True):
             await _end(ctx, program, proc, tracker, watch, scratch)
@@ -326,37 +340,43 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     return completed
 
 
-async def _supervise(proc: launch.Child, watch: Watch, helper: AskpassServer | CallAskpass) -> RungdError | None:
-    """Drain, feed, serve askpass and watch until the program exits or asks.
+async def _supervise(watch: Watch, helper: AskpassServer | CallAskpass) -> RungdError | None:
+    """Watch the program (its output, its exit, its questions) until it exits or asks; feed
+    its stdin and serve its askpass questions beside, where it needs that.
+
+    One task does most calls' whole watch: a task more is started only for declared stdin
+    data and for a private askpass endpoint.
 
     Returns:
         The error its question calls for, or None when it exited by itself.
 
     Cancellation: every task stops at once; the caller kills the tree.
     """
-    stdout, stderr = watch.streams
+    beside: list[Callable[[], Awaitable[None]]] = []
+    if (serve := helper.listen(watch.tracker.root, watch.askpass_answer)) is not None:
+        beside.append(serve)
+    # Declared stdin is fed beside the watch: a program that asks before it reads all of it
+    # must still be noticed.
+    if watch.program.stdin != "none" or watch.program.stdin_eof:
+        beside.append(watch.feed_stdin)
+    if not beside:
+        return await _watch(watch)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(drain, proc.stdout, stdout)
-        nursery.start_soon(drain, proc.stderr, stderr)
-        nursery.start_soon(helper.serve, watch.tracker.root, watch.askpass_answer)
-        # Declared stdin is fed beside the watch: a program that asks before it reads
-        # all of it must still be noticed.
-        if watch.program.stdin != "none" or watch.program.stdin_eof:
-            nursery.start_soon(watch.feed_stdin)
-        nursery.start_soon(watch.wake_on_exit)
-        try:
-            await watch.until_exit()
-        except RungdError as exc:
-            # Returned outside the nursery, so callers see the error itself and not an
-            # exception group.
-            nursery.cancel_scope.cancel()
-            return exc
-        # The program is gone; a descendant may still hold the pipes open. Give the readers
-        # a moment to reach end-of-file, then stop waiting: the sweep kills whoever holds them.
-        with trio.move_on_after(0.2):
-            for stream in (stdout, stderr):
-                await stream.drained.wait()
+        for task in beside:
+            nursery.start_soon(task)
+        question = await _watch(watch)
         nursery.cancel_scope.cancel()
+    return question
+
+
+async def _watch(watch: Watch) -> RungdError | None:
+    try:
+        await watch.until_exit()
+    except RungdError as exc:
+        return exc
+    # The program is gone; a descendant may still hold the pipes open. Take output a moment
+    # longer, then stop waiting: the sweep kills whoever holds them.
+    await watch.outputs.drain(0.2)
     return None
 
 
@@ -396,10 +416,8 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
         stream.close()
     # All three pipes, now: left to the garbage collector they outlive the call (the streams,
     # the watch and the child hold each other).
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            await pipe.aclose()
-    scratch.helper.close()
+    proc.close_pipes()
+    scratch.close()
     # The reaper, poked above, makes the next call's cgroup once this call is answered.
 
 

@@ -53,6 +53,81 @@ class LostStart(OSError):
     pidfd): it was killed at once, and may have run its first instructions."""
 
 
+class Pipe:
+    """Our end of one of a program's pipes: non-blocking, and closed at once by :meth:`close`
+    (a Trio stream closes at its next checkpoint, which costs a call a turn of the loop each).
+
+    The runner reads stdout and stderr with :meth:`read` when the call's own poller says so
+    (:class:`rungd.runner.streams.Outputs`); :meth:`receive_some` and :meth:`send_all` wait
+    through Trio for code that reads or writes one pipe alone.
+    """
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def read(self, size: int = 1 << 16) -> bytes | None:
+        """What the pipe holds now, up to ``size`` bytes: b"" at end of file (or once closed),
+        None when nothing is there yet."""
+        if self._fd < 0:
+            return b""
+        try:
+            return os.read(self._fd, size)
+        except BlockingIOError:
+            return None
+        except OSError:  # EIO and the like: nothing more will come
+            return b""
+
+    async def receive_some(self, size: int = 1 << 16) -> bytes:
+        """Wait for output and return it; b"" at end of file.
+
+        Raises:
+            trio.ClosedResourceError: the pipe was closed meanwhile.
+        """
+        while (chunk := self.read(size)) is None:
+            await trio.lowlevel.wait_readable(self._fd)
+        return chunk
+
+    async def send_all(self, data: bytes) -> None:
+        """Write all of ``data``, waiting while the pipe is full.
+
+        Raises:
+            trio.BrokenResourceError: the program closed its end (it exited, say).
+            trio.ClosedResourceError: this end was closed.
+
+        Cancellation: stops at once; part of ``data`` may have been written.
+        """
+        view = memoryview(data)
+        while view:
+            if self._fd < 0:
+                raise trio.ClosedResourceError("the pipe was closed")
+            try:
+                view = view[os.write(self._fd, view):]
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self._fd)
+            except OSError as exc:  # EPIPE: nobody reads any more
+                raise trio.BrokenResourceError(exc.strerror) from exc
+
+    def close(self) -> None:
+        """Close it now; a task waiting on it wakes with ClosedResourceError. Safe twice."""
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            with contextlib.suppress(RuntimeError):  # outside Trio: nobody can be waiting on it
+                trio.lowlevel.notify_closing(fd)
+            os.close(fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
 class Child:
     """A program started by the launcher: the interface of ``trio.Process`` the runner uses.
 
@@ -65,9 +140,17 @@ class Child:
         self.pid = pid
         self._pidfd = pidfd
         self._returncode: int | None = None
-        self.stdin: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(stdin)
-        self.stdout: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(stdout)
-        self.stderr: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(stderr)
+        self.stdin = Pipe(stdin)
+        self.stdout = Pipe(stdout)
+        self.stderr = Pipe(stderr)
+
+    def pidfd(self) -> int:
+        """The pidfd, readable once the program has exited; -1 once it is reaped."""
+        return self._pidfd
+
+    def close_pipes(self) -> None:
+        for pipe in (self.stdin, self.stdout, self.stderr):
+            pipe.close()
 
     @property
     def returncode(self) -> int | None:
@@ -373,27 +456,37 @@ class Launcher:
         """
         if self._lock is None or self._lock_run is not trio.lowlevel.current_trio_token():
             self._lock, self._lock_run = trio.Lock(), trio.lowlevel.current_trio_token()
-        async with self._lock:
-            for attempt in (1, 2):
-                self.start()
-                assert self._sock is not None
-                untold = [path for path in self._untold if path not in self._told]
-                messages = [(marshal.dumps({"spare": os.fsencode(path)}), []) for path in untold]
-                if body is not None:
-                    messages.append((body, fds))
-                try:
-                    with trio.CancelScope(shield=True), trio.fail_after(_SEND_TIMEOUT_S):
-                        for message, message_fds in messages:
-                            await _write(self._sock, _launcher.HEADER.pack(len(message), len(message_fds)),
-                                         message_fds, message)
-                except (OSError, trio.TooSlowError):
-                    self._stop_process(kill=True)
-                    if attempt == 2:
-                        raise OSError(errno.EAGAIN, "the launcher did not take the request") from None
-                    continue
-                self._told.update(untold)
-                self._untold.clear()
-                return
+        try:
+            self._lock.acquire_nowait()  # free nearly always: no turn of the loop to take it
+        except trio.WouldBlock:
+            await self._lock.acquire()
+        try:
+            await self._send_held(body, fds)
+        finally:
+            self._lock.release()
+
+    async def _send_held(self, body: bytes | None, fds: list[int]) -> None:
+        """:meth:`_send`, holding the lock."""
+        for attempt in (1, 2):
+            self.start()
+            assert self._sock is not None
+            untold = [path for path in self._untold if path not in self._told]
+            messages = [(marshal.dumps({"spare": os.fsencode(path)}), []) for path in untold]
+            if body is not None:
+                messages.append((body, fds))
+            try:
+                with trio.CancelScope(shield=True), trio.fail_after(_SEND_TIMEOUT_S):
+                    for message, message_fds in messages:
+                        await _write(self._sock, _launcher.HEADER.pack(len(message), len(message_fds)),
+                                     message_fds, message)
+            except (OSError, trio.TooSlowError):
+                self._stop_process(kill=True)
+                if attempt == 2:
+                    raise OSError(errno.EAGAIN, "the launcher did not take the request") from None
+                continue
+            self._told.update(untold)
+            self._untold.clear()
+            return
 
     async def _pid_line(self, err_r: int) -> tuple[bytes, bool]:
         """What the error pipe says up to the pid's line, and whether it ended (end of file)

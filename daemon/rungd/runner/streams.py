@@ -1,9 +1,11 @@
 """Capturing a program's output: drained as it comes, redacted, kept within a cap, and
-written in full (up to its own cap) to an evidence file for operators."""
+written in full (up to its own cap) to an evidence file for operators; and :class:`Outputs`,
+which reads a program's pipes and notes its exit for the call's one watching task."""
 
 from __future__ import annotations
 
 import contextlib
+import select
 import time
 from collections.abc import Callable
 from typing import BinaryIO
@@ -11,11 +13,15 @@ from typing import BinaryIO
 import trio
 
 from rungd.redact import Redactor
+from rungd.runner.launch import Child
 from rungd.runner.questions import tty_failure
 
 # A /dev/tty complaint cut between two chunks is still seen: the last bytes of one chunk are
 # searched again with the next.
 _CARRY = 256
+# What one wake takes from a pipe at most: a flood of output still lets the loop go round.
+_CHUNK = 1 << 16
+_CHUNKS_PER_WAKE = 4
 
 
 class Stream:
@@ -30,7 +36,7 @@ class Stream:
         self.total = 0
         self.last_output = time.monotonic()
         self.recent = bytearray()  # the last bytes printed, to quote a question
-        self.drained = trio.Event()  # set at end-of-file
+        self.ended = False  # end of file: every process holding the pipe closed it
         self.evidence_error: str | None = None
         # Every call keeps its output as evidence, small or not: a result may hold only the
         # fields parsed from it, and operators (and ``rungctl evidence``) read what the program
@@ -154,14 +160,94 @@ class Stream:
         return lines[-1].strip()[-200:] if lines else ""
 
 
-async def drain(stream: trio.abc.ReceiveStream | None, sink: Stream) -> None:
-    """Read ``stream`` to its end into ``sink``; ``sink.drained`` is set however it ends.
+class Outputs:
+    """A program's stdout, stderr and exit, watched by its call's one task through an epoll of
+    the call's own: one turn of the loop takes whatever of them is ready (a task per pipe and
+    one for the exit cost a call a turn and a task switch each).
 
-    Cancellation: stops reading at once; what was read is kept.
+    Args:
+        poller: the call's epoll, made before the program started (a daemon out of
+            descriptors then starts nothing); the caller closes it.
+        streams: where stdout's and stderr's output go.
     """
-    try:
-        if stream is not None:
-            while chunk := await stream.receive_some(1 << 16):
-                sink.take(chunk)
-    finally:
-        sink.drained.set()
+
+    def __init__(self, poller: select.epoll, child: Child, streams: tuple[Stream, Stream]) -> None:
+        self._poller = poller
+        self._child = child
+        self._pipes = {child.stdout.fileno(): (child.stdout, streams[0]),
+                       child.stderr.fileno(): (child.stderr, streams[1])}
+        self._pidfd = child.pidfd()
+        for fd in (*self._pipes, self._pidfd):
+            poller.register(fd, select.EPOLLIN)
+        self._scope: trio.CancelScope | None = None
+        self._woken = False
+
+    @property
+    def ended(self) -> bool:
+        """Whether both pipes reached end of file."""
+        return not self._pipes
+
+    def wake(self) -> None:
+        """End the :meth:`wait` under way (or the next one) at once."""
+        self._woken = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for output, the exit or :meth:`wake`, then take the
+        output there is.
+
+        Returns:
+            Whether anything happened: output, the exit, or a wake.
+
+        Cancellation: stops waiting at once; what was read is kept.
+        """
+        if self._woken:
+            await trio.lowlevel.checkpoint()
+        else:
+            with trio.CancelScope(deadline=trio.current_time() + timeout) as self._scope:
+                await trio.lowlevel.wait_readable(self._poller.fileno())
+            self._scope = None
+        self.take()
+        woken, self._woken = self._woken, False
+        return woken
+
+    async def drain(self, timeout: float) -> None:
+        """Once the program has exited: take output until both pipes end, ``timeout`` seconds
+        at most (a descendant may hold them open; the kill that follows ends it)."""
+        deadline = trio.current_time() + timeout
+        while self._pipes and (left := deadline - trio.current_time()) > 0:
+            await self.wait(left)
+
+    def take(self) -> None:
+        """Take what the pipes hold now (a few chunks each at most), and note an exit."""
+        for fd, _ in self._poller.poll(0):
+            if fd == self._pidfd:
+                self._exited()
+                continue
+            entry = self._pipes.get(fd)
+            if entry is None:
+                continue
+            pipe, stream = entry
+            for _ in range(_CHUNKS_PER_WAKE):
+                chunk = pipe.read(_CHUNK)
+                if chunk is None:
+                    break
+                if not chunk:
+                    self._forget(fd)
+                    stream.ended = True
+                    break
+                stream.take(chunk)  # wakes the watch (Stream.on_output)
+
+    def _exited(self) -> None:
+        # Reaped now, or (a tracer has not collected it yet) looked at again on the watch's
+        # timer: the pidfd stays readable, and would wake the loop on every turn.
+        self._forget(self._pidfd)
+        self._pidfd = -1
+        self._child.returncode  # noqa: B018 - reaps it when it can be reaped
+        self.wake()
+
+    def _forget(self, fd: int) -> None:
+        self._pipes.pop(fd, None)
+        with contextlib.suppress(OSError, ValueError):
+            self._poller.unregister(fd)

@@ -14,7 +14,8 @@ from rungd.errors import AuthRequired, PromptUnexpected
 from rungd.redact import Redactor
 from rungd.runner.program import CredentialPrompt, Program
 from rungd.runner.questions import CREDENTIAL_QUESTION
-from rungd.runner.streams import Stream
+from rungd.runner.launch import Child
+from rungd.runner.streams import Outputs, Stream
 
 # The watch looks at the program as soon as its output pauses (_PAUSE_S), then again on a
 # timer that backs off from POLL_S to POLL_MAX_S while nothing happens; any output or the
@@ -33,21 +34,21 @@ _SETTLE_S = 0.003
 class Watch:
     """Watches a running program: feeds stdin, notices questions, answers or stops it."""
 
-    def __init__(self, ctx: CallContext, program: Program, proc: trio.Process, tracker: proctree.Tracker,
-                 streams: tuple[Stream, Stream], redactor: Redactor) -> None:
+    def __init__(self, ctx: CallContext, program: Program, proc: Child, tracker: proctree.Tracker,
+                 outputs: Outputs, streams: tuple[Stream, Stream], redactor: Redactor) -> None:
         self.ctx = ctx
         self.program = program
         self.proc = proc
         self.tracker = tracker
+        self.outputs = outputs
         self.streams = streams
         self.redactor = redactor
         self.answered: list[str] = []
         self._left = {id(c): c.times for c in (*program.confirmations, *program.credential_prompts, *program.askpass)}
-        self._stdin_ino = procwatch.pipe_inode(proc.stdin.fileno())  # type: ignore[union-attr]
+        self._stdin_ino = procwatch.pipe_inode(proc.stdin.fileno())
         self._checked_at = 0.0
         self._stdin_closed = False
         self._feeding = False
-        self._woken = trio.Event()
         for stream in streams:
             stream.on_output = self.wake
         self.refused: AuthRequired | None = None
@@ -62,7 +63,6 @@ class Watch:
         Cancellation: stops sending at once; stdin stays open.
         """
         stdin = self.proc.stdin
-        assert stdin is not None
         try:
             if isinstance(self.program.stdin, bytes):
                 # While declared data is still going in, a read that waits for more of it
@@ -75,7 +75,7 @@ class Watch:
         except trio.BrokenResourceError:
             return  # it exited without reading: its exit status will tell
         if self.program.stdin == "eof" or self.program.stdin_eof:
-            await stdin.aclose()
+            stdin.close()
             self._stdin_closed = True  # a reader now gets end-of-file: it cannot be waiting for us
 
     def _protect(self, secret: str) -> None:
@@ -128,6 +128,7 @@ class Watch:
         if isinstance(result, AuthRequired):
             if self.refused is None:
                 self.refused = result
+                self.wake()  # the watch stops the call now, not at its next look
             return None
         self.answered.append(f"askpass {prompt.credential}")  # type: ignore[union-attr]
         return result
@@ -143,8 +144,8 @@ class Watch:
         """The program's words about /dev/tty and the question it had printed, if it tried.
 
         The question is looked for when the complaint arrives and, if nothing was printed
-        yet, again now: stdout and stderr are separate pipes, read by separate tasks, so a
-        prompt printed just before the complaint may be read just after it.
+        yet, again now: stdout and stderr are separate pipes, read one after the other, so
+        a prompt printed just before the complaint may be read just after it.
         """
         if self._tty_words is None:
             return None
@@ -158,13 +159,8 @@ class Watch:
         return ""
 
     def wake(self) -> None:
-        """Look at the program now: it printed something, or it exited."""
-        self._woken.set()
-
-    async def wake_on_exit(self) -> None:
-        """Wake the watch the moment the program exits. Cancellation: stops at once."""
-        await self.proc.wait()
-        self.wake()
+        """Look at the program now: it printed something, or a question was refused."""
+        self.outputs.wake()
 
     async def until_exit(self) -> None:
         """Return when the program exits; answer or raise when it asks.
@@ -180,12 +176,10 @@ class Watch:
         while True:
             # Output or the exit wakes the watch at once (:meth:`wake`); otherwise it looks
             # on a timer that backs off while nothing changes.
-            with trio.move_on_after(interval):
-                await self._woken.wait()
+            woken = await self.outputs.wait(interval)
             now = time.monotonic()
             quiet_since = max(s.last_output for s in self.streams)
-            if self._woken.is_set():
-                self._woken = trio.Event()
+            if woken:
                 interval = POLL_S
             else:
                 idle = now - quiet_since >= IDLE_AFTER_S
@@ -206,17 +200,18 @@ class Watch:
                 await self._check_for_question(quiet_since)
 
     async def _check_for_question(self, quiet_since: float) -> None:
-        if self.proc.stdin is None or self.program.stdin == "eof" or self._stdin_closed or self._feeding:
+        if self.program.stdin == "eof" or self._stdin_closed or self._feeding:
             return
         cgroup = self.tracker.cgroup
         members = cgroup.pids() if cgroup is not None else [pid for pid, _ in self.tracker.members()]
         pids = [self.proc.pid, *(pid for pid in members if pid != self.proc.pid)]
         if procwatch.waiting_for_input(pids, self._stdin_ino) is None:
             return  # busy, sleeping or waiting on something else: not our business
-        # A prompt may sit in a pipe the readers have not been scheduled to read yet (on a
-        # loaded host the program can print and block within one tick of ours): let them
-        # run once before judging, and start over if anything arrived.
+        # A prompt may sit in a pipe not read yet (on a loaded host the program can print and
+        # block within one tick of ours), or come from another of its processes a moment
+        # later: read the pipes once more a moment later, and start over if anything arrived.
         await trio.sleep(_SETTLE_S)
+        self.outputs.take()
         if max(s.last_output for s in self.streams) > quiet_since:
             return
         self._checked_at = quiet_since
@@ -259,7 +254,6 @@ class Watch:
         return next((q for s in ordered if (q := s.question(raw=raw))), "")
 
     async def _answer(self, answer: str, *, label: str) -> None:
-        assert self.proc.stdin is not None
         try:
             await self.proc.stdin.send_all(answer.encode() + b"\n")
         except trio.BrokenResourceError:
