@@ -21,7 +21,6 @@ connection of the same caller.
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ from rungd.engine.calls import Call, CallTable
 from rungd.engine.idempotency import Requests
 from rungd.engine.reconcile import Reconciler
 from rungd.engine.slots import Slots
+from rungd.engine.workdirs import WorkFolders
 
 log = logging.getLogger("rungd.calls")
 
@@ -99,14 +99,14 @@ class Dispatcher:
                                max_results=config.server.max_results)
         self.requests = Requests(audit.index, self.calls)
         self.slots = Slots()
-        self._scratch_threads = trio.CapacityLimiter(4)  # never the default limiter: see audit.py
         self.resources = preconditions.ResourceLocks()
         self.approvals = Approvals(config, self.calls, self._record_call)
         self.reconciler = Reconciler(config, audit.index, audit.record, self._read_call)
         self.evidence_dir = config.state_dir / "evidence"
-        self.work_root = config.state_dir / "work"
         self.evidence_dir.mkdir(parents=True, exist_ok=True)
-        self.work_root.mkdir(parents=True, exist_ok=True)
+        (config.state_dir / "work").mkdir(parents=True, exist_ok=True)
+        # Never the default thread limiter: see audit.py.
+        self.work = WorkFolders(config.state_dir / "work", trio.CapacityLimiter(4))
         bounds = config.limits
         # no_new_privs stays off by default: tools wrap setuid programs (sudo -u, crontab).
         limits.set_defaults(Limits(cpu_s=bounds.cpu_s, address_space_bytes=bounds.memory_bytes,
@@ -321,7 +321,7 @@ class Dispatcher:
     # --- running one call ----------------------------------------------------------------------
 
     async def _run(self, call: Call, tool: Tool, inputs: ToolInputs) -> None:
-        work_dir = self.work_root / call.call_id
+        work_dir = self.work.take()
         ctx = CallContext(
             call_id=call.call_id,
             tool=tool,
@@ -342,12 +342,15 @@ class Dispatcher:
                     and not call.interrupted:
                 envelope = await self._settle_now(call, tool, envelope, settle)
             with trio.CancelScope(shield=True):  # the end of a call is recorded even at shutdown
-                # The work folder is scratch for this call only: gone before the caller hears,
-                # removed (in a worker thread: an rmdir waits on the filesystem's journal)
-                # while the finished record is written.
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._remove_work_dir, work_dir)
+                # The work folder is scratch for this call only: empty or gone before the
+                # caller hears; what the call left in it is removed (in a worker thread: an
+                # rmdir waits on the filesystem's journal) while the finished record is written.
+                if (remove := self.work.give_back(work_dir)) is None:
                     await self._record_end(call, envelope, ctx)
+                else:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(remove)
+                        await self._record_end(call, envelope, ctx)
                 self.requests.release(call)
                 self._finish(call, envelope)
         finally:
@@ -395,17 +398,6 @@ class Dispatcher:
         if happened is None:
             return envelope
         return outcomes.settled(envelope, tool, happened=happened, read=read)
-
-    async def _remove_work_dir(self, work_dir: Path) -> None:
-        def remove() -> None:
-            try:
-                work_dir.rmdir()  # most calls leave it empty
-            except FileNotFoundError:
-                pass
-            except OSError:
-                shutil.rmtree(work_dir, ignore_errors=True)
-
-        await trio.to_thread.run_sync(remove, limiter=self._scratch_threads)
 
     async def _record_end(self, call: Call, envelope: Envelope, ctx: CallContext) -> None:
         """Record what the runner answered and how the call finished (the caller hears it next)."""
