@@ -306,8 +306,11 @@ async def test_a_cgroup_once_killed_is_never_given_to_another_call(launcher, cal
     assert not call_cgroup.reusable()
     # The same cgroup, used anyway, says what happened, and the launcher stays.
     survivor = launcher._process
+    again = await launcher.spawn(["/bin/true"], {}, "/", None, [], None, proctree.CallCgroup(call_cgroup.path))
     with pytest.raises(OSError, match="killed as it was made"):
-        await launcher.spawn(["/bin/true"], {}, "/", None, [], None, proctree.CallCgroup(call_cgroup.path))
+        await again.exec_result()
+    assert await again.child.wait() == -signal.SIGKILL
+    again.child.close_pipes()
     assert launcher._process is survivor
     launcher.give_back(call_cgroup)
     assert launcher._spares == []

@@ -9,8 +9,10 @@ waits for it by pidfd and hears its real exit status). The daemon is never forke
 
 What the daemon does per program: four pipes, a descriptor of the call's cgroup, one message to
 the launcher (argv, environment, folder, limits, user, and the descriptors by SCM_RIGHTS), then
-it reads the error pipe: ``P<pid>`` first, then end of file (the program is running) or
-``<errno>:<step>`` (it could not be started).
+it reads the error pipe: the pid (``P<pid>`` from the launcher as soon as the process is made,
+``C<pid>`` from the process itself, in either order: the first tells the pid), then end of
+file (the program is running; ``C`` must have come) or ``<errno>:<step>`` (it could not be
+started).
 
 :class:`Launcher` keeps the launcher process and up to ``MAX_SPARES`` empty call cgroups
 (making and removing one takes the kernel a moment, so the empty cgroup of a call that ended
@@ -25,6 +27,7 @@ import contextlib
 import errno
 import marshal
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -222,13 +225,14 @@ class Started:
     def __init__(self, child: Child, err_r: int, said: bytes) -> None:
         self.child = child
         self._err_r = err_r
-        self._said = said
+        self._said = said  # all the pipe said so far, the pid's first line included
 
     async def exec_result(self) -> None:
         """Wait for the verdict: end of file (exec succeeded) or an errno.
 
         Raises:
             SpawnError: exec (or chdir, or a limit) failed; the process exits 127 at once.
+            OSError: EAGAIN: the process was killed before its first line (nothing ran).
 
         Cancellation: closes the pipe and lets the cancellation through; the caller kills
         the child.
@@ -237,31 +241,48 @@ class Started:
             data = self._said + await _read_to_end(self._err_r)
         finally:
             os.close(self._err_r)
+        lines = {found.group(1) for found in _PID_LINE.finditer(data)}
+        data = _PID_LINE.sub(b"", data)
         if data:
             raise _error(data)
+        if b"C" not in lines:  # made, and killed before its first line (a killed cgroup kills newborns)
+            raise OSError(errno.EAGAIN, "the program's process was killed as it was made")
 
 
 async def _read_to_end(fd: int) -> bytes:
     data = b""
     while True:
-        await trio.lowlevel.wait_readable(fd)
-        chunk = os.read(fd, 512)
+        try:
+            chunk = os.read(fd, 512)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(fd)
+            continue
         if not chunk:
             return data
         data += chunk
 
 
-async def _write(sock: socket.socket, header: bytes, fds: list[int], body: bytes) -> None:
-    """Write one request on the launcher's non-blocking socket, waiting while it is full."""
-    data = memoryview(header + body)
-    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-    while data:
-        try:
-            sent = sock.sendmsg([data], ancillary)
-        except BlockingIOError:
-            await trio.lowlevel.wait_writable(sock)
-            continue
-        data, ancillary = data[sent:], []  # the descriptors go with the first byte only
+# A pid's line on the error pipe, the launcher's (P) or the process's own (C); a failure is
+# "<errno>:<step>", never with a newline.
+_PID_LINE = re.compile(rb"([PC])(\d+)\n")
+
+
+class _Request:
+    """One message to the launcher, as far as it has been written."""
+
+    def __init__(self, body: bytes, fds: list[int]) -> None:
+        self.data = memoryview(_launcher.HEADER.pack(len(body), len(fds)) + body)
+        self.ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+
+    def write_now(self, sock: socket.socket) -> bool:
+        """Write what the socket takes without waiting; True once all of it is written."""
+        while self.data:
+            try:
+                sent = sock.sendmsg([self.data], self.ancillary)
+            except BlockingIOError:
+                return False
+            self.data, self.ancillary = self.data[sent:], []  # the descriptors go with the first byte only
+        return True
 
 
 def _kill_and_reap(pid: int) -> None:
@@ -394,6 +415,7 @@ class Launcher:
                 made += [stderr_r, stderr_w]
                 err_r, err_w = os.pipe2(os.O_CLOEXEC)
                 made += [err_r, err_w]
+                os.set_blocking(err_r, False)  # read at once, waited on only when empty
                 fds = [stdin_r, stdout_w, stderr_w, err_w, *pass_fds]
                 if cgroup is not None:
                     cgroup_fd = os.open(cgroup.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -417,20 +439,20 @@ class Launcher:
             for fd in made:
                 if fd not in (stdin_w, stdout_r, stderr_r, err_r):
                     os.close(fd)
-            with trio.CancelScope(shield=True):
-                said, ended = await self._pid_line(err_r)
-            pid, _, rest = said.partition(b"\n") if said.startswith(b"P") else (b"", b"", said)
+            said, ended = await self._pid_line(err_r)
+            found = _PID_LINE.search(said)
+            pid = found.group(2) if found else b""
             if not pid:
                 for fd in (stdin_w, stdout_r, stderr_r, err_r):
                     os.close(fd)
-                if rest:
-                    raise _error(rest)  # the launcher could not make a process (EAGAIN...)
+                if said:
+                    raise _error(said)  # the launcher could not make a process (EAGAIN...)
                 if ended:  # made, and killed before its first word (a killed cgroup kills newborns)
                     raise OSError(errno.EAGAIN, "the program's process was killed as it was made")
                 # Stopped, frozen or too slow: replaced, so the next call does not wait too.
                 self._stop_process(kill=True)
                 raise OSError(errno.EAGAIN, "the launcher did not start the program in time")
-            pid_n = int(pid[1:])
+            pid_n = int(pid)
             try:
                 pidfd = os.pidfd_open(pid_n)  # the daemon's own child: its pid is ours until reaped
             except OSError as exc:
@@ -441,7 +463,7 @@ class Launcher:
             proctree.SPAWNED.add(pid_n)
             if self._owned is not None:
                 self._owned.add(pid_n)
-        return Started(Child(pid_n, pidfd, stdin_w, stdout_r, stderr_r), err_r, rest)
+        return Started(Child(pid_n, pidfd, stdin_w, stdout_r, stderr_r), err_r, said)
 
     async def _send(self, body: bytes | None, fds: list[int]) -> None:
         """Hand a request to the launcher (after the cgroups it was not told of yet), starting
@@ -471,15 +493,19 @@ class Launcher:
             self.start()
             assert self._sock is not None
             untold = [path for path in self._untold if path not in self._told]
-            messages = [(marshal.dumps({"spare": os.fsencode(path)}), []) for path in untold]
+            requests = [_Request(marshal.dumps({"spare": os.fsencode(path)}), []) for path in untold]
             if body is not None:
-                messages.append((body, fds))
+                requests.append(_Request(body, fds))
             try:
-                with trio.CancelScope(shield=True), trio.fail_after(_SEND_TIMEOUT_S):
-                    for message, message_fds in messages:
-                        await _write(self._sock, _launcher.HEADER.pack(len(message), len(message_fds)),
-                                     message_fds, message)
-            except (OSError, trio.TooSlowError):
+                # Nearly always taken at once; a full socket is waited on, bounded.
+                if not all(request.write_now(self._sock) for request in requests):
+                    with trio.CancelScope(shield=True, deadline=trio.current_time() + _SEND_TIMEOUT_S) as scope:
+                        for request in requests:
+                            while not request.write_now(self._sock):
+                                await trio.lowlevel.wait_writable(self._sock)
+                    if scope.cancelled_caught:
+                        raise OSError(errno.ETIMEDOUT, "the launcher did not read")
+            except OSError:
                 self._stop_process(kill=True)
                 if attempt == 2:
                     raise OSError(errno.EAGAIN, "the launcher did not take the request") from None
@@ -490,12 +516,18 @@ class Launcher:
 
     async def _pid_line(self, err_r: int) -> tuple[bytes, bool]:
         """What the error pipe says up to the pid's line, and whether it ended (end of file)
-        before that; bounded: neither in a few seconds means the launcher is stuck."""
+        before that; bounded: neither in a few seconds means the launcher is stuck.
+
+        Cancellation: shielded (a process made must be known, to be killed).
+        """
         data = b""
-        with trio.move_on_after(_PID_TIMEOUT_S):
-            while not (data.startswith(b"P") and b"\n" in data):
-                await trio.lowlevel.wait_readable(err_r)
-                chunk = os.read(err_r, 512)
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + _PID_TIMEOUT_S):
+            while not _PID_LINE.search(data):
+                try:
+                    chunk = os.read(err_r, 512)  # often there already: the launcher wrote it
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(err_r)
+                    continue
                 if not chunk:
                     return data, True
                 data += chunk

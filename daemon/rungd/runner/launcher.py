@@ -14,10 +14,14 @@ SCM_RIGHTS, and a descriptor of the call's cgroup), it makes one process with ``
 
 The new process leaves the daemon's session (``setsid``), lays its descriptors out, switches
 user, applies the limits and ``exec``\\ s. Everything it has to say goes down the error pipe
-the daemon holds the other end of: first ``P<pid>\\n`` (so the daemon learns the pid even if
-this launcher dies meanwhile), then, only if the start failed, ``<errno>:<step>``. End of file
-on that pipe means the program is running (the pipe is close-on-exec). A start that makes no
-process at all (EAGAIN, ENOMEM) is reported on the same pipe by the launcher itself.
+the daemon holds the other end of: first ``C<pid>\\n`` (so the daemon learns the pid even if
+this launcher dies meanwhile, and knows the process ran its first line), then, only if the
+start failed, ``<errno>:<step>``. End of file on that pipe means the program is running (the
+pipe is close-on-exec). The launcher itself writes ``P<pid>\\n`` as soon as ``clone3``
+returns, so the daemon need not wait for the new process to be scheduled to learn the pid;
+the two lines may land in either order. End of file without the ``C`` line means the process
+was killed before its first line (a cgroup once killed kills its newborns). A start that
+makes no process at all (EAGAIN, ENOMEM) is reported on the same pipe by the launcher itself.
 
 Where ``clone3`` or ``CLONE_INTO_CGROUP`` is refused (kernels before 5.7, a seccomp filter),
 the launcher falls back to ``clone(CLONE_PARENT)`` and the new process joins its cgroup
@@ -177,10 +181,14 @@ def _start(spec: dict, fds: list[int], sock_fd: int, clone3: bool) -> bool:
     if pid == 0:  # pragma: no cover - the new process: never returns
         try:
             os.close(sock_fd)
-            os.write(err_w, b"P%d\n" % os.getpid())
+            os.write(err_w, b"C%d\n" % os.getpid())
             _exec(spec, fds[:len(targets)], join)
         finally:
             os._exit(127)
+    try:
+        os.write(err_w, b"P%d\n" % pid)  # at once: the new process may not run for a while
+    except OSError:
+        pass  # the daemon gave up on this call: nobody is listening
     return clone3
 
 
