@@ -6,7 +6,7 @@ import json
 import shlex
 from pathlib import Path
 
-from rungd.ctl.registry import EXIT_OK, Context, UsageError, arg, command
+from rungd.ctl.registry import EXIT_ERROR_RESULT, EXIT_OK, Context, UsageError, arg, command
 from rungd.evalharness import EvalError, command_model, evaluate, format_text, load_tasks, module_model
 
 
@@ -28,6 +28,7 @@ def eval_tasks(ctx: Context) -> int:
     whether a BAD_INPUT was repaired, the final outcome, and wrong-tool picks, missing
     arguments, invented fields and repeated calls against the task's expectation. The
     numbers describe the model you plugged in, on these tasks; nothing is a model of ours.
+    Exits 1 when the model failed a task (so a CI job can gate on it), 0 when it passed all.
     """
     args = ctx.args
     if bool(args.model) == bool(args.model_module):
@@ -40,4 +41,5 @@ def eval_tasks(ctx: Context) -> int:
     except EvalError as exc:
         raise UsageError(str(exc)) from None
     print(json.dumps(report.as_dict(), indent=2) if ctx.json else format_text(report))
-    return EXIT_OK
+    totals = report.totals()
+    return EXIT_OK if totals["passed"] == totals["tasks"] else EXIT_ERROR_RESULT

@@ -34,7 +34,7 @@ EXIT_CODES = """\
 exit status:
   0  ok
   1  the call ended in an error result, or a check found a problem (lint fix-first,
-     a broken ledger, a call no longer held or no longer known)
+     a broken ledger, a call no longer held or no longer known, a task the model failed)
   2  bad usage: unknown command or option, an unknown or denied tool, a config or
      file that cannot be read
   3  rungd could not be reached (no socket, no permission, nothing listening)
