@@ -31,9 +31,10 @@ Where each concern lives:
                        hands in and gets back
     environment.py     the child's environment, and credentials looked up for a call
     limits.py          Limits: setrlimit and no_new_privs, applied before exec
-    streams.py         output capture: drain, redact, cap, evidence files
+    streams.py         output capture: redact, cap, evidence files; Outputs, the call's one
+                       epoll of its pipes and exit
     askpass_server.py  the daemon's askpass endpoint (a private one for another user's program)
-    launch.py          the daemon's side of starting a program: Launcher, Child
+    launch.py          the daemon's side of starting a program: Launcher, Child, Pipe
     launcher.py        the launcher process: clone3 into the call's cgroup, then exec
     questions.py       the words of credential questions and terminal failures
     watch.py           prompt watching: feed stdin, notice a question, answer or stop

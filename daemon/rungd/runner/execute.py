@@ -2,9 +2,11 @@
 
 The order matters and is the whole design: credentials are resolved and the call's private
 folder made before anything starts (a missing credential starts nothing); the child is
-spawned in a new session and joined to the call's cgroup and tracker at once; output is
-drained and the program watched beside each other; and whatever happens, the tree is killed
-and reaped inside a shielded scope before ``run`` returns or raises.
+spawned in a new session, born in the call's cgroup and registered with its tracker at once;
+one task then takes its output, notices its exit and watches for questions, through an epoll
+of the call's own (a task more only to feed declared stdin or serve a private askpass
+endpoint); and whatever happens, the tree is killed and reaped inside a shielded scope before
+``run`` returns or raises.
 """
 
 from __future__ import annotations
