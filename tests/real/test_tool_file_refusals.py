@@ -70,6 +70,10 @@ def load(tmp_path: Path, cmd: str, argv: str, more: str = "") -> None:
     ("ssh", '["-p", "22", "host", "cat", "{v}"]', "tools.x_item_show.argv[4]", "remote shell"),
     ("sudo", '["-nuroot", "sh", "-c", "id"]', "tools.x_item_show.argv[1]", "shell"),
     ("sudo", '["-u", "root", "-X", "id"]', "tools.x_item_show.argv[2]", "not an option rungd knows"),
+    # sed's e command and s///e flag run a shell, w writes files: only with --sandbox.
+    ("sed", '["-n", "s/a/{v}/p", "f"]', "tools.x_item_show.argv[0]", "add '--sandbox'"),
+    ("sed", '["-n", "--", "--sandbox", "f"]', "tools.x_item_show.argv[0]", "add '--sandbox'"),
+    ("sudo", '["-u", "nobody", "sed", "1e id", "f"]', "tools.x_item_show.argv[3]", "add '--sandbox'"),
 ])
 def test_a_program_that_would_run_a_hidden_command_is_refused_at_load(tmp_path, cmd, argv, key, words) -> None:
     with pytest.raises(ConfigError, match=r".*") as caught:
@@ -84,6 +88,7 @@ def test_a_program_that_would_run_a_hidden_command_is_refused_at_load(tmp_path, 
     ("runuser", '["-u", "nobody", "--", "id"]'),
     ("man", '["-P", "cat", "{v}"]'),
     ("git", '["-c", "credential.helper=", "-c", "user.name=rungd", "log"]'),
+    ("sed", '["--sandbox", "-n", "s/a/{v}/p", "f"]'),
 ])
 def test_wrappers_with_a_declared_target_and_literal_programs_load(tmp_path, cmd, argv) -> None:
     load(tmp_path, cmd, argv)

@@ -33,7 +33,12 @@ from rungd_plugins.declarative.templates import placeholders
 SHELLS = re.compile(r"(ba|rba|da|z|k|mk|pdk|c|tc|fi|a|ya|o|x)?sh|busybox|toybox|rc|es|elvish|nu|xonsh|oil")
 INTERPRETERS = re.compile(
     r"(python|pypy|perl|ruby|php|lua|luajit|tclsh|wish|expect|guile|gawk|mawk|nawk|awk|node|nodejs|deno|bun"
-    r"|Rscript|julia|pwsh|racket|sbcl|clisp|ocaml|ghci|runghc|jshell|groovy|scala|osascript)[0-9.]*")
+    r"|Rscript|julia|pwsh|racket|sbcl|clisp|ocaml|ghci|runghc|jshell|groovy|scala|osascript"
+    # Editors and macro languages whose scripts run shell commands (ed and ex "!", m4 syscmd, dc "!").
+    r"|ed|ex|vi|vim|nvim|view|m4|dc)[0-9.]*")
+# sed runs a shell for its "e" command and "s///e", and writes files for "w": accepted only
+# with --sandbox (GNU sed), which refuses all three, whoever wrote the script.
+_SANDBOXED = {"sed": "--sandbox", "gsed": "--sandbox"}
 # Programs whose whole job is to run another program given on their command line.
 EXEC_WRAPPERS = frozenset("""
     env nice ionice chrt taskset stdbuf timeout setsid nohup flock unbuffer script xargs parallel watch time
@@ -212,6 +217,11 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
         return
     if names & {"ssh", "slogin"}:
         _check_ssh_command(argv, fail)
+    if (name := next((n for n in sorted(names) if n in _SANDBOXED), None)) is not None:
+        options = argv[:argv.index("--")] if "--" in argv else argv
+        if _SANDBOXED[name] not in options:
+            raise fail(0, f"{name} runs shell commands and writes files from its script (the e and w commands, "
+                          f"s///e) unless it is given {_SANDBOXED[name]}: add {_SANDBOXED[name]!r} to argv")
     if "git" in names:
         _check_git_config(argv, fail)
     options = next((EXEC_OPTIONS[n] for n in names if n in EXEC_OPTIONS), ())
