@@ -107,6 +107,13 @@ async def test_sqlite3_runs_sql_from_stdin_then_eof_and_changed_means_the_count_
                                      request_id="sql-3")
     assert (broken.status, broken.error.code) == ("error", "FAILED")
     assert "no such table" in broken.error.hint
+    # A caller's SQL cannot reach a shell or a file: the tool file had to say -safe.
+    for attack in (f".shell touch {real_root}/pwned", f"SELECT edit('x', 'touch {real_root}/pwned');",
+                   f".output {real_root}/pwned"):
+        refused = await rungd_daemon.call("data_notes_run", {"sql": attack, "added": 1},
+                                          request_id=f"sql-attack-{len(attack)}")
+        assert refused.status == "error", refused
+        assert not (real_root / "pwned").exists(), attack
 
 
 async def test_bc_reads_expressions_to_eof_and_answers(rungd_daemon) -> None:

@@ -74,6 +74,8 @@ def load(tmp_path: Path, cmd: str, argv: str, more: str = "") -> None:
     ("sed", '["-n", "s/a/{v}/p", "f"]', "tools.x_item_show.argv[0]", "add '--sandbox'"),
     ("sed", '["-n", "--", "--sandbox", "f"]', "tools.x_item_show.argv[0]", "add '--sandbox'"),
     ("sudo", '["-u", "nobody", "sed", "1e id", "f"]', "tools.x_item_show.argv[3]", "add '--sandbox'"),
+    # sqlite3 runs .shell, .system and edit() from its input, reads and writes files: only -safe.
+    ("sqlite3", '["-batch", "db", "{v}"]', "tools.x_item_show.argv[0]", "add '-safe'"),
 ])
 def test_a_program_that_would_run_a_hidden_command_is_refused_at_load(tmp_path, cmd, argv, key, words) -> None:
     with pytest.raises(ConfigError, match=r".*") as caught:
@@ -89,6 +91,7 @@ def test_a_program_that_would_run_a_hidden_command_is_refused_at_load(tmp_path, 
     ("man", '["-P", "cat", "{v}"]'),
     ("git", '["-c", "credential.helper=", "-c", "user.name=rungd", "log"]'),
     ("sed", '["--sandbox", "-n", "s/a/{v}/p", "f"]'),
+    ("sqlite3", '["-safe", "-batch", "db", "SELECT 1;"]'),
 ])
 def test_wrappers_with_a_declared_target_and_literal_programs_load(tmp_path, cmd, argv) -> None:
     load(tmp_path, cmd, argv)

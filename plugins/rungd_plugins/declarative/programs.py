@@ -36,9 +36,20 @@ INTERPRETERS = re.compile(
     r"|Rscript|julia|pwsh|racket|sbcl|clisp|ocaml|ghci|runghc|jshell|groovy|scala|osascript"
     # Editors and macro languages whose scripts run shell commands (ed and ex "!", m4 syscmd, dc "!").
     r"|ed|ex|vi|vim|nvim|view|m4|dc)[0-9.]*")
-# sed runs a shell for its "e" command and "s///e", and writes files for "w": accepted only
-# with --sandbox (GNU sed), which refuses all three, whoever wrote the script.
-_SANDBOXED = {"sed": "--sandbox", "gsed": "--sandbox"}
+# Programs whose own language runs commands, accepted only with the option that turns that
+# off, whoever wrote the script (the tool file or an input): sed runs a shell for its "e"
+# command and "s///e" and writes files for "w" (GNU sed's --sandbox refuses all three);
+# sqlite3's shell runs commands for ".shell"/".system" and the SQL function edit(), reads and
+# writes files for ".read"/".output"/".import", and loads extensions (-safe refuses them).
+_SANDBOXED: dict[str, tuple[str, ...]] = {
+    "sed": ("--sandbox",), "gsed": ("--sandbox",), "sqlite3": ("-safe", "--safe"),
+}
+_SANDBOX_WHY = {
+    "sed": "runs shell commands and writes files from its script (the e and w commands, s///e)",
+    "gsed": "runs shell commands and writes files from its script (the e and w commands, s///e)",
+    "sqlite3": "runs shell commands from its input (.shell, .system, the SQL function edit()) and "
+               "reads and writes any file (.read, .output, .import)",
+}
 # Programs whose whole job is to run another program given on their command line.
 EXEC_WRAPPERS = frozenset("""
     env nice ionice chrt taskset stdbuf timeout setsid nohup flock unbuffer script xargs parallel watch time
@@ -219,9 +230,9 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
         _check_ssh_command(argv, fail)
     if (name := next((n for n in sorted(names) if n in _SANDBOXED), None)) is not None:
         options = argv[:argv.index("--")] if "--" in argv else argv
-        if _SANDBOXED[name] not in options:
-            raise fail(0, f"{name} runs shell commands and writes files from its script (the e and w commands, "
-                          f"s///e) unless it is given {_SANDBOXED[name]}: add {_SANDBOXED[name]!r} to argv")
+        if not set(_SANDBOXED[name]) & set(options):
+            option = _SANDBOXED[name][0]
+            raise fail(0, f"{name} {_SANDBOX_WHY[name]} unless it is given {option}: add {option!r} to argv")
     if "git" in names:
         _check_git_config(argv, fail)
     options = next((EXEC_OPTIONS[n] for n in names if n in EXEC_OPTIONS), ())
