@@ -109,6 +109,24 @@ def test_stdin_program_and_user_keys_are_checked_at_load(tmp_path, more, key, wo
     assert f"key {key}:" in str(caught.value) and words in str(caught.value), str(caught.value)
 
 
+@pytest.mark.parametrize(("name", "argv", "more", "key"), [
+    ("psql", '["-X", "-d", "app"]', 'stdin_input = "v"\nstdin_eof = true', "tools.x_item_show.stdin_input"),
+    ("psql", '["-X", "-c", "{v}"]', "", "tools.x_item_show.argv[2]"),
+    ("mysql", '["--execute={v}"]', "", "tools.x_item_show.argv[0]"),
+    ("smbclient", '["//h/s", "-c", "get {v}"]', "", "tools.x_item_show.argv[2]"),
+])
+def test_a_command_client_never_runs_an_input_as_its_script(tmp_path, name, argv, more, key) -> None:
+    # Their command languages run a shell (psql and mysql "\\!", smbclient "!") and cannot be
+    # told not to. The client itself is a stand-in: only its name is judged, nothing runs.
+    client = tmp_path / name
+    client.write_text("#!/bin/true\n")
+    client.chmod(0o755)
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, str(client), argv, more)
+    assert f"key {key}:" in str(caught.value) and "runs a shell" in str(caught.value), str(caught.value)
+    load(tmp_path, str(client), '["-X", "-c", "SELECT 1"]')  # a fixed script loads
+
+
 def test_multiline_is_only_for_the_input_fed_on_stdin(tmp_path) -> None:
     path = tmp_path / "x.toml"
     path.write_text(BASE.replace("{cmd}", "ls").replace("{argv}", '["{v}"]').replace("{more}", "")

@@ -44,6 +44,13 @@ INTERPRETERS = re.compile(
 _SANDBOXED: dict[str, tuple[str, ...]] = {
     "sed": ("--sandbox",), "gsed": ("--sandbox",), "sqlite3": ("-safe", "--safe"),
 }
+# Clients whose command language runs a shell ("\\!" in psql and mysql, "!" in sftp, ftp, lftp
+# and smbclient) and has no option to stop it: what they read on stdin, or from the options
+# here, is that language, so no caller's input may become it.
+_COMMAND_CLIENTS: dict[str, tuple[str, ...]] = {
+    "psql": ("-c", "--command"), "mysql": ("-e", "--execute"), "mariadb": ("-e", "--execute"),
+    "sftp": ("-b", "--batch"), "ftp": (), "lftp": ("-c", "-e"), "smbclient": ("-c", "--command"),
+}
 _SANDBOX_WHY = {
     "sed": "runs shell commands and writes files from its script (the e and w commands, s///e)",
     "gsed": "runs shell commands and writes files from its script (the e and w commands, s///e)",
@@ -213,10 +220,11 @@ def check_argv(path: Path, key: str, program: Resolved, spec: ToolSpec, *, user:
         ConfigError: naming the file and ``<key>.argv[i]``.
     """
     dashed = {name for name, inp in spec.inputs.items() if inp.allow_dash}
-    _check_words(path, key, program.command, list(spec.argv), 0, dashed)
+    _check_words(path, key, program.command, list(spec.argv), 0, dashed, spec.stdin_input)
 
 
-def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: int, dashed: set[str]) -> None:
+def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: int, dashed: set[str],
+                 stdin_input: str | None = None) -> None:
     def fail(i: int, problem: str) -> ConfigError:
         return ConfigError(f"{path}: key {key}.argv[{offset + i}]: {problem}")
 
@@ -224,10 +232,12 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
     wrapper = next((n for n in names if n in TARGET_WRAPPERS), None)
     if wrapper is not None:
         inner, start = _wrapped(argv, wrapper, fail)
-        _check_words(path, key, inner, argv[start + 1:], offset + start + 1, dashed)
+        _check_words(path, key, inner, argv[start + 1:], offset + start + 1, dashed, stdin_input)
         return
     if names & {"ssh", "slogin"}:
         _check_ssh_command(argv, fail)
+    if (client := next((n for n in sorted(names) if n in _COMMAND_CLIENTS), None)) is not None:
+        _check_client(client, argv, stdin_input, fail, path, key)
     if (name := next((n for n in sorted(names) if n in _SANDBOXED), None)) is not None:
         options = argv[:argv.index("--")] if "--" in argv else argv
         if not set(_SANDBOXED[name]) & set(options):
@@ -309,6 +319,21 @@ def _check_ssh_command(argv: list[str], fail) -> None:  # type: ignore[no-untype
         if placeholders(argv[j]):
             raise fail(j, f"{argv[j]!r}: the words after ssh's host are a command the remote shell reads; an "
                           "input there would be code: wrap the remote program with its own tool file there")
+
+
+def _check_client(name: str, argv: list[str], stdin_input: str | None, fail, path: Path,  # type: ignore[no-untyped-def]
+                  key: str) -> None:
+    """Refuse a caller's input as a command client's script: on stdin, or in its command option."""
+    if stdin_input is not None:
+        raise ConfigError(
+            f"{path}: key {key}.stdin_input: {name} reads commands on stdin, and its command language runs a "
+            f"shell (\\! or !): the input {stdin_input!r} would be that language; give {name} a fixed script "
+            "file instead, with the inputs as its variables or arguments")
+    for i, word in enumerate(argv):
+        value = _option_value(word, argv, i, _COMMAND_CLIENTS[name])
+        if value is not None and placeholders(value[0]):
+            raise fail(value[1], f"{word!r}: what {name} runs here is its command language, which runs a shell "
+                                 "(\\! or !); an input there would be code: give a fixed script file instead")
 
 
 def _option_value(word: str, argv: list[str], i: int, options: Iterable[str]) -> tuple[str, int] | None:
