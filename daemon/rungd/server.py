@@ -172,23 +172,42 @@ class FrameReader:
             started = await self._fill(1)
         if not started:
             return None
+        body = self._take()  # nearly always whole already: no timeout to set up
+        if body is not None:
+            return body
         try:
             with trio.fail_after(self._frame_timeout_s):
                 return await self._rest()
         except trio.TooSlowError:
             raise SlowFrame() from None
 
-    async def _rest(self) -> bytes:
-        if not await self._fill(protocol.HEADER.size):
-            raise TruncatedFrame()
+    def _take(self) -> bytes | None:
+        """The frame at the head of the buffer if it is all there, else None.
+
+        Raises:
+            FrameTooLarge: its announced length exceeds the maximum (the header is dropped).
+        """
+        if len(self._buf) < protocol.HEADER.size:
+            return None
         (length,) = protocol.HEADER.unpack_from(self._buf)
         if length > self._max:
             del self._buf[: protocol.HEADER.size]
             raise FrameTooLarge(length)
-        if not await self._fill(protocol.HEADER.size + length):
+        end = protocol.HEADER.size + length
+        if len(self._buf) < end:
+            return None
+        body = bytes(self._buf[protocol.HEADER.size : end])
+        del self._buf[:end]
+        return body
+
+    async def _rest(self) -> bytes:
+        if not await self._fill(protocol.HEADER.size):
             raise TruncatedFrame()
-        body = bytes(self._buf[protocol.HEADER.size : protocol.HEADER.size + length])
-        del self._buf[: protocol.HEADER.size + length]
+        (length,) = protocol.HEADER.unpack_from(self._buf)
+        if length <= self._max and not await self._fill(protocol.HEADER.size + length):
+            raise TruncatedFrame()
+        body = self._take()  # raises FrameTooLarge for an announced length over the maximum
+        assert body is not None  # filled above
         return body
 
     async def discard(self, length: int) -> bool:

@@ -364,16 +364,17 @@ class Dispatcher:
         """Run the handler under the deadline; whatever happens becomes one envelope."""
         pre = tool.precondition
         try:
-            with trio.CancelScope() as call.scope:
-                with trio.move_on_at(ctx.deadline) as deadline_scope:
-                    # The lock spans the check and the act: no other call acts on the same
-                    # resource in between.
-                    async with self.resources.hold(pre.lock_key(inputs.model_dump()) if pre else None):
-                        await preconditions.check(tool, inputs, call.caller, self._read_call)
-                        result = await tool.handler(ctx, inputs)
-            if call.interrupted and call.scope.cancelled_caught:  # a finished result stands
-                raise outcomes.interrupted_error(ctx, settle)
-            if deadline_scope.cancelled_caught:
+            # One scope: the call's deadline, and a shutdown's interruption (which sets
+            # call.interrupted before it cancels).
+            with trio.CancelScope(deadline=ctx.deadline) as call.scope:
+                # The lock spans the check and the act: no other call acts on the same
+                # resource in between.
+                async with self.resources.hold(pre.lock_key(inputs.model_dump()) if pre else None):
+                    await preconditions.check(tool, inputs, call.caller, self._read_call)
+                    result = await tool.handler(ctx, inputs)
+            if call.scope.cancelled_caught:  # a result that came first stands
+                if call.interrupted:
+                    raise outcomes.interrupted_error(ctx, settle)
                 raise outcomes.timeout_error(tool, ctx, settle)
             return outcomes.ok_envelope(call, tool, result, ctx)
         except RungdError as exc:

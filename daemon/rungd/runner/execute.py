@@ -396,8 +396,9 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
     settled = cgroup is not None and proc.returncode is not None and not cgroup.populated()
     if not settled and (cgroup is not None or reaper is not None or not _nothing_left(proc, cgroup, reaper)):
         await proctree.kill_tree(tracker, grace_s=program.grace_s, pgid=proc.pid)
-    with trio.move_on_after(2):
-        await proc.wait()
+    if proc.returncode is None:
+        with trio.move_on_after(2):
+            await proc.wait()
     proc.close()
     if cgroup is not None:
         if reaper is not None:

@@ -42,6 +42,12 @@ from rungd.runner import launcher as _launcher
 from rungd.runner.limits import Limits
 
 _LAUNCHER = Path(_launcher.__file__)
+_FS, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+
+
+def _encode(text: str | bytes | os.PathLike[str]) -> bytes:
+    """os.fsencode, without its lookups for the common case (a call encodes a few dozen)."""
+    return text.encode(_FS, _FS_ERRORS) if type(text) is str else os.fsencode(text)
 MAX_SPARES = 32  # empty call cgroups kept for the next calls (each costs the kernel little)
 _SEND_TIMEOUT_S = 5.0  # the launcher reads at once; one that does not is stuck, and replaced
 _PID_TIMEOUT_S = 5.0  # the new process says its pid before anything else
@@ -422,9 +428,9 @@ class Launcher:
                     made.append(cgroup_fd)
                     fds.append(cgroup_fd)
                 body = marshal.dumps({
-                    "argv": [os.fsencode(arg) for arg in argv],
-                    "env": {os.fsencode(k): os.fsencode(v) for k, v in env.items()},
-                    "cwd": os.fsencode(cwd),
+                    "argv": [_encode(arg) for arg in argv],
+                    "env": {_encode(k): _encode(v) for k, v in env.items()},
+                    "cwd": _encode(cwd),
                     "mkdir": make_cwd,
                     "limits": limits.wire() if limits is not None else None,
                     "user": user,
