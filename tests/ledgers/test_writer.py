@@ -349,3 +349,38 @@ def test_a_failed_flush_cuts_the_unsynced_records_and_the_chain_goes_on_whole(fo
     # there, chained one after the other, and the whole ledger verifies.
     assert [record.call_id for record in iter_records(folder)] == ["call-w", "call-w2"]
     assert verify(folder).ok
+
+
+def test_append_now_writes_in_the_calling_thread_without_fsync_or_declines_when_busy(folder: Path) -> None:
+    ledger = Ledger.open(folder, rotate_bytes=10_000)
+    try:
+        event = ("received", "call-1", "demo.read", {})
+        written = ledger.append_now([event, ("dispatched", "call-1", "demo.read", {})])
+        assert [r.seq for r in written] == [1, 2] and ledger.unsynced
+        # Another thread holds the writer (a batch or a flush under way): it does not wait.
+        with ledger._cond:
+            assert ledger.append_now([event]) is None
+        # A rotation is due (it fsyncs the folder): left to append_many in a worker thread.
+        ledger.append_many([("finished", "call-2", "demo.write", {"note": "x" * 10_000})])
+        assert ledger.append_now([event]) is None
+        assert [r.seq for r in ledger.append_many([event], sync=False)] == [4]
+        assert [r.seq for r in ledger.append_now([event])] == [5]
+    finally:
+        ledger.close()
+    assert [r.seq for r in iter_records(folder)] == [1, 2, 3, 4, 5] and verify(folder).ok
+
+
+def test_new_work_is_refused_by_both_paths_when_the_reserve_cannot_be_kept(folder: Path) -> None:
+    # A reserve larger than the filesystem can hold: new work must wait, on either path;
+    # records that finish what runs are still written.
+    ledger = Ledger.open(folder, reserve_bytes=1 << 62)
+    try:
+        event = ("received", "call-1", "demo.read", {})
+        with pytest.raises(LedgerUnavailable, match="nearly full"):
+            ledger.append_now([event], keep_reserve=True)
+        with pytest.raises(LedgerUnavailable, match="nearly full"):
+            ledger.append_many([event], keep_reserve=True)
+        assert [r.event for r in ledger.append_now([("finished", "call-0", "demo.read", {})])] == ["finished"]
+    finally:
+        ledger.close()
+    assert [r.event for r in iter_records(folder)] == ["finished"]

@@ -82,5 +82,7 @@ def _remove(folder: Path) -> None:
         folder.rmdir()
     except FileNotFoundError:
         pass
+    except NotADirectoryError:  # the program put a file or a symlink in its place: that goes, not its target
+        folder.unlink(missing_ok=True)
     except OSError:
         shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,53 @@
+"""Work folders: a call starts in an empty folder of its own; one a call left empty and as it
+was made is the next call's, anything else is removed before the call's caller hears."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import trio
+
+from rungd.engine.workdirs import MAX_SPARES, WorkFolders
+
+
+def folders(root: Path) -> WorkFolders:
+    root.mkdir(mode=0o700)
+    return WorkFolders(root, trio.CapacityLimiter(2))
+
+
+async def test_an_empty_folder_is_kept_for_the_next_call_and_a_changed_one_removed(tmp_path) -> None:
+    work = folders(tmp_path / "work")
+    first = work.take()
+    first.mkdir(mode=0o700)  # as the program's new process makes it
+    assert work.give_back(first) is None
+    assert work.take() == first and first.is_dir()  # kept, and handed out again
+
+    left = {"a file": lambda p: (p / "out.txt").write_text("x"),
+            "a folder": lambda p: (p / "sub").mkdir(),
+            "its mode": lambda p: p.chmod(0o755),
+            "a symlink": lambda p: (p.rmdir(), p.symlink_to(tmp_path))}
+    for what, change in left.items():
+        folder = work.take()
+        folder.mkdir(mode=0o700, exist_ok=True)
+        change(folder)
+        remove = work.give_back(folder)
+        assert remove is not None, what
+        await remove()
+        assert not os.path.lexists(folder), what
+        assert tmp_path.is_dir()  # a symlink is removed, never what it points at
+    assert work.give_back(work.take()) is None  # never made (its tool has a cwd of its own)
+
+
+async def test_no_more_folders_are_kept_than_calls_ran_at_once_up_to_the_cap(tmp_path) -> None:
+    work = folders(tmp_path / "work")
+    taken = [work.take() for _ in range(MAX_SPARES + 3)]
+    assert len(set(taken)) == len(taken)
+    for folder in taken:
+        folder.mkdir(mode=0o700)
+    removals = [work.give_back(folder) for folder in taken]
+    assert removals[:MAX_SPARES] == [None] * MAX_SPARES
+    for remove in removals[MAX_SPARES:]:
+        assert remove is not None
+        await remove()
+    assert len(list((tmp_path / "work").iterdir())) == MAX_SPARES
