@@ -91,29 +91,16 @@ async def test_openssl_writes_an_encrypted_pem_read_back_through_its_public_half
     assert "staple gun 42" not in repr(made)
 
 
-async def test_sqlite3_runs_sql_from_stdin_then_eof_and_changed_means_the_count_grew_as_declared(
+async def test_sqlite3_adds_with_the_tool_files_sql_and_changed_means_the_count_grew_by_one(
         rungd_daemon, real_root: Path) -> None:
-    sql = "INSERT INTO notes(body) VALUES ('one');\nINSERT INTO notes(body) VALUES ('two');\n"
-    ran = await rungd_daemon.call("data_notes_run", {"sql": sql, "added": 2}, request_id="sql-1")
+    ran = await rungd_daemon.call("data_notes_add", {"body": "call the vendor"}, request_id="sql-1")
     assert (ran.status, ran.outcome, ran.effect) == ("ok", "done", "changed"), ran.error
-    assert (ran.fields["before"]["count"], ran.fields["after"]["count"]) == (0, 2)
+    assert (ran.fields["before"]["count"], ran.fields["after"]["count"]) == (0, 1)
     with sqlite3.connect(real_root / "notes.db") as db:
-        assert db.execute("SELECT count(*) FROM notes").fetchone() == (2,)
-    # It said 3 and added 1: the read shows a move, but not the declared one.
-    short = await rungd_daemon.call("data_notes_run", {"sql": "INSERT INTO notes(body) VALUES ('x');",
-                                                       "added": 3}, request_id="sql-2")
-    assert (short.status, short.error.code) == ("error", "UNEXPECTED_STATE"), short
-    broken = await rungd_daemon.call("data_notes_run", {"sql": "INSERT INTO nope VALUES (1);", "added": 1},
-                                     request_id="sql-3")
-    assert (broken.status, broken.error.code) == ("error", "FAILED")
-    assert "no such table" in broken.error.hint
-    # A caller's SQL cannot reach a shell or a file: the tool file had to say -safe.
-    for attack in (f".shell touch {real_root}/pwned", f"SELECT edit('x', 'touch {real_root}/pwned');",
-                   f".output {real_root}/pwned"):
-        refused = await rungd_daemon.call("data_notes_run", {"sql": attack, "added": 1},
-                                          request_id=f"sql-attack-{len(attack)}")
-        assert refused.status == "error", refused
-        assert not (real_root / "pwned").exists(), attack
+        assert db.execute("SELECT body FROM notes").fetchall() == [("call the vendor",)]
+    # A quote would close the tool file's string: the pattern refuses it before anything runs.
+    quoted = await rungd_daemon.call("data_notes_add", {"body": "x'); DROP TABLE notes; --"}, request_id="sql-2")
+    assert (quoted.status, quoted.error.code, quoted.outcome) == ("error", "BAD_INPUT", "not_started")
 
 
 async def test_bc_reads_expressions_to_eof_and_answers(rungd_daemon) -> None:
@@ -121,10 +108,11 @@ async def test_bc_reads_expressions_to_eof_and_answers(rungd_daemon) -> None:
     assert (done.status, done.fields["result"]) == ("ok", "18446744073709551617"), done.error
 
 
-async def test_crontab_dash_installs_a_table_read_back_with_crontab_l(rungd_daemon, service_user: str) -> None:
-    table = "# rungd test\n17 3 * * * /usr/bin/true rungd-marker\n"
-    put = await rungd_daemon.call("data_cron_replace", {"user": service_user, "table": table,
-                                                        "marker": "rungd-marker"}, request_id="cron-1")
+async def test_crontab_installs_the_operators_table_read_back_with_crontab_l(
+        rungd_daemon, service_user: str, real_root: Path) -> None:
+    (real_root / "cron").mkdir(exist_ok=True)
+    (real_root / "cron" / "nightly.tab").write_text("# rungd test\n17 3 * * * /usr/bin/true rungd-marker\n")
+    put = await rungd_daemon.call("data_cron_install", {"user": service_user}, request_id="cron-1")
     assert (put.status, put.effect) == ("ok", "changed"), put.error
     assert put.fields["before"]["lines"] == []
     assert "rungd-marker" in run("crontab", "-u", service_user, "-l").stdout

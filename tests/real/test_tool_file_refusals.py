@@ -76,6 +76,14 @@ def load(tmp_path: Path, cmd: str, argv: str, more: str = "") -> None:
     ("sudo", '["-u", "nobody", "sed", "1e id", "f"]', "tools.x_item_show.argv[3]", "add '--sandbox'"),
     # sqlite3 runs .shell, .system and edit() from its input, reads and writes files: only -safe.
     ("sqlite3", '["-batch", "db", "{v}"]', "tools.x_item_show.argv[0]", "add '-safe'"),
+    ("sqlite3", '["-safe", "-cmd", "{v}", "db"]', "tools.x_item_show.argv[2]", ".trace"),
+    # Options that name a program, found by attacking the loader (issue 13's review).
+    ("sort", '["--compress-program=dash", "f"]', "tools.x_item_show.argv[0]", "shell"),
+    ("tar", '["tIf", "sh -c x", "a.tar"]', "tools.x_item_show.argv[0]", "old-style"),
+    ("git", '["-c", "safe.directory=*", "status"]', "tools.x_item_show.argv[1]", "can make git run a program"),
+    ("git", '["--git-dir=/srv/{v}/.git", "status"]', "tools.x_item_show.argv[0]", "who owns"),
+    ("apt-get", '["-o", "APT::Update::Post-Invoke::=id", "update"]', "tools.x_item_show.argv[1]", "hooks"),
+    ("crontab", '["-u", "root", "/srv/{v}"]', "tools.x_item_show.argv[2]", "never the table"),
 ])
 def test_a_program_that_would_run_a_hidden_command_is_refused_at_load(tmp_path, cmd, argv, key, words) -> None:
     with pytest.raises(ConfigError, match=r".*") as caught:
@@ -114,6 +122,8 @@ def test_stdin_program_and_user_keys_are_checked_at_load(tmp_path, more, key, wo
     ("psql", '["-X", "-c", "{v}"]', "", "tools.x_item_show.argv[2]"),
     ("mysql", '["--execute={v}"]', "", "tools.x_item_show.argv[0]"),
     ("smbclient", '["//h/s", "-c", "get {v}"]', "", "tools.x_item_show.argv[2]"),
+    ("crontab", '["-u", "root", "-"]', 'stdin_input = "v"\nstdin_eof = true', "tools.x_item_show.stdin_input"),
+    ("sqlite3", '["-safe", "db"]', 'stdin_input = "v"\nstdin_eof = true', "tools.x_item_show.stdin_input"),
 ])
 def test_a_command_client_never_runs_an_input_as_its_script(tmp_path, name, argv, more, key) -> None:
     # Their command languages run a shell (psql and mysql "\\!", smbclient "!") and cannot be
@@ -123,8 +133,20 @@ def test_a_command_client_never_runs_an_input_as_its_script(tmp_path, name, argv
     client.chmod(0o755)
     with pytest.raises(ConfigError) as caught:
         load(tmp_path, str(client), argv, more)
-    assert f"key {key}:" in str(caught.value) and "runs a shell" in str(caught.value), str(caught.value)
-    load(tmp_path, str(client), '["-X", "-c", "SELECT 1"]')  # a fixed script loads
+    message = str(caught.value)
+    assert f"key {key}:" in message and ("reads commands" in message or "command language" in message), message
+    if name != "sqlite3":
+        load(tmp_path, str(client), '["-X", "-c", "SELECT 1"]')  # a fixed script loads
+
+
+@pytest.mark.parametrize("name", ["vim.basic", "perl5.36-x86_64-linux-gnu", "editor", "make", "pydoc3", "logsave",
+                                  "ld-linux-x86-64.so.2", "systemd-cat"])
+def test_interpreters_and_wrappers_are_known_by_their_distribution_names(tmp_path, name) -> None:
+    stand_in = tmp_path / name  # only its name is judged; nothing runs
+    stand_in.write_text("#!/bin/true\n")
+    stand_in.chmod(0o755)
+    with pytest.raises(ConfigError, match=r"key program\.command: .*(interpreter|runs another program)"):
+        load(tmp_path, str(stand_in), '["{v}"]')
 
 
 def test_multiline_is_only_for_the_input_fed_on_stdin(tmp_path) -> None:
@@ -136,7 +158,8 @@ def test_multiline_is_only_for_the_input_fed_on_stdin(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("variable", ["PAGER", "GIT_PAGER", "GIT_SSH_COMMAND", "GIT_CONFIG_KEY_0", "LD_PRELOAD",
-                                      "BASH_ENV", "RUNGD_CALL", "EDITOR"])
+                                      "BASH_ENV", "RUNGD_CALL", "EDITOR", "TAR_OPTIONS", "ZIPOPT", "HOME", "PATH",
+                                      "PYTHONWARNINGS", "OPENSSL_CONF", "GIT_DIR", "BASH_FUNC_x", "WGETRC"])
 def test_environment_that_names_a_program_is_refused_at_load(tmp_path, variable) -> None:
     with pytest.raises(ConfigError) as caught:
         load(tmp_path, "ls", '["{v}"]', f'env = {{ {variable} = "sh -c id" }}')

@@ -34,8 +34,11 @@ SHELLS = re.compile(r"(ba|rba|da|z|k|mk|pdk|c|tc|fi|a|ya|o|x)?sh|busybox|toybox|
 INTERPRETERS = re.compile(
     r"(python|pypy|perl|ruby|php|lua|luajit|tclsh|wish|expect|guile|gawk|mawk|nawk|awk|node|nodejs|deno|bun"
     r"|Rscript|julia|pwsh|racket|sbcl|clisp|ocaml|ghci|runghc|jshell|groovy|scala|osascript"
-    # Editors and macro languages whose scripts run shell commands (ed and ex "!", m4 syscmd, dc "!").
-    r"|ed|ex|vi|vim|nvim|view|m4|dc)[0-9.]*")
+    # Editors and macro languages whose scripts run shell commands (ed and ex "!", m4 syscmd, dc "!"),
+    # make (a VAR=$(shell ...) argument runs it), and Python's pydoc and pdb (they run a file).
+    r"|ed|ex|vi|vim|nvim|view|editor|m4|dc|make|gmake|bmake|pmake|pydoc|pdb)"
+    # Distributions name them with a version or a flavour: perl5.36-x86_64-linux-gnu, vim.basic.
+    r"([0-9.]*|[0-9]*[.-][A-Za-z0-9_.+-]*)")
 # Programs whose own language runs commands, accepted only with the option that turns that
 # off, whoever wrote the script (the tool file or an input): sed runs a shell for its "e"
 # command and "s///e" and writes files for "w" (GNU sed's --sandbox refuses all three);
@@ -44,12 +47,20 @@ INTERPRETERS = re.compile(
 _SANDBOXED: dict[str, tuple[str, ...]] = {
     "sed": ("--sandbox",), "gsed": ("--sandbox",), "sqlite3": ("-safe", "--safe"),
 }
-# Clients whose command language runs a shell ("\\!" in psql and mysql, "!" in sftp, ftp, lftp
-# and smbclient) and has no option to stop it: what they read on stdin, or from the options
-# here, is that language, so no caller's input may become it.
-_COMMAND_CLIENTS: dict[str, tuple[str, ...]] = {
-    "psql": ("-c", "--command"), "mysql": ("-e", "--execute"), "mariadb": ("-e", "--execute"),
-    "sftp": ("-b", "--batch"), "ftp": (), "lftp": ("-c", "-e"), "smbclient": ("-c", "--command"),
+# Programs whose input is commands that reach a shell or any file, with no option that stops
+# it: what they read on stdin, or from the options here, is that language, so no caller's
+# input may become it. (Each with what its language can do, for the message.)
+_SHELL_ESCAPE = "runs a shell (\\! or !)"
+_COMMAND_CLIENTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "psql": (("-c", "--command"), _SHELL_ESCAPE), "mysql": (("-e", "--execute"), _SHELL_ESCAPE),
+    "mariadb": (("-e", "--execute"), _SHELL_ESCAPE), "sftp": (("-b", "--batch"), _SHELL_ESCAPE),
+    "ftp": ((), _SHELL_ESCAPE), "lftp": (("-c", "-e", "-f"), _SHELL_ESCAPE),
+    "smbclient": (("-c", "--command"), _SHELL_ESCAPE),
+    # Even with -safe: .trace FILE writes any file.
+    "sqlite3": (("-cmd", "--cmd", "-init", "--init"), "writes any file (.trace) even with -safe"),
+    # What they read is run later, by cron, atd or in another namespace.
+    "crontab": ((), "installs commands cron runs"), "at": (("-f",), "queues commands atd runs"),
+    "batch": (("-f",), "queues commands atd runs"), "ip": (("-b", "-batch"), "runs ip netns exec"),
 }
 _SANDBOX_WHY = {
     "sed": "runs shell commands and writes files from its script (the e and w commands, s///e)",
@@ -65,7 +76,10 @@ EXEC_WRAPPERS = frozenset("""
     faketime torsocks proxychains proxychains4 eatmydata sshpass dbus-launch dbus-run-session xvfb-run runcon
     chpst softlimit setuidgid envdir envuidgid setlock sudoedit ssh-agent flatpak-spawn rlwrap tini dumb-init
     catatonit linux32 linux64 setarch uname26 busybox-static systemd-nspawn machinectl schroot
+    logsave systemd-cat systemd-inhibit choom scriptlive ld.so
 """.split())
+# The dynamic loader runs the program named in its argv: ld-linux-x86-64.so.2 and the like.
+_LOADER = re.compile(r"ld(-linux[\w.-]*|64)?\.so(\.[0-9]+)*")
 # Accepted only with a literal target user; the command after their options is checked.
 TARGET_WRAPPERS = {
     # option -> takes a value (True) or not; a refused option maps to a reason
@@ -107,10 +121,21 @@ EXEC_OPTIONS: dict[str, tuple[str, ...]] = {
     # (-c and --config-env are checked on their own: see _check_git_config.)
     "git": ("--upload-pack", "--receive-pack", "--exec", "--exec-path"),
     "ssh": ("-oProxyCommand", "-oLocalCommand", "-oKnownHostsCommand"),
-    "scp": ("-S",),
-    "dpkg": ("--pre-invoke", "--post-invoke"),
+    "scp": ("-S", "-oProxyCommand", "-oLocalCommand", "-oKnownHostsCommand"),
+    "sftp": ("-S", "-D", "-oProxyCommand", "-oLocalCommand", "-oKnownHostsCommand"),
+    "dpkg": ("--pre-invoke", "--post-invoke", "--status-logger"),
     "apt-get": ("-oDPkg::Pre-Invoke", "-oDPkg::Post-Invoke", "-oAPT::Update::Pre-Invoke"),
+    "sort": ("--compress-program",),
+    "split": ("--filter",),
+    "wget": ("--use-askpass",),
+    "gpg": ("--photo-viewer",),
+    "tcpdump": ("-z",),
+    "logrotate": ("-m", "--mail"),
 }
+# apt's -o/--option keys that run programs or choose them (hooks, the dpkg binary, methods).
+_APT_RUNS = re.compile(r"(?i)[^=]*(invoke|install-pkgs|dir::bin|::hook|::script|::methods?\b)[^=]*(=.*)?")
+# tar's old-style first word (no dash): its letters are options, whose values follow in order.
+_TAR_OLD_STYLE = re.compile(r"[A-Za-z]+")
 _FIND_END = (";", "+", "\\;")
 _CAP_SETUID, _CAP_SETGID = 7, 6
 
@@ -203,7 +228,7 @@ def refused_program(command: Path) -> str | None:
         if INTERPRETERS.fullmatch(name):
             return (f"{command} is (or links to) {name}, a shell or script interpreter (-c/-e read code): "
                     "wrap the program itself, or the script by its own path")
-        if name in EXEC_WRAPPERS:
+        if name in EXEC_WRAPPERS or _LOADER.fullmatch(name):
             return (f"{command} is (or links to) {name}, which runs another program: name that program "
                     "instead, in [programs.NAME] if the file already has one (nice/env/timeout-like wrappers "
                     "add nothing a tool file cannot say; run as another user with user = \"NAME\")")
@@ -245,6 +270,15 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
             raise fail(0, f"{name} {_SANDBOX_WHY[name]} unless it is given {option}: add {option!r} to argv")
     if "git" in names:
         _check_git_config(argv, fail)
+    if names & {"apt-get", "apt", "aptitude"}:
+        for i, word in enumerate(argv):
+            value = _option_value(word, argv, i, ("-o", "--option", "-c", "--config-file"))
+            if value is not None and (placeholders(value[0]) or _APT_RUNS.fullmatch(value[0])):
+                raise fail(value[1], f"{word!r} {value[0]!r}: apt configuration that is an input, or that names "
+                                     "a program apt runs (hooks, the dpkg binary, methods), is refused")
+    if "tar" in names and argv and _TAR_OLD_STYLE.fullmatch(argv[0]) and set(argv[0]) & {"I", "F"}:
+        raise fail(0, f"{argv[0]!r}: tar's old-style options name a program here (I, F); write them with "
+                      "dashes so rungd can read which program")
     options = next((EXEC_OPTIONS[n] for n in names if n in EXEC_OPTIONS), ())
     if not options:
         return
@@ -275,8 +309,12 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
 
 # git -c keys a tool file may set: none of them runs a program (alias.*, core.pager,
 # core.sshCommand, credential.helper with a value, diff/filter drivers... all can).
+# Not safe.directory: it lets git use a repository another user owns, whose configuration
+# (core.fsmonitor, hooks) runs programs.
 _GIT_SAFE_CONFIG = re.compile(r"(user\.(name|email)|color\.[a-z.]+|core\.quotepath|advice\.[a-z.]+|"
-                              r"init\.defaultbranch|safe\.directory|log\.[a-z.]+|i18n\.[a-z.]+)", re.IGNORECASE)
+                              r"init\.defaultbranch|log\.[a-z.]+|i18n\.[a-z.]+)", re.IGNORECASE)
+# Options that choose the repository without git's check of its owner.
+_GIT_REPOSITORY = ("--git-dir", "--work-tree")
 
 
 def _check_git_config(argv: list[str], fail) -> None:  # type: ignore[no-untyped-def]
@@ -295,8 +333,13 @@ def _check_git_config(argv: list[str], fail) -> None:  # type: ignore[no-untyped
             if not _GIT_SAFE_CONFIG.fullmatch(key):
                 raise fail(at, f"git -c {key}: a configuration key that can make git run a program (aliases, "
                                "pagers, helpers, drivers) is refused; only user.*, color.*, advice.*, "
-                               "core.quotepath, init.defaultBranch, safe.directory and an empty "
+                               "core.quotepath, init.defaultBranch, log.*, i18n.* and an empty "
                                "credential.helper may be set")
+        value = _option_value(word, argv, i, _GIT_REPOSITORY)
+        if value is not None and placeholders(value[0]):
+            raise fail(value[1], f"{word!r}: --git-dir and --work-tree skip git's check of who owns the "
+                                 "repository (its configuration runs programs); an input may not choose them: "
+                                 "use -C with a pattern on the input")
 
 
 # ssh options that take a value (OpenSSH ssh(1)); the first other word is the host.
@@ -324,16 +367,24 @@ def _check_ssh_command(argv: list[str], fail) -> None:  # type: ignore[no-untype
 def _check_client(name: str, argv: list[str], stdin_input: str | None, fail, path: Path,  # type: ignore[no-untyped-def]
                   key: str) -> None:
     """Refuse a caller's input as a command client's script: on stdin, or in its command option."""
+    options, does = _COMMAND_CLIENTS[name]
     if stdin_input is not None:
         raise ConfigError(
-            f"{path}: key {key}.stdin_input: {name} reads commands on stdin, and its command language runs a "
-            f"shell (\\! or !): the input {stdin_input!r} would be that language; give {name} a fixed script "
-            "file instead, with the inputs as its variables or arguments")
+            f"{path}: key {key}.stdin_input: {name} reads commands on stdin, and its language {does}: the "
+            f"input {stdin_input!r} would be that language; give {name} a fixed script file instead, with the "
+            "inputs as its variables or arguments")
     for i, word in enumerate(argv):
-        value = _option_value(word, argv, i, _COMMAND_CLIENTS[name])
+        value = _option_value(word, argv, i, options)
         if value is not None and placeholders(value[0]):
-            raise fail(value[1], f"{word!r}: what {name} runs here is its command language, which runs a shell "
-                                 "(\\! or !); an input there would be code: give a fixed script file instead")
+            raise fail(value[1], f"{word!r}: what {name} reads here is its command language, which {does}; an "
+                                 "input there would be code: give a fixed script file instead")
+    if name == "crontab":  # crontab FILE installs that file: a caller's path would be a caller's table
+        for i, word in enumerate(argv):
+            if placeholders(word) and not word.startswith("-") and (i == 0 or argv[i - 1] != "-u"):
+                raise fail(i, f"{word!r}: crontab installs the file it is given, and cron runs its commands; an "
+                              "input may name the user (-u), never the table")
+    if name == "ip" and "netns" in argv and "exec" in argv:
+        raise fail(argv.index("exec"), "ip netns exec runs another program: rungd cannot see what runs there")
 
 
 def _option_value(word: str, argv: list[str], i: int, options: Iterable[str]) -> tuple[str, int] | None:
@@ -478,6 +529,13 @@ def _has_capability(bit: int) -> bool:
 # tool file setting one would run what it names (PAGER="sh -c ...", GIT_CONFIG_* aliases,
 # LD_PRELOAD) as surely as an argv word, past every check above.
 _ENV_REFUSED = frozenset({
+    # Options, configuration and helpers read from the environment (tar runs a
+    # --checkpoint-action from TAR_OPTIONS), and where programs look for them.
+    "TAR_OPTIONS", "ZIPOPT", "UNZIP", "GZIP", "XZ_OPT", "ZSTD_CLEVEL", "MANOPT", "APT_CONFIG",
+    "GIT_EXTERNAL_DIFF", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "RSYNC_RSH",
+    "RSYNC_CONNECT_PROG", "BROWSER", "SENDMAIL", "MAKEFLAGS", "MFLAGS", "MAKEFILES", "MAKELEVEL", "PERL5DB",
+    "GCONV_PATH", "HOME", "PATH", "ZDOTDIR", "WGETRC", "CURL_HOME", "GNUPGHOME", "LESSKEY", "LESSKEYIN",
+    "TERMINFO", "TERMINFO_DIRS", "LOCPATH", "NLSPATH", "HOSTALIASES", "RESOLV_HOST_CONF", "TMPDIR",
     "PAGER", "GIT_PAGER", "MANPAGER", "SYSTEMD_PAGER", "LESSOPEN", "LESSCLOSE", "EDITOR", "VISUAL",
     "GIT_EDITOR", "GIT_SEQUENCE_EDITOR", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS", "SSH_ASKPASS",
     "SUDO_ASKPASS", "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "BASH_ENV", "ENV", "SHELL", "PROMPT_COMMAND", "PS4",
@@ -485,8 +543,10 @@ _ENV_REFUSED = frozenset({
     "NODE_OPTIONS", "NODE_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "SSH_AUTH_SOCK", "IFS",
 })
 # RUNGD_CALL is the call's tag (what finds its processes), RUNGD_ASKPASS* where its questions go.
-_ENV_REFUSED_PREFIXES = ("LD_", "GIT_CONFIG", "DYLD_", "RUNGD_CALL", "RUNGD_ASKPASS")
-_ENV_REFUSED_SUFFIXES = ("_COMMAND", "_PAGER", "_EDITOR", "_ASKPASS", "_SHELL")
+_ENV_REFUSED_PREFIXES = ("LD_", "GIT_CONFIG", "DYLD_", "RUNGD_CALL", "RUNGD_ASKPASS", "BASH_FUNC_", "PYTHON",
+                         "PERL", "RUBY", "XDG_", "OPENSSL_", "SSL_CERT", "LESS", "GROFF_", "MALLOC_", "GLIBC_")
+_ENV_REFUSED_SUFFIXES = ("_COMMAND", "_PAGER", "_EDITOR", "_ASKPASS", "_SHELL", "_OPTIONS", "_OPTS", "OPT",
+                         "_CONFIG", "_CONF", "_PATH", "_PROG", "_PROGRAM", "_RSH", "RC", "_HOME", "_DIR")
 
 
 def check_env(path: Path, key: str, env: dict[str, str]) -> None:

@@ -282,7 +282,7 @@ class ToolSpec(_Strict):
     stdin: Literal["none", "eof"] = "none"
     stdin_input: str | None = None
     # Close stdin after the stdin_input data is sent: an end the author declared, for
-    # programs that read to end-of-file (crontab -, sqlite3, chpasswd, bc).
+    # programs that read to end-of-file (bc, chpasswd, sort).
     stdin_eof: bool = False
     # Which of the file's programs this tool runs: a key of [programs.NAME] (default: [program]).
     program: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]*$")
