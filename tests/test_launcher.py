@@ -19,6 +19,7 @@ import pytest
 import trio
 
 from rungd import proctree, runner
+from rungd.errors import AuthRequired, Failed
 from rungd.runner import launch
 from rungd.runner.askpass_server import AskpassEndpoint
 from tests.test_runner_refusals import make_ctx
@@ -314,3 +315,64 @@ async def test_a_cgroup_once_killed_is_never_given_to_another_call(launcher, cal
     assert launcher._process is survivor
     launcher.give_back(call_cgroup)
     assert launcher._spares == []
+
+
+async def test_a_credential_store_that_fails_mid_question_fails_the_call_not_the_endpoint(
+        short_tmp, fake_program) -> None:
+    asker = fake_program("asker", ASKER)
+    endpoint = AskpassEndpoint(short_tmp / "askpass")
+
+    def vault_down(name: str) -> str:
+        raise RuntimeError("the vault is down: pw-Leaked-1")
+
+    program = runner.Program(argv=(str(asker), "Password for x:"),
+                             askpass=(runner.CredentialPrompt(re.compile("^Password for"), "pw"),))
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(endpoint.run)
+            ctx = make_ctx(short_tmp)
+            ctx.askpass, ctx.credentials = endpoint, vault_down
+            with pytest.raises(Failed, match="could not read the credential 'pw'") as failed:
+                await runner.run(ctx, program)
+            assert "Leaked" not in str(failed.value) + str(failed.value.hint)
+            # The endpoint still answers the next call.
+            ctx = make_ctx(short_tmp, {"pw": "next-Secret-2"})
+            ctx.askpass = endpoint
+            done = await runner.run(ctx, program)
+            assert done.answered == ["askpass pw"]
+            nursery.cancel_scope.cancel()
+
+
+LATE_ASKER = """
+    import os, signal, subprocess, sys, threading
+    term = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: term.set())  # a program that tidies up on SIGTERM
+    def ask(question):
+        return subprocess.run([os.environ["SSH_ASKPASS"], question], stdout=subprocess.PIPE).stdout
+    threading.Thread(target=ask, args=("Something undeclared:",), daemon=True).start()  # refused
+    term.wait(20)
+    with open(sys.argv[1], "wb", buffering=0) as out:
+        out.write(b"asked;")
+        got = ask("Password for x:")  # declared: answered while the call runs, never after
+        out.write(b"got:" + got)
+"""
+
+
+async def test_nothing_is_answered_once_the_call_is_decided_not_even_in_the_kills_grace(
+        short_tmp, fake_program) -> None:
+    asker = fake_program("late_asker", LATE_ASKER)
+    endpoint = AskpassEndpoint(short_tmp / "askpass")
+    report = short_tmp / "late.out"
+    program = runner.Program(argv=(str(asker), str(report)), grace_s=3.0,
+                             askpass=(runner.CredentialPrompt(re.compile("^Password for"), "pw"),))
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(endpoint.run)
+            ctx = make_ctx(short_tmp, {"pw": "late-Secret-3"})
+            ctx.askpass = endpoint
+            with pytest.raises(AuthRequired, match="Something undeclared"):
+                await runner.run(ctx, program)
+            nursery.cancel_scope.cancel()
+    # SIGTERM came in the grace period; the question it asked then got no answer (its helper
+    # was closed on, and held the program until the kill).
+    assert report.read_bytes() == b"asked;"

@@ -101,6 +101,9 @@ class _Secrets:
             os.close(fd)
         self.pass_fds.clear()
 
+    def quiet(self) -> None:
+        """The call's watch has ended: answer nothing more (the kill comes next)."""
+
     def _close_held(self) -> None:
         self.release_secrets()
         for conn in self._held:
@@ -207,7 +210,11 @@ async def _answer_one(conn: trio.socket.SocketType, answer: Answer, held: list[t
     except BaseException:  # the call ended meanwhile: nobody answers
         conn.close()
         raise
-    secret = answer(question.decode("utf-8", "replace"))
+    try:
+        secret = answer(question.decode("utf-8", "replace"))
+    except Exception:  # a bug in the answer must cost this question its answer, never the daemon
+        log.exception("askpass: answering a question failed; it is left unanswered")
+        secret = None
     if secret is None:
         # No reply, not even "no": the helper holds the program until the kill. The connection
         # is held open too, up to a few per call (the helper holds on end of file as well, so
@@ -355,7 +362,8 @@ class CallAskpass(_Secrets):
         self._answer: Answer | None = None
         self._early: list[trio.socket.SocketType] = []  # asked before listen()
         self._answering: set[trio.CancelScope] = set()
-        self._closed = False
+        self._taken = 0  # questions handed to the endpoint's nursery and not ended yet
+        self._quiet = False  # the watch ended: nothing more is answered
 
     def claim(self, root: proctree.Member) -> None:
         """The call's child is ``root``: its questions (and its descendants') come here, from
@@ -378,35 +386,45 @@ class CallAskpass(_Secrets):
 
     def take(self, conn: trio.socket.SocketType) -> None:
         """A question of this call's processes (from the endpoint)."""
-        if self._closed or len(self._answering) + len(self._early) >= _MAX_PER_CALL:
-            conn.close()  # a call asking faster than it is heard, or one that just ended
+        if self._quiet or self._taken + len(self._early) >= _MAX_PER_CALL:
+            conn.close()  # a call asking faster than it is heard, or one whose watch ended
         elif self._answer is None:
             self._early.append(conn)
         else:
+            self._taken += 1
             self._endpoint.answer_soon(lambda: self._answer_one(conn))
 
     async def _answer_one(self, conn: trio.socket.SocketType) -> None:
-        with trio.CancelScope() as scope:
-            if self._closed:
-                scope.cancel()
-            self._answering.add(scope)
-            try:
-                assert self._answer is not None
-                await _answer_one(conn, self._answer, self._held)
-            finally:
-                self._answering.discard(scope)
+        try:
+            with trio.CancelScope() as scope:
+                if self._quiet:
+                    scope.cancel()
+                self._answering.add(scope)
+                try:
+                    assert self._answer is not None
+                    await _answer_one(conn, self._answer, self._held)
+                finally:
+                    self._answering.discard(scope)
+        finally:
+            self._taken -= 1
+
+    def quiet(self) -> None:
+        """The call's watch has ended (it exited, asked what nobody answers, or its deadline
+        came): answer nothing more, even during the kill's grace period. Questions under way
+        are dropped unanswered; helpers already held stay held until :meth:`close`."""
+        self._quiet = True
+        for scope in self._answering:
+            scope.cancel()
+        for conn in self._early:
+            conn.close()
+        self._early.clear()
 
     def close(self) -> None:
         """Leave the endpoint; stop the answers under way, close what was not answered and
         the held helpers (after the kill)."""
-        self._closed = True
         if self._root is not None:
             self._endpoint.release(self._root)
-        for scope in self._answering:
-            scope.cancel()
-        for conn in self._early:  # asked but never listened to: nobody will answer them
-            conn.close()
-        self._early.clear()
+        self.quiet()
         self._close_held()
 
 

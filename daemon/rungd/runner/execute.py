@@ -361,14 +361,19 @@ async def _supervise(watch: Watch, helper: AskpassServer | CallAskpass) -> Rungd
     # must still be noticed.
     if watch.program.stdin != "none" or watch.program.stdin_eof:
         beside.append(watch.feed_stdin)
-    if not beside:
-        return await _watch(watch)
-    async with trio.open_nursery() as nursery:
-        for task in beside:
-            nursery.start_soon(task)
-        question = await _watch(watch)
-        nursery.cancel_scope.cancel()
-    return question
+    try:
+        if not beside:
+            return await _watch(watch)
+        async with trio.open_nursery() as nursery:
+            for task in beside:
+                nursery.start_soon(task)
+            question = await _watch(watch)
+            nursery.cancel_scope.cancel()
+        return question
+    finally:
+        # Whatever ended the watch, nothing is answered any more: not during the kill's grace
+        # period either, when a program that traps SIGTERM may ask again.
+        helper.quiet()
 
 
 async def _watch(watch: Watch) -> RungdError | None:

@@ -3,6 +3,7 @@ what the tool declared. Everything else stops the call with an error quoting the
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 
@@ -10,12 +11,14 @@ import trio
 
 from rungd import procwatch, proctree
 from rungd.contract import CallContext
-from rungd.errors import AuthRequired, PromptUnexpected
+from rungd.errors import AuthRequired, Failed, PromptUnexpected, RungdError
 from rungd.redact import Redactor
 from rungd.runner.program import CredentialPrompt, Program
 from rungd.runner.questions import CREDENTIAL_QUESTION
 from rungd.runner.launch import Child
 from rungd.runner.streams import Outputs, Stream
+
+log = logging.getLogger("rungd.runner")
 
 # The watch looks at the program as soon as its output pauses (_PAUSE_S), then again on a
 # timer that backs off from POLL_S to POLL_MAX_S while nothing happens; any output or the
@@ -51,7 +54,7 @@ class Watch:
         self._feeding = False
         for stream in streams:
             stream.on_output = self.wake
-        self.refused: AuthRequired | None = None
+        self.refused: RungdError | None = None
         self._tty_words: str | None = None  # what the program said about /dev/tty
         self._tty_question = ""
         streams[1].on_tty = self.tty_tried  # stderr: where programs complain
@@ -84,8 +87,9 @@ class Watch:
         for stream in self.streams:
             stream.redactor.add(secret)
 
-    def _secret_for(self, prompt: CredentialPrompt, question: str, how: str) -> str | AuthRequired:
-        """The secret to answer ``prompt`` with once more, or the error that refuses it.
+    def _secret_for(self, prompt: CredentialPrompt, question: str, how: str) -> str | RungdError:
+        """The secret to answer ``prompt`` with once more, or the error that refuses it (also
+        when the credential store fails: a plugin's exception ends this call, never the daemon).
 
         Args:
             question: what the program asked, already redacted, to quote.
@@ -98,7 +102,15 @@ class Watch:
                 f"credential {prompt.credential!r} was rejected",
                 hint=f"the operator must check the credential {prompt.credential!r} in rungd's store; it is "
                 "not sent again in the same call", question=question)
-        secret = self.ctx.credentials(prompt.credential)
+        try:
+            secret = self.ctx.credentials(prompt.credential)
+        except Exception as exc:  # noqa: BLE001 - a credential plugin's failure, whatever it is
+            # Its type only: a store's message may quote what it read.
+            log.error("credential store failed for %r: %s", prompt.credential, type(exc).__name__)
+            return Failed(f"rungd could not read the credential {prompt.credential!r} from its store "
+                          f"({type(exc).__name__}); the program's question {how} was not answered",
+                          hint="the operator must check the credential store (its plugin, or the files in "
+                          "$CREDENTIALS_DIRECTORY); the daemon's log says when it failed")
         if secret is None:
             return _auth_required(
                 f"the program asked {how}: {question!r}, declared with the credential "
@@ -119,13 +131,13 @@ class Watch:
         question = self.redactor.text(raw)
         prompt = next((p for p in self.program.askpass if p.pattern.search(raw)), None)
         if prompt is None:
-            result: str | AuthRequired = _auth_required(
+            result: str | RungdError = _auth_required(
                 f"the program asked for a credential through askpass: {question!r}",
                 hint="rungd holds no credential declared for this question; the operator must add one to the "
                 "tool's askpass answers and the credential store", question=question)
         else:
             result = self._secret_for(prompt, question, "through askpass")
-        if isinstance(result, AuthRequired):
+        if isinstance(result, RungdError):
             if self.refused is None:
                 self.refused = result
                 self.wake()  # the watch stops the call now, not at its next look
@@ -221,7 +233,7 @@ class Watch:
         for prompt in self.program.credential_prompts:
             if prompt.pattern.search(raw):
                 secret = self._secret_for(prompt, question, "on stdin")
-                if isinstance(secret, AuthRequired):
+                if isinstance(secret, RungdError):
                     raise secret  # nothing is written: stdin stays open and silent until the kill
                 await self._answer(secret, label=f"credential {prompt.credential}")
                 return
