@@ -92,11 +92,12 @@ class TornRepair(msgspec.Struct, frozen=True):
 class _Ticket:
     """One append waiting for its batch to be written."""
 
-    __slots__ = ("draft", "record", "error", "sync")
+    __slots__ = ("draft", "record", "error", "sync", "keep_reserve")
 
-    def __init__(self, draft: Record, sync: bool = True) -> None:
+    def __init__(self, draft: Record, sync: bool = True, keep_reserve: bool = False) -> None:
         self.draft = draft
         self.sync = sync
+        self.keep_reserve = keep_reserve
         self.record: Record | None = None
         self.error: LedgerUnavailable | None = None
 
@@ -284,13 +285,9 @@ class Ledger:
             keep_reserve: the events start new work: refused (``LedgerUnavailable``, nothing
                 written) while ``low_on_space`` says so, so that what runs can always finish.
         """
-        tickets = self._tickets(events, sync)
+        tickets = self._tickets(events, sync, keep_reserve)
         with self._cond:
             self._check_open()
-            if keep_reserve:
-                while self._writing:
-                    self._cond.wait()
-                self._refuse_if_short()
             self._queue.extend(tickets)
             while any(t.record is None and t.error is None for t in tickets):
                 if self._writing:
@@ -303,13 +300,14 @@ class Ledger:
                    keep_reserve: bool = False) -> list[Record] | None:
         """``append_many(events, sync=False)`` if it can be done without waiting: no other
         batch or fsync under way, and no rotation or cut-back due (each may wait on the
-        disk). Then it costs one ``write`` to the page cache, in the calling thread: the
-        daemon's loop calls it for reads' records, and hops to a worker thread only when
-        this returns None.
+        disk). Then it costs a ``write`` to the page cache and a ``fallocate`` topping the
+        reserve up, in the calling thread: the daemon's loop calls it for reads' records, and
+        hops to a worker thread only when this returns None. A failed write leaves the cut
+        back to the last durable record (an fsync) to the next append, in a worker thread.
 
         Args and errors are those of ``append_many``.
         """
-        tickets = self._tickets(events, False)
+        tickets = self._tickets(events, False, keep_reserve)
         if not self._cond.acquire(blocking=False):
             return None
         try:
@@ -317,26 +315,21 @@ class Ledger:
             if (self._writing or self._queue or self._needs_truncate or self._fd < 0
                     or self._offset >= self._rotate_bytes):
                 return None
-            if keep_reserve:
-                self._refuse_if_short()
             self._queue.extend(tickets)
-            self._lead()
+            self._lead(inline=True)
         finally:
             self._cond.release()
         return self._answer(tickets)
 
     @staticmethod
-    def _tickets(events: list[tuple[str, str, str, dict[str, Any]]], sync: bool) -> list[_Ticket]:
-        return [_Ticket(_draft(event, call_id, tool, fields), sync) for event, call_id, tool, fields in events]
+    def _tickets(events: list[tuple[str, str, str, dict[str, Any]]], sync: bool,
+                 keep_reserve: bool) -> list[_Ticket]:
+        return [_Ticket(_draft(event, call_id, tool, fields), sync, keep_reserve)
+                for event, call_id, tool, fields in events]
 
     def _check_open(self) -> None:
         if self._closed:
             raise LedgerClosed(f"the ledger in {self._folder} was closed; open it again to append")
-
-    def _refuse_if_short(self) -> None:
-        if self._short_of_reserve():
-            raise LedgerUnavailable("the disk holding the ledger is nearly full (its reserve for "
-                                    "finishing running calls cannot be kept)")
 
     @staticmethod
     def _answer(tickets: list[_Ticket]) -> list[Record]:
@@ -400,13 +393,17 @@ class Ledger:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _lead(self) -> None:
-        """Write everything queued as one batch. Called, and returns, holding the lock."""
+    def _lead(self, *, inline: bool = False) -> None:
+        """Write everything queued as one batch. Called, and returns, holding the lock.
+
+        Args:
+            inline: called from append_now: a failed write does not cut back (an fsync) here.
+        """
         batch, self._queue = self._queue, []
         self._writing = True
         self._cond.release()
         try:
-            self._commit(batch)
+            self._commit(batch, inline=inline)
         finally:
             # If _commit raised something other than OSError (a bug), its exception goes to
             # this thread; the followers must still be answered or they would wait forever.
@@ -417,8 +414,17 @@ class Ledger:
             self._writing = False
             self._cond.notify_all()
 
-    def _commit(self, batch: list[_Ticket]) -> None:
+    def _commit(self, batch: list[_Ticket], *, inline: bool = False) -> None:
         """Seal, write and fsync a batch, then answer each of its tickets."""
+        if any(ticket.keep_reserve for ticket in batch) and self._short_of_reserve():
+            # Checked once per batch, by its leader: new work waits; what finishes goes on.
+            for ticket in batch:
+                if ticket.keep_reserve:
+                    ticket.error = LedgerUnavailable("the disk holding the ledger is nearly full (its reserve "
+                                                     "for finishing running calls cannot be kept)")
+            batch = [ticket for ticket in batch if not ticket.keep_reserve]
+            if not batch:
+                return
         try:
             if self._needs_truncate:
                 self._truncate_to_last_record()
@@ -435,7 +441,7 @@ class Ledger:
                 lines.append(line)
                 prev = record.hash
             data = b"".join(lines)
-            self._write_durably(data, sync=any(ticket.sync for ticket in batch))
+            self._write_durably(data, sync=any(ticket.sync for ticket in batch), cut_back=not inline)
         except OSError as error:
             for ticket in batch:
                 ticket.error = LedgerUnavailable(
@@ -468,7 +474,7 @@ class Ledger:
         self._reserved_to = self._offset + self._reserve_bytes
         self._low = False
 
-    def _write_durably(self, data: bytes, *, sync: bool = True) -> None:
+    def _write_durably(self, data: bytes, *, sync: bool = True, cut_back: bool = True) -> None:
         view = memoryview(data)
         try:
             while view:
@@ -486,9 +492,11 @@ class Ledger:
             # and fsyncs its own bytes.
             self._needs_truncate = True
             # If even that fails, the next batch tries again before writing; the write
-            # error is the one worth reporting.
-            with contextlib.suppress(OSError):
-                self._truncate_to_last_record()
+            # error is the one worth reporting. (Not here when called from the daemon's
+            # loop: the next batch, in a worker thread, does it before writing.)
+            if cut_back:
+                with contextlib.suppress(OSError):
+                    self._truncate_to_last_record()
             raise
 
     def _truncate_to_last_record(self) -> None:

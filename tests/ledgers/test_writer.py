@@ -72,7 +72,9 @@ def test_reopening_continues_the_seq_and_the_chain(folder: Path) -> None:
     assert verify(folder).ok
 
 
-def test_fifty_threads_get_gap_free_seqs_and_share_fsyncs(ledger: Ledger, folder: Path) -> None:
+@pytest.mark.parametrize("keep_reserve", [False, True], ids=["finishing", "new-work"])
+def test_fifty_threads_get_gap_free_seqs_and_share_fsyncs(ledger: Ledger, folder: Path, keep_reserve: bool) -> None:
+    # New work's records (keep_reserve) share fsyncs too: the reserve is checked once a batch.
     threads, per_thread = 50, 200
     results: list[list[Record]] = [[] for _ in range(threads)]
     errors: list[BaseException] = []
@@ -80,7 +82,8 @@ def test_fifty_threads_get_gap_free_seqs_and_share_fsyncs(ledger: Ledger, folder
     def write(mine: list[Record], thread: int) -> None:
         try:
             for n in range(per_thread):
-                mine.append(ledger.append("received", f"call-{thread}-{n}", "demo.echo", request_id=f"{n}"))
+                mine += ledger.append_many([("received", f"call-{thread}-{n}", "demo.echo", {"request_id": f"{n}"})],
+                                           keep_reserve=keep_reserve)
         except Exception as error:  # reported below; an exception in a thread is otherwise lost
             errors.append(error)
 
