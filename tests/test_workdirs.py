@@ -18,17 +18,17 @@ def folders(root: Path) -> WorkFolders:
 
 async def test_an_empty_folder_is_kept_for_the_next_call_and_a_changed_one_removed(tmp_path) -> None:
     work = folders(tmp_path / "work")
-    first = work.take()
+    first = await work.take()
     first.mkdir(mode=0o700)  # as the program's new process makes it
     assert work.give_back(first) is None
-    assert work.take() == first and first.is_dir()  # kept, and handed out again
+    assert await work.take() == first and first.is_dir()  # kept, and handed out again
 
     left = {"a file": lambda p: (p / "out.txt").write_text("x"),
             "a folder": lambda p: (p / "sub").mkdir(),
             "its mode": lambda p: p.chmod(0o755),
             "a symlink": lambda p: (p.rmdir(), p.symlink_to(tmp_path))}
     for what, change in left.items():
-        folder = work.take()
+        folder = await work.take()
         folder.mkdir(mode=0o700, exist_ok=True)
         change(folder)
         remove = work.give_back(folder)
@@ -36,12 +36,29 @@ async def test_an_empty_folder_is_kept_for_the_next_call_and_a_changed_one_remov
         await remove()
         assert not os.path.lexists(folder), what
         assert tmp_path.is_dir()  # a symlink is removed, never what it points at
-    assert work.give_back(work.take()) is None  # never made (its tool has a cwd of its own)
+    assert work.give_back(await work.take()) is None  # never made (its tool has a cwd of its own)
+
+
+async def test_a_kept_folder_written_into_meanwhile_is_not_handed_out(tmp_path) -> None:
+    # A process of another call (same user) may write into a kept folder: looked at again.
+    work = folders(tmp_path / "work")
+    kept = await work.take()
+    kept.mkdir(mode=0o700)
+    assert work.give_back(kept) is None
+    (kept / "planted").write_text("x")
+    again = await work.take()
+    assert again != kept and not os.path.lexists(kept)
+    again.mkdir(mode=0o700)
+    try:
+        os.setxattr(again, "user.note", b"left by a call")
+    except OSError:
+        return  # a filesystem without user xattrs: nothing to keep across calls
+    assert work.give_back(again) is not None  # an attribute left on it: not kept
 
 
 async def test_no_more_folders_are_kept_than_calls_ran_at_once_up_to_the_cap(tmp_path) -> None:
     work = folders(tmp_path / "work")
-    taken = [work.take() for _ in range(MAX_SPARES + 3)]
+    taken = [await work.take() for _ in range(MAX_SPARES + 3)]
     assert len(set(taken)) == len(taken)
     for folder in taken:
         folder.mkdir(mode=0o700)

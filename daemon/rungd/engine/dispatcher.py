@@ -321,7 +321,7 @@ class Dispatcher:
     # --- running one call ----------------------------------------------------------------------
 
     async def _run(self, call: Call, tool: Tool, inputs: ToolInputs) -> None:
-        work_dir = self.work.take()
+        work_dir = await self.work.take()
         ctx = CallContext(
             call_id=call.call_id,
             tool=tool,

@@ -5,16 +5,16 @@ when its caller hears the result. Making a folder and removing it costs the file
 journal a few hundred microseconds per call (an rmdir alone 0.15 ms, 1 ms at p99 on a quiet
 host), so a folder a call leaves empty is kept for a next call instead: one look (it holds
 nothing, and is still the daemon's own 0700 folder on the same filesystem) instead of an
-rmdir and a mkdir. A folder left with anything in it, or changed, is removed in a worker
-thread. Start-up removes every folder of an earlier run (``Daemon``).
+rmdir and a mkdir, and one look again when it is handed out (a process of another call may
+have written into it meanwhile). A folder left with anything in it, or changed, is removed in
+a worker thread. Start-up removes every folder of an earlier run (``Daemon``).
 
-Spare folders are named ``call-N`` by the order they were first made; a call's work folder
-is not named after the call, since a later call may start in it.
+Folders are named ``call-<random>``; a call's work folder is not named after the call, since a
+later call may start in it.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import stat
@@ -38,15 +38,17 @@ class WorkFolders:
         self.root = root
         self._limiter = limiter
         self._spares: list[Path] = []
-        self._numbers = itertools.count(1)
         self._device = os.stat(root).st_dev
 
-    def take(self) -> Path:
-        """An empty folder for a call (a kept one), or the path of one to make (its program's
-        new process makes it, 0700)."""
-        if self._spares:
-            return self._spares.pop()
-        return self.root / f"call-{next(self._numbers)}"
+    async def take(self) -> Path:
+        """An empty folder for a call (a kept one, looked at again), or the path of one to make
+        (its program's new process makes it, 0700)."""
+        while self._spares:
+            folder = self._spares.pop()
+            if self._as_made(folder):
+                return folder
+            await trio.to_thread.run_sync(_remove, folder, limiter=self._limiter)
+        return self.root / f"call-{os.urandom(6).hex()}"
 
     def give_back(self, folder: Path) -> Callable[[], Awaitable[None]] | None:
         """Take back a call's folder once its program and all its processes are gone.
@@ -55,18 +57,26 @@ class WorkFolders:
             None when it is kept for a next call (empty and unchanged) or was never made;
             otherwise what removes it (and what was left in it), to await.
         """
-        try:
-            info = os.lstat(folder)
-        except FileNotFoundError:
+        if not os.path.lexists(folder):
             return None  # the program started elsewhere (its tool's own cwd)
-        except OSError:
-            info = None
-        if (info is not None and len(self._spares) < MAX_SPARES and stat.S_ISDIR(info.st_mode)
-                and stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.geteuid()
-                and info.st_dev == self._device and _empty(folder)):
+        if len(self._spares) < MAX_SPARES and self._as_made(folder):
             self._spares.append(folder)
             return None
         return lambda: trio.to_thread.run_sync(_remove, folder, limiter=self._limiter)
+
+    def _as_made(self, folder: Path) -> bool:
+        """Whether ``folder`` is as a call's new process makes it: the daemon's own empty 0700
+        folder on the state folder's filesystem, with no extended attribute."""
+        try:
+            info = os.lstat(folder)
+            if not (stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
+                    and info.st_uid == os.geteuid() and info.st_dev == self._device):
+                return False
+            if os.listxattr(folder, follow_symlinks=False):
+                return False
+        except OSError:
+            return False
+        return _empty(folder)
 
 
 def _empty(folder: Path) -> bool:
