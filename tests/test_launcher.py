@@ -258,6 +258,19 @@ FREEZER = """
 """
 
 
+async def test_a_process_that_never_runs_its_first_line_fails_its_start_in_seconds(launcher, call_cgroup) -> None:
+    # Born into a frozen cgroup, it never says its first line: the start fails (nothing ran)
+    # in a few seconds, not at the call's deadline.
+    (call_cgroup.path / "cgroup.freeze").write_text("1")
+    started = await launcher.spawn(["/bin/true"], {}, "/", None, [], None, call_cgroup)
+    with trio.fail_after(launch._PID_TIMEOUT_S + 5), pytest.raises(OSError, match="did not start within"):
+        await started.exec_result()
+    call_cgroup.kill()
+    (call_cgroup.path / "cgroup.freeze").write_text("0")
+    assert await started.child.wait() == -signal.SIGKILL
+    started.child.close_pipes()
+
+
 async def test_a_cgroup_its_program_froze_is_not_given_to_the_next_call(fake_program, launcher,
                                                                        call_cgroup) -> None:
     started = await launcher.spawn([str(fake_program("freezer", FREEZER))], {"PATH": "/usr/bin:/bin"}, "/",

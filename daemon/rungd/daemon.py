@@ -252,8 +252,8 @@ async def run_until_signalled(daemon: Daemon, *, task_status: trio.TaskStatus[No
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(*STOP_SIGNALS, *RELOAD_SIGNALS, *IGNORED_SIGNALS) as signals:
             await nursery.start(daemon.serve)
-            # What start-up made (tool files, plugins, the request index) lives as long as the
-            # daemon: kept out of the collector's full passes, which walked all of it every few
+            # What start-up made (tool files, plugins, the request index) lives until the next
+            # reload: kept out of the collector's full passes, which walked all of it every few
             # hundred calls (a pause of tens of milliseconds). Refcounting still frees it.
             gc.freeze()
             task_status.started()
@@ -262,6 +262,11 @@ async def run_until_signalled(daemon: Daemon, *, task_status: trio.TaskStatus[No
                 if signum in RELOAD_SIGNALS:
                     log.info("received %s: reloading plugins and tool files", name)
                     daemon.reload()
+                    # What the reload dropped may be cycles kept out of collection: one full
+                    # pass frees them, then the new set is frozen in turn.
+                    gc.unfreeze()
+                    gc.collect()
+                    gc.freeze()
                 elif signum in IGNORED_SIGNALS:
                     log.warning("received %s: ignored (SIGTERM stops rungd, SIGHUP reloads it)", name)
                 else:

@@ -26,13 +26,14 @@ import array
 import contextlib
 import errno
 import marshal
+import math
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import trio
@@ -238,16 +239,23 @@ class Started:
 
         Raises:
             SpawnError: exec (or chdir, or a limit) failed; the process exits 127 at once.
-            OSError: EAGAIN: the process was killed before its first line (nothing ran).
+            OSError: EAGAIN: the process was killed before its first line, or did not run it
+                within a few seconds (its cgroup frozen, the host overloaded): nothing ran.
 
         Cancellation: closes the pipe and lets the cancellation through; the caller kills
         the child.
         """
         try:
-            data = self._said + await _read_to_end(self._err_r)
+            # Its first line comes at once (it is a copy of the launcher); exec may take long.
+            data, ended = await _read_until(self._err_r, self._said, _PID_TIMEOUT_S, _began)
+            if not ended and not _began(data):
+                raise OSError(errno.EAGAIN, "the program's process did not start within "
+                                            f"{_PID_TIMEOUT_S:g} s (its cgroup frozen, or the host overloaded)")
+            if not ended:
+                data, _ = await _read_until(self._err_r, data, math.inf, lambda said: False)
         finally:
             os.close(self._err_r)
-        lines = {found.group(1) for found in _PID_LINE.finditer(data)}
+        lines = _lines(data)
         data = _PID_LINE.sub(b"", data)
         if data:
             raise _error(data)
@@ -255,17 +263,30 @@ class Started:
             raise OSError(errno.EAGAIN, "the program's process was killed as it was made")
 
 
-async def _read_to_end(fd: int) -> bytes:
-    data = b""
-    while True:
-        try:
-            chunk = os.read(fd, 512)
-        except BlockingIOError:
-            await trio.lowlevel.wait_readable(fd)
-            continue
-        if not chunk:
-            return data
-        data += chunk
+async def _read_until(fd: int, data: bytes, timeout: float, enough: Callable[[bytes], bool]) -> tuple[bytes, bool]:
+    """Read the error pipe onto ``data`` until ``enough(data)``, end of file, or ``timeout``
+    seconds; returns what was read and whether the pipe ended."""
+    with trio.move_on_after(timeout):
+        while not enough(data):
+            try:
+                chunk = os.read(fd, 512)  # often there already
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(fd)
+                continue
+            if not chunk:
+                return data, True
+            data += chunk
+    return data, False
+
+
+def _began(said: bytes) -> bool:
+    """Whether the new process ran its first line (it said C), or a failure was said."""
+    return b"C" in _lines(said) or bool(_PID_LINE.sub(b"", said))
+
+
+def _lines(data: bytes) -> set[bytes]:
+    """Which pid's lines the error pipe said: P (the launcher's), C (the process's own)."""
+    return {found.group(1) for found in _PID_LINE.finditer(data)}
 
 
 # A pid's line on the error pipe, the launcher's (P) or the process's own (C); a failure is
@@ -526,18 +547,8 @@ class Launcher:
 
         Cancellation: shielded (a process made must be known, to be killed).
         """
-        data = b""
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + _PID_TIMEOUT_S):
-            while not _PID_LINE.search(data):
-                try:
-                    chunk = os.read(err_r, 512)  # often there already: the launcher wrote it
-                except BlockingIOError:
-                    await trio.lowlevel.wait_readable(err_r)
-                    continue
-                if not chunk:
-                    return data, True
-                data += chunk
-        return data, False
+        with trio.CancelScope(shield=True):
+            return await _read_until(err_r, b"", _PID_TIMEOUT_S, lambda said: bool(_PID_LINE.search(said)))
 
     def _stop_process(self, *, kill: bool = False) -> None:
         """Let the launcher go (it exits on end of file) and reap it, killing one that lingers;
