@@ -429,6 +429,23 @@ async def test_a_negative_number_never_reaches_a_program_as_an_option(short_tmp,
     daemon.daemon.stop()
 
 
+async def test_an_input_inside_a_path_never_leaves_its_folder(short_tmp, nursery) -> None:
+    from rungd.testing import start_daemon
+
+    # No pattern on the input: the path it sits in still holds it to one name.
+    text = TOOL_FILE.replace('argv = ["show", "{item}", "--db", "DB"]', 'argv = ["show", "items/{item}", "--db", "DB"]')
+    text = text.replace('example = "widget"\npattern = "^[a-z]+$"\n[tools.stock_item_show.parse]',
+                        'example = "widget"\n[tools.stock_item_show.parse]')
+    assert text.count('"items/{item}"') == 1 and text.count('pattern = "^[a-z]+$"') == 1
+    folder = tool_dir(short_tmp, text)
+    daemon = await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
+    for walk in ("../../etc/shadow", "..", "a/b"):
+        env = await daemon.call("stock_item_show", {"item": walk})
+        assert (env.error.code, env.outcome) == ("BAD_INPUT", "not_started"), (walk, env.error)
+        assert "would leave the folder" in env.error.message
+    daemon.daemon.stop()
+
+
 def test_a_settle_matches_test_never_takes_its_pattern_from_an_input(short_tmp) -> None:
     text = TOOL_FILE + '''
 [tools.stock_count_set.settle]

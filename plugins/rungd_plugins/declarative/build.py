@@ -54,7 +54,7 @@ from rungd_plugins.declarative.columns import TYPES
 from rungd_plugins.declarative.parse import check_pattern, check_patterns, parse_off_loop
 from rungd_plugins.declarative.programs import Resolved
 from rungd_plugins.declarative.schema import RELATIVE_TESTS, ExpectSpec, InputSpec, ReadBackSpec, ToolFile, ToolSpec
-from rungd_plugins.declarative.templates import placeholders, substitute, template_problem, whole
+from rungd_plugins.declarative.templates import inside_path, placeholders, substitute, template_problem, whole
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,6 +429,8 @@ class _ProgramRunner:
                 continue  # an optional input left out drops its whole argument
             word = str(value).lower() if isinstance(value, bool) else str(value)
             name = whole(template)
+            if name is None:
+                inside_path(template, values)
             if name is not None and word.startswith("-") and not spec.inputs[name].allow_dash:
                 # A number (-5) would read as an option as much as a string would; strings are
                 # refused at validation, every other type here.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import string
 from typing import Any
 
+from rungd.sdk import BadInput
+
 _FORMATTER = string.Formatter()
 
 
@@ -29,6 +31,27 @@ def substitute(template: Any, values: dict[str, Any]) -> Any:
     if name is not None:
         return values.get(name)
     return template.format_map({k: "" if v is None else v for k, v in values.items()})
+
+
+def inside_path(template: str, values: dict[str, Any]) -> None:
+    """Refuse an input that would walk out of the folder a path template names.
+
+    In a word such as ``/srv/files/{name}`` or ``{name}.tar`` next to a ``/``, the input is one
+    name in that folder: a ``/`` in it, or a whole ``.`` or ``..``, would reach any file
+    (``../../etc/shadow``). An input meant to be a whole path is declared as a whole argument.
+
+    Raises:
+        BadInput: naming the input and the template; nothing ran.
+    """
+    literal = "".join(text for text, _, _, _ in _FORMATTER.parse(template))
+    if "/" not in literal:
+        return
+    for name in placeholders(template):
+        value = values.get(name)
+        text = "" if value is None else str(value)
+        if "/" in text or text in (".", ".."):
+            raise BadInput(f"{name}: {text!r} would leave the folder {template!r} names",
+                           hint=f"give {name} as one name in that folder: no '/', and not '.' or '..'")
 
 
 def template_problem(template: str) -> str | None:
