@@ -80,6 +80,7 @@ def load(tmp_path: Path, cmd: str, argv: str, more: str = "") -> None:
     # Options that name a program, found by attacking the loader (issue 13's review).
     ("sort", '["--compress-program=dash", "f"]', "tools.x_item_show.argv[0]", "shell"),
     ("tar", '["tIf", "sh -c x", "a.tar"]', "tools.x_item_show.argv[0]", "old-style"),
+    ("tar", '["--list", "--file", "{v}"]', "tools.x_item_show.argv[2]", "--force-local"),
     ("git", '["-c", "safe.directory=*", "status"]', "tools.x_item_show.argv[1]", "can make git run a program"),
     ("git", '["--git-dir=/srv/{v}/.git", "status"]', "tools.x_item_show.argv[0]", "who owns"),
     ("apt-get", '["-o", "APT::Update::Post-Invoke::=id", "update"]', "tools.x_item_show.argv[1]", "hooks"),
@@ -99,6 +100,8 @@ def test_a_program_that_would_run_a_hidden_command_is_refused_at_load(tmp_path, 
     ("man", '["-P", "cat", "{v}"]'),
     ("git", '["-c", "credential.helper=", "-c", "user.name=rungd", "log"]'),
     ("sed", '["--sandbox", "-n", "s/a/{v}/p", "f"]'),
+    ("tar", '["--force-local", "--list", "--file", "{v}"]'),
+    ("tar", '["--list", "--file", "/srv/out/{v}.tar"]'),
     ("sqlite3", '["-safe", "-batch", "db", "SELECT 1;"]'),
 ])
 def test_wrappers_with_a_declared_target_and_literal_programs_load(tmp_path, cmd, argv) -> None:

@@ -276,6 +276,13 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
             if value is not None and (placeholders(value[0]) or _APT_RUNS.fullmatch(value[0])):
                 raise fail(value[1], f"{word!r} {value[0]!r}: apt configuration that is an input, or that names "
                                      "a program apt runs (hooks, the dpkg binary, methods), is refused")
+    if "tar" in names and "--force-local" not in argv:
+        for i, word in enumerate(argv):
+            value = _option_value(word, argv, i, ("-f", "--file"))
+            if value is not None and value[0].startswith("{"):
+                # HOST:FILE is a remote archive: tar runs rsh (or --rsh-command) to reach it.
+                raise fail(value[1], f"{value[0]!r}: an archive name from an input could be HOST:FILE, which tar "
+                                     "reaches by running a remote shell: add '--force-local' to argv")
     if "tar" in names and argv and _TAR_OLD_STYLE.fullmatch(argv[0]) and set(argv[0]) & {"I", "F"}:
         raise fail(0, f"{argv[0]!r}: tar's old-style options name a program here (I, F); write them with "
                       "dashes so rungd can read which program")
