@@ -43,15 +43,15 @@ from rungd.runner import launcher as _launcher
 from rungd.runner.limits import Limits
 
 _LAUNCHER = Path(_launcher.__file__)
+MAX_SPARES = 32  # empty call cgroups kept for the next calls (each costs the kernel little)
+_SEND_TIMEOUT_S = 5.0  # the launcher reads at once; one that does not is stuck, and replaced
+_PID_TIMEOUT_S = 5.0  # the new process says its pid before anything else
 _FS, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
 def _encode(text: str | bytes | os.PathLike[str]) -> bytes:
     """os.fsencode, without its lookups for the common case (a call encodes a few dozen)."""
     return text.encode(_FS, _FS_ERRORS) if type(text) is str else os.fsencode(text)
-MAX_SPARES = 32  # empty call cgroups kept for the next calls (each costs the kernel little)
-_SEND_TIMEOUT_S = 5.0  # the launcher reads at once; one that does not is stuck, and replaced
-_PID_TIMEOUT_S = 5.0  # the new process says its pid before anything else
 
 
 class SpawnError(OSError):

@@ -36,7 +36,6 @@ class Stream:
         self.total = 0
         self.last_output = time.monotonic()
         self.recent = bytearray()  # the last bytes printed, to quote a question
-        self.ended = False  # end of file: every process holding the pipe closed it
         self.evidence_error: str | None = None
         # Every call keeps its output as evidence, small or not: a result may hold only the
         # fields parsed from it, and operators (and ``rungctl evidence``) read what the program
@@ -182,11 +181,6 @@ class Outputs:
         self._scope: trio.CancelScope | None = None
         self._woken = False
 
-    @property
-    def ended(self) -> bool:
-        """Whether both pipes reached end of file."""
-        return not self._pipes
-
     def wake(self) -> None:
         """End the :meth:`wait` under way (or the next one) at once."""
         self._woken = True
@@ -233,9 +227,8 @@ class Outputs:
                 chunk = pipe.read(_CHUNK)
                 if chunk is None:
                     break
-                if not chunk:
+                if not chunk:  # end of file: every process holding the pipe closed it
                     self._forget(fd)
-                    stream.ended = True
                     break
                 stream.take(chunk)  # wakes the watch (Stream.on_output)
 
