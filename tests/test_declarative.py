@@ -439,7 +439,7 @@ async def test_an_input_inside_a_path_never_leaves_its_folder(short_tmp, nursery
     assert text.count('"items/{item}"') == 1 and text.count('pattern = "^[a-z]+$"') == 1
     folder = tool_dir(short_tmp, text)
     daemon = await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
-    for walk in ("../../etc/shadow", "..", "a/b"):
+    for walk in ("../../etc/shadow", "..", "a/b", ""):
         env = await daemon.call("stock_item_show", {"item": walk})
         assert (env.error.code, env.outcome) == ("BAD_INPUT", "not_started"), (walk, env.error)
         assert "would leave the folder" in env.error.message
@@ -463,3 +463,16 @@ def test_a_precondition_pattern_is_checked_for_backtracking_at_load(short_tmp) -
     bad = PRECONDITION.replace('expect = { count = "{expected_count}" }', 'expect = { item = { matches = "^(a+)+$" } }')
     with pytest.raises(ConfigError, match=r"precondition\.expect\.item\.matches"):
         read_tool_file(tool_dir(short_tmp, bad) / "stock.toml")
+
+
+def test_an_input_allowed_a_slash_names_a_subfolder_and_never_walks_out() -> None:
+    from rungd.errors import BadInput
+    from rungd_plugins.declarative.templates import inside_path
+
+    inside_path("/srv/repos/{repo}", {"repo": "group/project"}, frozenset({"repo"}))
+    inside_path("https://api.example/{path}", {"path": "users/42"})  # a URL is no path here
+    for walk in ("group/../../etc", "/etc/shadow", "group//x", "."):
+        with pytest.raises(BadInput, match="would leave the folder"):
+            inside_path("/srv/repos/{repo}", {"repo": walk}, frozenset({"repo"}))
+    with pytest.raises(BadInput):
+        inside_path("/srv/repos/{repo}", {"repo": "group/project"})  # not allowed a slash

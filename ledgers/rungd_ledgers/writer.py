@@ -352,10 +352,13 @@ class Ledger:
         with self._cond:
             while self._writing:
                 self._cond.wait()
-            if self._closed or not self._unsynced:
+            if self._closed or not (self._unsynced or self._needs_truncate):
                 return
             self._writing = True  # appends queue meanwhile; the next one leads
         try:
+            if self._needs_truncate:  # a failed write on the daemon's loop left it to us
+                self._truncate_to_last_record()
+                return
             os.fsync(self._fd)
             self._unsynced = False
             self._synced = (self._offset, self._head, self._head_time)
@@ -381,8 +384,10 @@ class Ledger:
             self._closed = True
             while self._writing or self._queue:
                 self._cond.wait()
-        if self._unsynced:
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):
+            if self._needs_truncate:  # a failed write on the daemon's loop left it to us
+                self._truncate_to_last_record()
+            elif self._unsynced:
                 os.fsync(self._fd)
         os.close(self._fd)
         os.close(self._dir_fd)

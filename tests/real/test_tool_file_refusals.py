@@ -81,6 +81,11 @@ def load(tmp_path: Path, cmd: str, argv: str, more: str = "") -> None:
     ("sort", '["--compress-program=dash", "f"]', "tools.x_item_show.argv[0]", "shell"),
     ("tar", '["tIf", "sh -c x", "a.tar"]', "tools.x_item_show.argv[0]", "old-style"),
     ("tar", '["--list", "--file", "{v}"]', "tools.x_item_show.argv[2]", "--force-local"),
+    ("tar", '["cf", "{v}", "/srv/src"]', "tools.x_item_show.argv[1]", "--force-local"),
+    ("tar", '["--list", "-f", "x{v}.tar"]', "tools.x_item_show.argv[2]", "--force-local"),
+    ("ip", '["-ba", "/srv/{v}"]', "tools.x_item_show.argv[0]", "batch"),
+    ("ip", '["netns", "e", "blue", "id"]', "tools.x_item_show.argv[1]", "exec runs another program"),
+    ("apt-get", '["-o", "Acquire::http::Proxy-Auto-Detect=/tmp/x", "update"]', "tools.x_item_show.argv[1]", "hooks"),
     ("git", '["-c", "safe.directory=*", "status"]', "tools.x_item_show.argv[1]", "can make git run a program"),
     ("git", '["--git-dir=/srv/{v}/.git", "status"]', "tools.x_item_show.argv[0]", "who owns"),
     ("apt-get", '["-o", "APT::Update::Post-Invoke::=id", "update"]', "tools.x_item_show.argv[1]", "hooks"),
@@ -102,6 +107,7 @@ def test_a_program_that_would_run_a_hidden_command_is_refused_at_load(tmp_path, 
     ("sed", '["--sandbox", "-n", "s/a/{v}/p", "f"]'),
     ("tar", '["--force-local", "--list", "--file", "{v}"]'),
     ("tar", '["--list", "--file", "/srv/out/{v}.tar"]'),
+    ("tar", '["--create", "--checkpoint=10", "--file", "/srv/out/a.tar", "--", "/srv/src"]'),
     ("sqlite3", '["-safe", "-batch", "db", "SELECT 1;"]'),
 ])
 def test_wrappers_with_a_declared_target_and_literal_programs_load(tmp_path, cmd, argv) -> None:
@@ -152,6 +158,19 @@ def test_interpreters_and_wrappers_are_known_by_their_distribution_names(tmp_pat
         load(tmp_path, str(stand_in), '["{v}"]')
 
 
+@pytest.mark.parametrize("key", ["credentials", "credential_files"])
+def test_a_credential_is_never_given_under_a_name_that_runs_a_program(tmp_path, key) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, "ls", '["{v}"]', f'{key} = {{ GIT_SSH_COMMAND = "deploy" }}')
+    assert f"key tools.x_item_show.{key}.GIT_SSH_COMMAND: a tool file may not set" in str(caught.value)
+
+
+def test_harmless_environment_loads(tmp_path) -> None:
+    load(tmp_path, "ls", '["{v}"]', 'env = { PYTHONUNBUFFERED = "1", SSL_CERT_FILE = "/etc/ssl/x.pem", '
+                                    'BACKUP_DIR = "/srv/b", XDG_RUNTIME_DIR = "/run/user/0", PGHOST = "db", '
+                                    'LANG = "C.UTF-8", MANWIDTH = "80", DATA_SRC = "a" }')
+
+
 def test_multiline_is_only_for_the_input_fed_on_stdin(tmp_path) -> None:
     path = tmp_path / "x.toml"
     path.write_text(BASE.replace("{cmd}", "ls").replace("{argv}", '["{v}"]').replace("{more}", "")
@@ -162,7 +181,9 @@ def test_multiline_is_only_for_the_input_fed_on_stdin(tmp_path) -> None:
 
 @pytest.mark.parametrize("variable", ["PAGER", "GIT_PAGER", "GIT_SSH_COMMAND", "GIT_CONFIG_KEY_0", "LD_PRELOAD",
                                       "BASH_ENV", "RUNGD_CALL", "EDITOR", "TAR_OPTIONS", "ZIPOPT", "HOME", "PATH",
-                                      "PYTHONWARNINGS", "OPENSSL_CONF", "GIT_DIR", "BASH_FUNC_x", "WGETRC"])
+                                      "PYTHONWARNINGS", "OPENSSL_CONF", "GIT_DIR", "BASH_FUNC_x", "WGETRC",
+                                      "KUBECONFIG", "BORG_PASSCOMMAND", "AWS_CONFIG_FILE", "CLOUDSDK_PYTHON",
+                                      "RUNGD_ASKPASS_SOCKET"])
 def test_environment_that_names_a_program_is_refused_at_load(tmp_path, variable) -> None:
     with pytest.raises(ConfigError) as caught:
         load(tmp_path, "ls", '["{v}"]', f'env = {{ {variable} = "sh -c id" }}')

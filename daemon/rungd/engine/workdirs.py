@@ -66,13 +66,15 @@ class WorkFolders:
 
     def _as_made(self, folder: Path) -> bool:
         """Whether ``folder`` is as a call's new process makes it: the daemon's own empty 0700
-        folder on the state folder's filesystem, with no extended attribute."""
+        folder on the state folder's filesystem, with no user or trusted extended attribute."""
         try:
             info = os.lstat(folder)
             if not (stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
                     and info.st_uid == os.geteuid() and info.st_dev == self._device):
                 return False
-            if os.listxattr(folder, follow_symlinks=False):
+            # A program can set user (and, as root, trusted) attributes; security.selinux and
+            # ACLs come with the folder on some hosts and say nothing of what a call did.
+            if any(name.startswith(("user.", "trusted.")) for name in os.listxattr(folder, follow_symlinks=False)):
                 return False
         except OSError:
             return False

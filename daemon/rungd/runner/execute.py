@@ -363,24 +363,28 @@ async def _supervise(watch: Watch, helper: AskpassServer | CallAskpass) -> Rungd
         beside.append(watch.feed_stdin)
     try:
         if not beside:
-            return await _watch(watch)
+            return await _watch(watch, helper)
         async with trio.open_nursery() as nursery:
             for task in beside:
                 nursery.start_soon(task)
-            question = await _watch(watch)
+            question = await _watch(watch, helper)
             nursery.cancel_scope.cancel()
         return question
     finally:
-        # Whatever ended the watch, nothing is answered any more: not during the kill's grace
-        # period either, when a program that traps SIGTERM may ask again.
-        helper.quiet()
+        helper.quiet()  # also when cancelled (the deadline): quiet before the kill's grace period
 
 
-async def _watch(watch: Watch) -> RungdError | None:
+async def _watch(watch: Watch, helper: AskpassServer | CallAskpass) -> RungdError | None:
     try:
         await watch.until_exit()
     except RungdError as exc:
         return exc
+    finally:
+        # Whatever ended the watch (the exit, a question nobody answers), nothing is answered
+        # any more, at once: not while output is drained, nor in the kill's grace period,
+        # when a program that traps SIGTERM may ask again.
+        watch.decided = True
+        helper.quiet()
     # The program is gone; a descendant may still hold the pipes open. Take output a moment
     # longer, then stop waiting: the sweep kills whoever holds them.
     await watch.outputs.drain(0.2)

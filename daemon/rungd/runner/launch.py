@@ -249,8 +249,16 @@ class Started:
             # Its first line comes at once (it is a copy of the launcher); exec may take long.
             data, ended = await _read_until(self._err_r, self._said, _PID_TIMEOUT_S, _began)
             if not ended and not _began(data):
-                raise OSError(errno.EAGAIN, "the program's process did not start within "
-                                            f"{_PID_TIMEOUT_S:g} s (its cgroup frozen, or the host overloaded)")
+                # Killed before anything is said of it: it might have begun just now. What the
+                # pipe says until the process is gone tells whether it ran at all.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.child.pid, signal.SIGKILL)  # our unreaped child: the pid is its own
+                data, _ = await _read_until(self._err_r, data, 2.0, lambda said: False)
+                why = f"the program's process did not start within {_PID_TIMEOUT_S:g} s (its cgroup frozen, " \
+                      "or the host overloaded); it was killed"
+                if b"C" in _lines(data):
+                    raise LostStart(errno.EAGAIN, why)
+                raise OSError(errno.EAGAIN, why)
             if not ended:
                 data, _ = await _read_until(self._err_r, data, math.inf, lambda said: False)
         finally:

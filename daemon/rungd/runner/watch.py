@@ -55,6 +55,7 @@ class Watch:
         for stream in streams:
             stream.on_output = self.wake
         self.refused: RungdError | None = None
+        self.decided = False  # the watch ended: no question is answered any more
         self._tty_words: str | None = None  # what the program said about /dev/tty
         self._tty_question = ""
         streams[1].on_tty = self.tty_tried  # stderr: where programs complain
@@ -129,6 +130,8 @@ class Watch:
         """
         raw = raw.strip()
         question = self.redactor.text(raw)
+        if self.decided or self.refused is not None:
+            return None  # the call is being stopped: held like any refused question
         prompt = next((p for p in self.program.askpass if p.pattern.search(raw)), None)
         if prompt is None:
             result: str | RungdError = _auth_required(

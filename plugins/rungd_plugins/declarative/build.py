@@ -90,8 +90,12 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
         _check_tool(path, key, name, spec, specs)
         if spec.export is None and spec.import_ is None:
             user = spec.user or runs[name].spec.user
-            programs.check_env(path, f"{key}.env", spec.env)
-            programs.check_env(path, f"{runs[name].key}.env", runs[name].spec.env)
+            # Credentials reach the program as environment variables too: the same names refused.
+            for where, names in ((f"{key}.env", spec.env), (f"{key}.credentials", spec.credentials),
+                                 (f"{key}.credential_files", spec.credential_files),
+                                 (f"{runs[name].key}.env", runs[name].spec.env),
+                                 (f"{runs[name].key}.credentials", runs[name].spec.credentials)):
+                programs.check_env(path, where, names)
             programs.check_argv(path, key, runs[name], spec, user=user)
             if user is not None:
                 programs.check_user(path, f"{key}.user" if spec.user else f"{runs[name].key}.user", user)
@@ -417,6 +421,7 @@ class _ProgramRunner:
         self.credentials = program.spec.credentials
         self.user = spec.user or program.spec.user
         self.spec = spec
+        self.slashed = frozenset(name for name, inp in spec.inputs.items() if inp.allow_slash)
         self.exit_table = {int(code): ErrorRule(r.code, r.retry, r.next_action, r.hint, r.meaning)
                            for code, r in spec.exit.items()}
 
@@ -430,7 +435,7 @@ class _ProgramRunner:
             word = str(value).lower() if isinstance(value, bool) else str(value)
             name = whole(template)
             if name is None:
-                inside_path(template, values)
+                inside_path(template, values, self.slashed)
             if name is not None and word.startswith("-") and not spec.inputs[name].allow_dash:
                 # A number (-5) would read as an option as much as a string would; strings are
                 # refused at validation, every other type here.

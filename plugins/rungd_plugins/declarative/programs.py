@@ -60,7 +60,7 @@ _COMMAND_CLIENTS: dict[str, tuple[tuple[str, ...], str]] = {
     "sqlite3": (("-cmd", "--cmd", "-init", "--init"), "writes any file (.trace) even with -safe"),
     # What they read is run later, by cron, atd or in another namespace.
     "crontab": ((), "installs commands cron runs"), "at": (("-f",), "queues commands atd runs"),
-    "batch": (("-f",), "queues commands atd runs"), "ip": (("-b", "-batch"), "runs ip netns exec"),
+    "batch": (("-f",), "queues commands atd runs"), "ip": ((), "runs ip netns exec"),
 }
 _SANDBOX_WHY = {
     "sed": "runs shell commands and writes files from its script (the e and w commands, s///e)",
@@ -79,7 +79,7 @@ EXEC_WRAPPERS = frozenset("""
     logsave systemd-cat systemd-inhibit choom scriptlive ld.so
 """.split())
 # The dynamic loader runs the program named in its argv: ld-linux-x86-64.so.2 and the like.
-_LOADER = re.compile(r"ld(-linux[\w.-]*|64)?\.so(\.[0-9]+)*")
+_LOADER = re.compile(r"ld(-linux[\w.-]*|-musl[\w.-]*|-[0-9.]+|64)?\.so(\.[0-9]+)*")
 # Accepted only with a literal target user; the command after their options is checked.
 TARGET_WRAPPERS = {
     # option -> takes a value (True) or not; a refused option maps to a reason
@@ -133,10 +133,14 @@ EXEC_OPTIONS: dict[str, tuple[str, ...]] = {
     "logrotate": ("-m", "--mail"),
 }
 # apt's -o/--option keys that run programs or choose them (hooks, the dpkg binary, methods).
-_APT_RUNS = re.compile(r"(?i)[^=]*(invoke|install-pkgs|dir::bin|::hook|::script|::methods?\b)[^=]*(=.*)?")
+_APT_RUNS = re.compile(r"(?i)[^=]*(invoke|install-pkgs|dir::bin|::hook|::script|::methods?\b|proxy-auto-detect"
+                       r"|dpkg::path|^dir(::[^=]*)?$|^dir=)[^=]*(=.*)?")
+_IP_BATCH = re.compile(r"--?b(a(t(ch?)?)?)?")
 # tar's old-style first word (no dash): its letters are options, whose values follow in order.
 _TAR_OLD_STYLE = re.compile(r"[A-Za-z]+")
 _FIND_END = (";", "+", "\\;")
+# Long options that are whole options of their own, though another begins with their name.
+_WHOLE_OPTIONS = frozenset({"--checkpoint"})
 _CAP_SETUID, _CAP_SETGID = 7, 6
 
 
@@ -226,8 +230,8 @@ def refused_program(command: Path) -> str | None:
             return (f"{command} is (or links to) {name}, a shell or script interpreter; rungd never runs one, "
                     "since it would read inputs as code: wrap the program itself")
         if INTERPRETERS.fullmatch(name):
-            return (f"{command} is (or links to) {name}, a shell or script interpreter (-c/-e read code): "
-                    "wrap the program itself, or the script by its own path")
+            return (f"{command} is (or links to) {name}, a shell or script interpreter (its arguments or input "
+                    "can be code): wrap the program itself, or the script by its own path")
         if name in EXEC_WRAPPERS or _LOADER.fullmatch(name):
             return (f"{command} is (or links to) {name}, which runs another program: name that program "
                     "instead, in [programs.NAME] if the file already has one (nice/env/timeout-like wrappers "
@@ -278,11 +282,12 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
                                      "a program apt runs (hooks, the dpkg binary, methods), is refused")
     if "tar" in names and "--force-local" not in argv:
         for i, word in enumerate(argv):
-            value = _option_value(word, argv, i, ("-f", "--file"))
-            if value is not None and value[0].startswith("{"):
-                # HOST:FILE is a remote archive: tar runs rsh (or --rsh-command) to reach it.
-                raise fail(value[1], f"{value[0]!r}: an archive name from an input could be HOST:FILE, which tar "
-                                     "reaches by running a remote shell: add '--force-local' to argv")
+            # HOST:FILE (a colon before any '/') is a remote archive: tar runs rsh to reach it.
+            # Any word an input starts before its first '/' could be one (old-style f's value too).
+            head = word.split("=", 1)[1] if word.startswith("--") and "=" in word else word
+            if placeholders(head.split("/", 1)[0]):
+                raise fail(i, f"{word!r}: an input before the first '/' could make an archive name HOST:FILE, "
+                              "which tar reaches by running a remote shell: add '--force-local' to argv")
     if "tar" in names and argv and _TAR_OLD_STYLE.fullmatch(argv[0]) and set(argv[0]) & {"I", "F"}:
         raise fail(0, f"{argv[0]!r}: tar's old-style options name a program here (I, F); write them with "
                       "dashes so rungd can read which program")
@@ -390,8 +395,15 @@ def _check_client(name: str, argv: list[str], stdin_input: str | None, fail, pat
             if placeholders(word) and not word.startswith("-") and (i == 0 or argv[i - 1] != "-u"):
                 raise fail(i, f"{word!r}: crontab installs the file it is given, and cron runs its commands; an "
                               "input may name the user (-u), never the table")
-    if name == "ip" and "netns" in argv and "exec" in argv:
-        raise fail(argv.index("exec"), "ip netns exec runs another program: rungd cannot see what runs there")
+    if name == "ip":
+        for i, word in enumerate(argv):
+            # ip takes any unique prefix: -b, -ba, --batch read a file of commands; "e" is exec
+            # (ip netns exec, ip vrf exec run another program).
+            if _IP_BATCH.fullmatch(word):
+                raise fail(i, f"{word!r}: ip -batch runs the commands of a file (ip netns exec among them): "
+                              "give ip its command in argv")
+            if word in ("e", "ex", "exe", "exec"):
+                raise fail(i, f"{word!r}: ip ... exec runs another program: rungd cannot see what runs there")
 
 
 def _option_value(word: str, argv: list[str], i: int, options: Iterable[str]) -> tuple[str, int] | None:
@@ -411,6 +423,8 @@ def _option_value(word: str, argv: list[str], i: int, options: Iterable[str]) ->
             return after("")
         if option.startswith("--") and word.startswith("--"):
             name, eq, value = word.partition("=")
+            if name in _WHOLE_OPTIONS:
+                continue  # an option of its own that happens to begin another's name
             if len(name) > 3 and option.startswith(name):  # the option itself, or a prefix of it
                 return after(value) if eq else after("")
         if option.startswith("-o") and word.startswith(option + "="):  # ssh -oProxyCommand=...
@@ -538,7 +552,8 @@ def _has_capability(bit: int) -> bool:
 _ENV_REFUSED = frozenset({
     # Options, configuration and helpers read from the environment (tar runs a
     # --checkpoint-action from TAR_OPTIONS), and where programs look for them.
-    "TAR_OPTIONS", "ZIPOPT", "UNZIP", "GZIP", "XZ_OPT", "ZSTD_CLEVEL", "MANOPT", "APT_CONFIG",
+    "TAR_OPTIONS", "ZIPOPT", "UNZIP", "GZIP", "XZ_OPT", "ZSTD_CLEVEL", "MANOPT", "APT_CONFIG", "JAVA_HOME",
+    "KUBECONFIG", "ODBCSYSINI", "ODBCINI", "PGSYSCONFDIR", "PSQLRC", "MYSQL_HOME",
     "GIT_EXTERNAL_DIFF", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "RSYNC_RSH",
     "RSYNC_CONNECT_PROG", "BROWSER", "SENDMAIL", "MAKEFLAGS", "MFLAGS", "MAKEFILES", "MAKELEVEL", "PERL5DB",
     "GCONV_PATH", "HOME", "PATH", "ZDOTDIR", "WGETRC", "CURL_HOME", "GNUPGHOME", "LESSKEY", "LESSKEYIN",
@@ -550,10 +565,16 @@ _ENV_REFUSED = frozenset({
     "NODE_OPTIONS", "NODE_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "SSH_AUTH_SOCK", "IFS",
 })
 # RUNGD_CALL is the call's tag (what finds its processes), RUNGD_ASKPASS* where its questions go.
-_ENV_REFUSED_PREFIXES = ("LD_", "GIT_CONFIG", "DYLD_", "RUNGD_CALL", "RUNGD_ASKPASS", "BASH_FUNC_", "PYTHON",
-                         "PERL", "RUBY", "XDG_", "OPENSSL_", "SSL_CERT", "LESS", "GROFF_", "MALLOC_", "GLIBC_")
-_ENV_REFUSED_SUFFIXES = ("_COMMAND", "_PAGER", "_EDITOR", "_ASKPASS", "_SHELL", "_OPTIONS", "_OPTS", "OPT",
-                         "_CONFIG", "_CONF", "_PATH", "_PROG", "_PROGRAM", "_RSH", "RC", "_HOME", "_DIR")
+_ENV_REFUSED_PREFIXES = ("LD_", "GIT_CONFIG", "DYLD_", "RUNGD_", "BASH_FUNC_", "PYTHON", "PERL", "RUBY", "XDG_",
+                         "OPENSSL_", "LESS", "GROFF_", "GLIBC_")
+# Names that run or load programs, or name the files that do (a config can hold a command:
+# KUBECONFIG's exec plugins, AWS_CONFIG_FILE's credential_process, BORG_PASSCOMMAND).
+_ENV_REFUSED_SUFFIXES = ("COMMAND", "_PAGER", "_EDITOR", "_ASKPASS", "_SHELL", "_OPTIONS", "_OPTS", "_OPT",
+                         "CONFIG", "_CONFIG_FILE", "SYSCONFDIR", "_PROG", "_PROGRAM", "_RSH", "_DIFF", "_PYTHON",
+                         "_PLUGINS", "_HOOK", "_HOOKS")
+# Harmless names the prefixes above would catch.
+_ENV_ALLOWED = frozenset({"PYTHONUNBUFFERED", "PYTHONIOENCODING", "PYTHONDONTWRITEBYTECODE", "PYTHONUTF8",
+                          "PYTHONHASHSEED", "XDG_RUNTIME_DIR"})
 
 
 def check_env(path: Path, key: str, env: dict[str, str]) -> None:
@@ -564,6 +585,8 @@ def check_env(path: Path, key: str, env: dict[str, str]) -> None:
     """
     for name in env:
         upper = name.upper()
+        if upper in _ENV_ALLOWED:
+            continue
         if upper in _ENV_REFUSED or upper.startswith(_ENV_REFUSED_PREFIXES) or upper.endswith(_ENV_REFUSED_SUFFIXES):
             raise ConfigError(
                 f"{path}: key {key}.{name}: a tool file may not set {name}: it names a program to run or "

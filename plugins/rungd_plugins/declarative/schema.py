@@ -109,6 +109,9 @@ class InputSpec(_Strict):
     minimum: float | None = None
     maximum: float | None = None
     allow_dash: bool = False
+    # Inside a path word (/srv/repos/{repo}): may hold '/' to name a subfolder (group/project);
+    # never '..' or an empty part. Off, it is one name in that folder.
+    allow_slash: bool = False
     # Text of several lines (\n, \r, \t allowed): only for the input a tool feeds on stdin.
     multiline: bool = False
     filter: FilterSpec | None = None

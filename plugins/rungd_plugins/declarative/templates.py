@@ -33,25 +33,29 @@ def substitute(template: Any, values: dict[str, Any]) -> Any:
     return template.format_map({k: "" if v is None else v for k, v in values.items()})
 
 
-def inside_path(template: str, values: dict[str, Any]) -> None:
+def inside_path(template: str, values: dict[str, Any], slashed: frozenset[str] = frozenset()) -> None:
     """Refuse an input that would walk out of the folder a path template names.
 
     In a word such as ``/srv/files/{name}`` or ``{name}.tar`` next to a ``/``, the input is one
-    name in that folder: a ``/`` in it, or a whole ``.`` or ``..``, would reach any file
-    (``../../etc/shadow``). An input meant to be a whole path is declared as a whole argument.
+    name in that folder: a ``/`` in it, or an empty, ``.`` or ``..`` part, would reach the folder
+    itself or any file (``../../etc/shadow``). An input in ``slashed`` (``allow_slash``) may
+    name a subfolder (``group/project``), never with such a part. A URL (``://``) is no path
+    here; an input meant to be a whole path is declared as a whole argument.
 
     Raises:
         BadInput: naming the input and the template; nothing ran.
     """
     literal = "".join(text for text, _, _, _ in _FORMATTER.parse(template))
-    if "/" not in literal:
+    if "/" not in literal or "://" in literal:
         return
     for name in placeholders(template):
         value = values.get(name)
         text = "" if value is None else str(value)
-        if "/" in text or text in (".", ".."):
+        parts = text.split("/") if name in slashed else [text]
+        if "/" in text and name not in slashed or any(part in ("", ".", "..") for part in parts):
             raise BadInput(f"{name}: {text!r} would leave the folder {template!r} names",
-                           hint=f"give {name} as one name in that folder: no '/', and not '.' or '..'")
+                           hint=f"give {name} as one name in that folder: not empty, no '/', not '.' or '..'"
+                           + (" (it may name a subfolder: a/b)" if name in slashed else ""))
 
 
 def template_problem(template: str) -> str | None:
