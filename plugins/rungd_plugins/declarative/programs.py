@@ -565,8 +565,8 @@ _ENV_REFUSED = frozenset({
     "NODE_OPTIONS", "NODE_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "SSH_AUTH_SOCK", "IFS",
 })
 # RUNGD_CALL is the call's tag (what finds its processes), RUNGD_ASKPASS* where its questions go.
-_ENV_REFUSED_PREFIXES = ("LD_", "GIT_CONFIG", "DYLD_", "RUNGD_", "BASH_FUNC_", "PYTHON", "PERL", "RUBY", "XDG_",
-                         "OPENSSL_", "LESS", "GROFF_", "GLIBC_")
+_ENV_REFUSED_PREFIXES = ("LD_", "GIT_CONFIG", "DYLD_", "RUNGD_CALL", "RUNGD_ASKPASS", "BASH_FUNC_", "PYTHON",
+                         "PERL", "RUBY", "XDG_", "OPENSSL_", "LESS", "GROFF_", "GLIBC_")
 # Names that run or load programs, or name the files that do (a config can hold a command:
 # KUBECONFIG's exec plugins, AWS_CONFIG_FILE's credential_process, BORG_PASSCOMMAND).
 _ENV_REFUSED_SUFFIXES = ("COMMAND", "_PAGER", "_EDITOR", "_ASKPASS", "_SHELL", "_OPTIONS", "_OPTS", "_OPT",
