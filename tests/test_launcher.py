@@ -358,12 +358,12 @@ async def test_a_credential_store_that_fails_mid_question_fails_the_call_not_the
 
 LATE_ASKER = """
     import os, signal, subprocess, sys, threading
-    term = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: term.set())  # a program that tidies up on SIGTERM
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # it tidies up on SIGTERM: waits for it
     def ask(question):
-        return subprocess.run([os.environ["SSH_ASKPASS"], question], stdout=subprocess.PIPE).stdout
+        return subprocess.run([os.environ["SSH_ASKPASS"], question], stdout=subprocess.PIPE,
+                              preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})).stdout
     threading.Thread(target=ask, args=("Something undeclared:",), daemon=True).start()  # refused
-    term.wait(20)
+    signal.sigwait({signal.SIGTERM})
     with open(sys.argv[1], "wb", buffering=0) as out:
         out.write(b"asked;")
         got = ask("Password for x:")  # declared: answered while the call runs, never after
@@ -386,6 +386,6 @@ async def test_nothing_is_answered_once_the_call_is_decided_not_even_in_the_kill
             with pytest.raises(AuthRequired, match="Something undeclared"):
                 await runner.run(ctx, program)
             nursery.cancel_scope.cancel()
-    # SIGTERM came in the grace period; the question it asked then got no answer (its helper
-    # was closed on, and held the program until the kill).
-    assert report.read_bytes() == b"asked;"
+    # SIGTERM came in the grace period; the question it asked then got no answer: its helper
+    # was closed on (it then holds until the kill, or gives up with nothing).
+    assert report.read_bytes() in (b"asked;", b"asked;got:")
