@@ -269,8 +269,15 @@ class Export:
                         candidates.append(((name if by_name else st.st_mtime_ns, name), name))
                 return max(candidates)[1] if candidates else None
 
-            name = await safe.run(pick, what="look at the export folder") if writing else (
-                entry.name if entry else None)
+            def catch_up() -> str | None:
+                # The index hears of a new file a moment after it appears (the watch's own
+                # thread): a folder changed after its newest known export may hold one it has
+                # not heard of yet, being written right now. Then the folder is listed.
+                if entry is None or os.stat(folder).st_mtime_ns > entry.mtime_ns:
+                    return self._scan_newest(folder)
+                return entry.name
+
+            name = await safe.run(pick if writing else catch_up, what="look at the export folder")
         else:
             name = await safe.run(self._scan_newest, folder, what="list the export folder")
         return await safe.run(self.roots.child, folder, name, what="look at the export") if name else None
