@@ -8,7 +8,8 @@ at start-up and kept current with every record appended.
 Ledger writes that wait on the disk run in worker threads of their own (``Audit.limiter``):
 nothing a caller or a file can make slow (an export parse, a lock probe) ever waits in front
 of the ledger. A read's records, which need no fsync, are written on the loop when the
-writer is free (one write to the page cache, as evidence is).
+writer is free (a write to the page cache, as evidence is, and a fallocate topping the
+reserve up).
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ class Audit:
         or failed before this returns, so the index never disagrees with the file.
         """
         try:
-            # A read's records need no fsync: written on the loop (one write to the page
-            # cache) when the writer is free, in a worker thread when it is busy.
+            # A read's records need no fsync: written on the loop when the writer is free, in
+            # a worker thread when it is busy.
             records = None if durable else self.ledger.append_now(events, keep_reserve=new_work)
             if records is None:
                 records = await trio.to_thread.run_sync(

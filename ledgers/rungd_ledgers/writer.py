@@ -31,9 +31,9 @@ Reserve
 A full disk must not cost the records that finish what was started. The writer keeps
 ``reserve_bytes`` allocated past the end of the current file (``fallocate`` with
 ``FALLOC_FL_KEEP_SIZE``: the file's size does not change, its blocks are taken), topped up
-after every batch. When the reserve cannot be made whole, ``low_on_space`` says so: the
-daemon then starts nothing new, while records of calls already running still land in the
-reserve. A filesystem that cannot reserve (no fallocate) writes as before.
+after every batch. When the reserve cannot be made whole, appends that start new work
+(``keep_reserve``) are refused, checked once per batch by its leader: the daemon then starts
+nothing new, while records of calls already running still land in the reserve. A filesystem that cannot reserve (no fallocate) writes as before.
 
 Failure
 -------
@@ -211,22 +211,11 @@ class Ledger:
                 self._cond.wait()
             return (*self._head, self._head_time)
 
-    @property
-    def low_on_space(self) -> bool:
-        """Whether new work should wait: the reserve past the end of the file cannot be
-        made whole now, or the filesystem has less than another reserve's worth free.
-
-        Tops the reserve up first (records written since took from it; space may have been
-        freed): one ``fallocate`` of blocks mostly allocated already, and one ``fstatvfs``,
-        under the writer's lock.
-        """
-        with self._cond:
-            while self._writing:
-                self._cond.wait()
-            return self._short_of_reserve()
-
     def _short_of_reserve(self) -> bool:
-        """``low_on_space``, for a caller holding the lock while no batch is being written."""
+        """Whether new work should wait: the reserve past the end of the file cannot be made
+        whole now, or the filesystem has less than another reserve's worth free. Tops the
+        reserve up first (one ``fallocate`` of blocks mostly allocated already, and one
+        ``fstatvfs``). Called by a batch's leader, which alone touches the file meanwhile."""
         if self._closed or self._reserve_bytes <= 0:
             return False
         self._reserve()
@@ -283,7 +272,7 @@ class Ledger:
                 without waiting for an fsync; the next append that syncs makes them durable,
                 being later in the same file. A machine crash before that may lose them.
             keep_reserve: the events start new work: refused (``LedgerUnavailable``, nothing
-                written) while ``low_on_space`` says so, so that what runs can always finish.
+                written) while the reserve cannot be kept, so that what runs can always finish.
         """
         tickets = self._tickets(events, sync, keep_reserve)
         with self._cond:

@@ -18,7 +18,6 @@ import pwd
 import select
 import signal
 from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
 from typing import Any, BinaryIO
 
 import trio
@@ -383,7 +382,6 @@ async def _watch(watch: Watch, helper: AskpassServer | CallAskpass) -> RungdErro
         # Whatever ended the watch (the exit, a question nobody answers), nothing is answered
         # any more, at once: not while output is drained, nor in the kill's grace period,
         # when a program that traps SIGTERM may ask again.
-        watch.decided = True
         helper.quiet()
     # The program is gone; a descendant may still hold the pipes open. Take output a moment
     # longer, then stop waiting: the sweep kills whoever holds them.

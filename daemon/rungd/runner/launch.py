@@ -79,10 +79,6 @@ class Pipe:
     def fileno(self) -> int:
         return self._fd
 
-    @property
-    def closed(self) -> bool:
-        return self._fd < 0
-
     def read(self, size: int = 1 << 16) -> bytes | None:
         """What the pipe holds now, up to ``size`` bytes: b"" at end of file (or once closed),
         None when nothing is there yet."""

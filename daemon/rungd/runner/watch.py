@@ -186,6 +186,12 @@ class Watch:
 
         Cancellation: returns at once; the caller kills the tree.
         """
+        try:
+            await self._until_exit()
+        finally:
+            self.decided = True  # exited, asked, or cancelled: no question is answered any more
+
+    async def _until_exit(self) -> None:
         last_snapshot = 0.0
         interval = POLL_S
         while True:

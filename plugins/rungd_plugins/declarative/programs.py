@@ -44,8 +44,11 @@ INTERPRETERS = re.compile(
 # command and "s///e" and writes files for "w" (GNU sed's --sandbox refuses all three);
 # sqlite3's shell runs commands for ".shell"/".system" and the SQL function edit(), reads and
 # writes files for ".read"/".output"/".import", and loads extensions (-safe refuses them).
-_SANDBOXED: dict[str, tuple[str, ...]] = {
-    "sed": ("--sandbox",), "gsed": ("--sandbox",), "sqlite3": ("-safe", "--safe"),
+_SED_WHY = "runs shell commands and writes files from its script (the e and w commands, s///e)"
+_SANDBOXED: dict[str, tuple[tuple[str, ...], str]] = {
+    "sed": (("--sandbox",), _SED_WHY), "gsed": (("--sandbox",), _SED_WHY),
+    "sqlite3": (("-safe", "--safe"), "runs shell commands from its input (.shell, .system, the SQL function "
+                "edit()) and reads and writes any file (.read, .output, .import)"),
 }
 # Programs whose input is commands that reach a shell or any file, with no option that stops
 # it: what they read on stdin, or from the options here, is that language, so no caller's
@@ -61,12 +64,6 @@ _COMMAND_CLIENTS: dict[str, tuple[tuple[str, ...], str]] = {
     # What they read is run later, by cron, atd or in another namespace.
     "crontab": ((), "installs commands cron runs"), "at": (("-f",), "queues commands atd runs"),
     "batch": (("-f",), "queues commands atd runs"), "ip": ((), "runs ip netns exec"),
-}
-_SANDBOX_WHY = {
-    "sed": "runs shell commands and writes files from its script (the e and w commands, s///e)",
-    "gsed": "runs shell commands and writes files from its script (the e and w commands, s///e)",
-    "sqlite3": "runs shell commands from its input (.shell, .system, the SQL function edit()) and "
-               "reads and writes any file (.read, .output, .import)",
 }
 # Programs whose whole job is to run another program given on their command line.
 EXEC_WRAPPERS = frozenset("""
@@ -269,9 +266,9 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
         _check_client(client, argv, stdin_input, fail, path, key)
     if (name := next((n for n in sorted(names) if n in _SANDBOXED), None)) is not None:
         options = argv[:argv.index("--")] if "--" in argv else argv
-        if not set(_SANDBOXED[name]) & set(options):
-            option = _SANDBOXED[name][0]
-            raise fail(0, f"{name} {_SANDBOX_WHY[name]} unless it is given {option}: add {option!r} to argv")
+        sandbox, does = _SANDBOXED[name]
+        if not set(sandbox) & set(options):
+            raise fail(0, f"{name} {does} unless it is given {sandbox[0]}: add {sandbox[0]!r} to argv")
     if "git" in names:
         _check_git_config(argv, fail)
     if names & {"apt-get", "apt", "aptitude"}:
