@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import resource
-import signal
-import time
 from pathlib import Path
 
 import psutil

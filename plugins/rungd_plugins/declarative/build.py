@@ -9,9 +9,7 @@ file, regexes compile, the program exists and is executable, writes have a read-
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import shutil
 import string
 from collections.abc import Callable
 from pathlib import Path
