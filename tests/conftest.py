@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import trio
 
 pytest_plugins = ["rungd.testing"]
 
@@ -19,6 +20,17 @@ FAKES = TESTS / "fakes"
 TEST_PLUGINS = TESTS / "plugin_fixtures"
 # Call ids the daemon mints (rungd.engine.new_call_id); other tag values are not ours.
 CALL_ID = re.compile(r"^c[0-9a-f]{16,}$")
+
+
+async def record_loop_gaps(gaps: list[float], every_s: float) -> None:
+    """Sleep ``every_s`` over and over, appending how long each sleep really took: a gap far
+    above ``every_s`` is the event loop stalled (run it beside the code under test)."""
+    last = trio.current_time()
+    while True:
+        await trio.sleep(every_s)
+        now = trio.current_time()
+        gaps.append(now - last)
+        last = now
 
 
 def tagged_processes() -> list[psutil.Process]:

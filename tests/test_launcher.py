@@ -22,6 +22,7 @@ from rungd import proctree, runner
 from rungd.errors import AuthRequired, Failed
 from rungd.runner import launch
 from rungd.runner.askpass_server import AskpassEndpoint
+from tests.conftest import record_loop_gaps
 from tests.test_runner_refusals import make_ctx
 
 SELF_REPORT = """
@@ -221,21 +222,13 @@ async def test_a_stopped_launcher_fails_one_call_without_stalling_the_loop_and_i
     monkeypatch.setattr(launch, "_SEND_TIMEOUT_S", 0.5)
     launcher = launch.Launcher(None)
     gaps: list[float] = []
-
-    async def ticker() -> None:
-        last = trio.current_time()
-        while True:
-            await trio.sleep(0.01)
-            gaps.append(trio.current_time() - last)
-            last = trio.current_time()
-
     try:
         await start(launcher, ["/bin/true"])
         stopped = launcher._process
         assert stopped is not None
         os.kill(stopped.pid, signal.SIGSTOP)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(ticker)
+            nursery.start_soon(record_loop_gaps, gaps, 0.01)
             with pytest.raises(OSError) as failure:
                 await launcher.spawn(["/bin/true"], {}, "/", None, [], None, None)
             assert failure.value.errno == errno.EAGAIN

@@ -35,6 +35,14 @@ example = "a"
 """
 
 
+def stand_in(folder: Path, name: str) -> Path:
+    """An executable named ``name``: the loader judges programs by name; nothing runs it."""
+    path = folder / name
+    path.write_text("#!/bin/true\n")
+    path.chmod(0o755)
+    return path
+
+
 def load(tmp_path: Path, cmd: str, argv: str, more: str = "") -> None:
     path = tmp_path / "x.toml"
     path.write_text(BASE.replace("{cmd}", cmd).replace("{argv}", argv).replace("{more}", more))
@@ -137,9 +145,7 @@ def test_stdin_program_and_user_keys_are_checked_at_load(tmp_path, more, key, wo
 def test_a_command_client_never_runs_an_input_as_its_script(tmp_path, name, argv, more, key) -> None:
     # Their command languages run a shell (psql and mysql "\\!", smbclient "!") and cannot be
     # told not to. The client itself is a stand-in: only its name is judged, nothing runs.
-    client = tmp_path / name
-    client.write_text("#!/bin/true\n")
-    client.chmod(0o755)
+    client = stand_in(tmp_path, name)
     with pytest.raises(ConfigError) as caught:
         load(tmp_path, str(client), argv, more)
     message = str(caught.value)
@@ -151,11 +157,8 @@ def test_a_command_client_never_runs_an_input_as_its_script(tmp_path, name, argv
 @pytest.mark.parametrize("name", ["vim.basic", "perl5.36-x86_64-linux-gnu", "editor", "make", "pydoc3", "logsave",
                                   "ld-linux-x86-64.so.2", "systemd-cat"])
 def test_interpreters_and_wrappers_are_known_by_their_distribution_names(tmp_path, name) -> None:
-    stand_in = tmp_path / name  # only its name is judged; nothing runs
-    stand_in.write_text("#!/bin/true\n")
-    stand_in.chmod(0o755)
     with pytest.raises(ConfigError, match=r"key program\.command: .*(interpreter|runs another program)"):
-        load(tmp_path, str(stand_in), '["{v}"]')
+        load(tmp_path, str(stand_in(tmp_path, name)), '["{v}"]')
 
 
 @pytest.mark.parametrize("key", ["credentials", "credential_files"])

@@ -14,7 +14,6 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
@@ -25,6 +24,7 @@ from rungd.exchange.patterns import catastrophic
 from rungd.exchange.rows import header_diff
 from rungd_plugins.declarative.parse import check_pattern, parse_off_loop, parse_output
 from rungd_plugins.declarative.schema import ParseSpec
+from tests.conftest import record_loop_gaps
 from tests.exchange.conftest import rungd_config_toml, xfer  # noqa: F401  (the fixtures)
 
 HEADER = "sku,date,qty,price,status,name\n"
@@ -168,17 +168,9 @@ async def test_a_slow_parse_is_abandoned_at_its_bound_and_the_loop_stays_free() 
     assert catastrophic(pattern) is None
     spec = ParseSpec(kind="regex", pattern=pattern, fields={"a": "string"})
     gaps: list[float] = []
-
-    async def tick() -> None:
-        last = time.monotonic()
-        while True:
-            await trio.sleep(0.02)
-            gaps.append(time.monotonic() - last)
-            last = time.monotonic()
-
     start = time.monotonic()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(tick)
+        nursery.start_soon(record_loop_gaps, gaps, 0.02)
         with pytest.raises(SurfaceChanged, match="longer than"):
             await parse_off_loop(spec, "xy" * 3000, timeout_s=0.5)
         nursery.cancel_scope.cancel()

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import trio
 
+from tests.conftest import record_loop_gaps
 from tests.exchange.conftest import rungd_config_toml, xfer  # noqa: F401  (the fixtures)
 
 HEADER = "sku,date,qty,price,status,name\n"
@@ -134,17 +135,8 @@ async def test_a_fifo_as_an_exports_writer_lock_is_held_never_waited_on_in_the_l
     export(xfer / "exports", "stock-a.csv")
     plant(xfer / "exports" / "stock-a.csv.lck", "fifo", unjam)
     gaps: list[float] = []
-
-    async def tick() -> None:
-        last = time.monotonic()
-        while True:
-            await trio.sleep(0.05)
-            now = time.monotonic()
-            gaps.append(now - last)
-            last = now
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(tick)
+        nursery.start_soon(record_loop_gaps, gaps, 0.05)
         envelope = await rungd_daemon.call("xfer_stock_list", {"complete": "lock"})
         nursery.cancel_scope.cancel()
     # The lock name is taken, so the export counts as being written until the deadline;
