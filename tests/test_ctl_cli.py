@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -168,3 +169,25 @@ def test_an_unexpected_failure_is_one_line_and_the_traceback_only_when_asked(mon
     monkeypatch.setenv("RUNGD_DEBUG", "1")
     assert app.main(["tools"]) == 1
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_main_in_process_leaves_the_callers_sigpipe_alone(capsys) -> None:
+    # CI once died of SIGPIPE (exit 141) in a later test: app.main had set it to default for
+    # the whole pytest process, and the next write to a pipe whose reader had gone killed it.
+    before = signal.getsignal(signal.SIGPIPE)
+    with pytest.raises(SystemExit):
+        app.main(["--help"])
+    capsys.readouterr()
+    assert signal.getsignal(signal.SIGPIPE) == before == signal.SIG_IGN
+
+
+async def test_the_script_piped_into_a_reader_that_stops_ends_quietly() -> None:
+    reader, writer = os.pipe()
+    os.close(reader)  # like `rungctl --help | head -c0`: nobody reads
+    try:
+        done = await trio.run_process([sys.executable, "-m", "rungd.ctl", "--help"], stdout=writer,
+                                      capture_stderr=True, check=False)
+    finally:
+        os.close(writer)
+    assert done.returncode == -signal.SIGPIPE
+    assert done.stderr == b""

@@ -33,6 +33,7 @@ Modules:
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 __all__ = ["build_parser", "main", "print_envelope"]
@@ -40,6 +41,10 @@ __all__ = ["build_parser", "main", "print_envelope"]
 
 def main(argv: list[str] | None = None) -> int:
     """The ``rungctl`` console script; see ``rungd.ctl.app.main``."""
+    # `rungctl ... | head` should end quietly when head has read enough, like any CLI. Only
+    # here, in the process rungctl owns: a test or a program calling app.main in-process
+    # keeps Python's ignored SIGPIPE (else its next write to a closed pipe kills it).
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     # Imported here so that `rungd`, which shares rungd.ctl.cli, does not load every command.
     from rungd.ctl.app import main as run
 

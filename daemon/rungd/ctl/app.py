@@ -4,7 +4,6 @@ exception becomes a message and an exit status."""
 from __future__ import annotations
 
 import argparse
-import signal
 from pathlib import Path
 
 from rungd.client import ClientError, ConnectFailed, RequestRejected
@@ -71,9 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one ``rungctl`` command; returns its exit status (see ``EXIT_CODES``)."""
-    # `rungctl ... | head` should end quietly when head has read enough, like any CLI.
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    """Run one ``rungctl`` command; returns its exit status (see ``EXIT_CODES``).
+
+    Process-wide settings belong to the console script (``rungd.ctl.main``), not here: a
+    program that calls this in-process keeps its own signal dispositions.
+    """
     args = build_parser().parse_args(argv)  # a usage error exits 2 here, with the usage
     ctx = Context(args)
     try:
