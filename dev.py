@@ -8,7 +8,8 @@
                             arguments go to pytest)
     python3 dev.py bench    run the benchmarks in bench/ and print their tables
 
-The virtual environment is reinstalled whenever pyproject.toml changes.
+The virtual environment is reinstalled whenever pyproject.toml, the launcher's C source or its
+build hook changes, or a C compiler appears (the install compiles the launcher where it can).
 """
 
 import hashlib
@@ -26,7 +27,10 @@ STAMP = VENV / ".rungd-installed"
 
 
 def ensure_venv() -> None:
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    built_from = [ROOT / "pyproject.toml", ROOT / "hatch_build.py", ROOT / "daemon/rungd/runner/launcher.c"]
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in built_from))
+    digest.update(b"cc" if shutil.which((os.environ.get("CC") or "cc").split()[0]) else b"")
+    wanted = digest.hexdigest()
     if STAMP.exists() and STAMP.read_text() == wanted:
         return
     if not (BIN / "python").exists():
@@ -40,11 +44,12 @@ def ensure_venv() -> None:
 
 # Debian packages the test suite uses: real programs it wraps (git, crontab, zip, unzip,
 # sqlite3, bc, openssl, man besides the base system's tools; ssh-keygen for signed approvals
-# and askpass; sudo -A), strace to aim kills and failures at the ledger's fsync, procps, and
-# systemd for systemd-analyze verify of the unit. Installed by `test` when it runs as root on
+# and askpass; sudo -A), strace to aim kills and failures at the ledger's fsync, procps,
+# systemd for systemd-analyze verify of the unit, and gcc with libc6-dev so that the install
+# compiles the launcher (the tests run both launchers). Installed by `test` when it runs as root on
 # Debian; elsewhere the tests that need them say so.
 TEST_PACKAGES = ("git", "procps", "openssh-client", "systemd", "sudo", "cron", "zip", "unzip", "sqlite3", "bc",
-                 "openssl", "man-db", "strace")
+                 "openssl", "man-db", "strace", "gcc", "libc6-dev")
 
 
 def ensure_test_packages() -> None:
@@ -70,12 +75,13 @@ def main(argv: list[str]) -> int:
     if sys.version_info < (3, 11):
         print("dev.py: rungd needs Python 3.11 or newer", file=sys.stderr)
         return 2
+    if command == "test":
+        ensure_test_packages()  # first: the install compiles the launcher with the gcc it brings
     ensure_venv()
     os.chdir(ROOT)
     if command == "demo":
         args = [str(BIN / "rungd"), "demo", *rest]
     elif command == "test":
-        ensure_test_packages()
         args = [str(BIN / "python"), "-m", "pytest", *rest]
     else:
         args = [str(BIN / "python"), str(ROOT / "bench" / "run.py"), *rest]

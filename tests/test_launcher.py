@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import time
@@ -21,6 +22,8 @@ import trio
 from rungd import proctree, runner
 from rungd.errors import AuthRequired, Failed
 from rungd.runner import launch
+from rungd.runner import launcher as launcher_wire
+from rungd.runner.limits import Limits
 from rungd.runner.askpass_server import AskpassEndpoint
 from tests.conftest import record_loop_gaps
 from tests.test_runner_refusals import make_ctx
@@ -60,20 +63,20 @@ async def call_cgroup() -> AsyncIterator[proctree.CallCgroup]:
         await cgroup.remove_when_empty()
 
 
-@pytest.fixture
-def launcher() -> Iterator[launch.Launcher]:
-    launcher = launch.Launcher(None)
+@pytest.fixture(params=["compiled", "python"])
+def launcher(request: pytest.FixtureRequest) -> Iterator[launch.Launcher]:
+    """Each launcher test runs on both launchers: the compiled one (where it was built) and the
+    Python one every host has."""
+    if request.param == "compiled" and launch.compiled_launcher() is None:
+        pytest.skip("no compiled launcher here (built by the package's build hook where cc is present)")
+    launcher = launch.Launcher(None, compiled=request.param == "compiled")
     yield launcher
     launcher.close()
 
 
 async def test_a_program_is_our_own_child_in_its_own_session_with_nothing_but_its_three_streams(
-        short_tmp, fake_program) -> None:
-    launcher = launch.Launcher(None)
-    try:
-        child, out = await start(launcher, [str(fake_program("report", SELF_REPORT))], cwd=str(short_tmp))
-    finally:
-        launcher.close()
+        short_tmp, fake_program, launcher) -> None:
+    child, out = await start(launcher, [str(fake_program("report", SELF_REPORT))], cwd=str(short_tmp))
     report = json.loads(out)
     assert child.returncode == 0
     # CLONE_PARENT: the daemon (here, this test) is the parent and hears the real exit status.
@@ -90,39 +93,31 @@ async def test_a_program_is_born_in_the_cgroup_it_was_given(fake_program, launch
     assert json.loads(out)["cgroup"].endswith("/" + call_cgroup.path.name)
 
 
-async def test_a_launcher_killed_between_calls_is_replaced_and_reaped() -> None:
-    launcher = launch.Launcher(None)
-    try:
-        child, _ = await start(launcher, ["/bin/true"])
-        assert child.returncode == 0
-        first = launcher._process
-        assert first is not None
-        os.kill(first.pid, signal.SIGKILL)
-        with trio.fail_after(5):
-            while first.poll() is None:
-                await trio.sleep(0.01)
-        child, _ = await start(launcher, ["/bin/sh", "-c", "exit 7"])
-        assert child.returncode == 7
-        assert launcher._process is not None and launcher._process.pid != first.pid
-    finally:
-        launcher.close()
+async def test_a_launcher_killed_between_calls_is_replaced_and_reaped(launcher) -> None:
+    child, _ = await start(launcher, ["/bin/true"])
+    assert child.returncode == 0
+    first = launcher._process
+    assert first is not None
+    os.kill(first.pid, signal.SIGKILL)
+    with trio.fail_after(5):
+        while first.poll() is None:
+            await trio.sleep(0.01)
+    child, _ = await start(launcher, ["/bin/sh", "-c", "exit 7"])
+    assert child.returncode == 7
+    assert launcher._process is not None and launcher._process.pid != first.pid
 
 
-async def test_a_program_that_cannot_be_started_says_why_and_leaves_no_process(short_tmp) -> None:
-    launcher = launch.Launcher(None)
-    try:
-        started = await launcher.spawn(["/nonexistent/program"], {}, "/", None, [], None, None)
-        with pytest.raises(launch.SpawnError) as failure:
-            await started.exec_result()
-        assert failure.value.errno == errno.ENOENT
-        assert await started.child.wait() == 127  # the process it made exits, and is ours to reap
-        started = await launcher.spawn(["/bin/true"], {}, str(short_tmp / "gone"), None, [], None, None)
-        with pytest.raises(launch.SpawnError) as failure:
-            await started.exec_result()
-        assert (failure.value.errno, failure.value.filename) == (errno.ENOENT, "chdir")
-        await started.child.wait()
-    finally:
-        launcher.close()
+async def test_a_program_that_cannot_be_started_says_why_and_leaves_no_process(short_tmp, launcher) -> None:
+    started = await launcher.spawn(["/nonexistent/program"], {}, "/", None, [], None, None)
+    with pytest.raises(launch.SpawnError) as failure:
+        await started.exec_result()
+    assert failure.value.errno == errno.ENOENT
+    assert await started.child.wait() == 127  # the process it made exits, and is ours to reap
+    started = await launcher.spawn(["/bin/true"], {}, str(short_tmp / "gone"), None, [], None, None)
+    with pytest.raises(launch.SpawnError) as failure:
+        await started.exec_result()
+    assert (failure.value.errno, failure.value.filename) == (errno.ENOENT, "chdir")
+    await started.child.wait()
 
 
 async def test_a_programs_result_is_the_same_through_run(short_tmp) -> None:
@@ -133,6 +128,151 @@ async def test_a_programs_result_is_the_same_through_run(short_tmp) -> None:
     assert sorted(name.rsplit(".", 1)[1] for name in done.evidence) == ["stderr", "stdout"]
     quiet = await runner.run(make_ctx(short_tmp), runner.Program(argv=("/bin/true",)))
     assert quiet.evidence == []
+
+
+REQUEST_REPORT = """
+    import json, os, resource
+    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    print(json.dumps({"cwd": os.getcwd(), "env": dict(os.environ), "passed": os.read(int(os.environ["FD"]), 64).decode(),
+                      "nofile": resource.getrlimit(resource.RLIMIT_NOFILE), "core": resource.getrlimit(resource.RLIMIT_CORE),
+                      "fsize": resource.getrlimit(resource.RLIMIT_FSIZE), "cpu": resource.getrlimit(resource.RLIMIT_CPU),
+                      "no_new_privs": status["NoNewPrivs"].strip()}))
+"""
+
+
+async def run_to_end(launcher: launch.Launcher, argv: list[str], env: dict[str, str], cwd: str = "/", *,
+                     limits: Limits | None = None, pass_fds: list[int] = (),  # type: ignore[assignment]
+                     user: tuple[int, int, list[int]] | None = None, make_cwd: bool = False) -> tuple[int, bytes]:
+    """Start a program with every part of a request and read it to the end: (status, stdout)."""
+    started = await launcher.spawn(argv, env, cwd, limits, pass_fds, user, None, make_cwd=make_cwd)
+    await started.exec_result()
+    child = started.child
+    out = b""
+    while chunk := await child.stdout.receive_some():
+        out += chunk
+    status = await child.wait()
+    child.close_pipes()
+    return status, out
+
+
+async def test_every_part_of_a_request_reaches_the_program(short_tmp, fake_program, launcher) -> None:
+    program = fake_program("request_report", REQUEST_REPORT)
+    passed_r, passed_w = os.pipe()
+    os.write(passed_w, b"through fd")
+    os.close(passed_w)
+    cwd = short_tmp / "made" / "for" / "it"
+    env = {"PATH": f"{program.parent}:/usr/bin:/bin", "FD": str(passed_r), "LANG": "C.UTF-8", "EMPTY": ""}
+    try:
+        # A bare name is looked up on the request's PATH, not the launcher's (it has none).
+        status, out = await run_to_end(
+            launcher, [program.name], env, str(cwd), make_cwd=True, pass_fds=[passed_r],
+            limits=Limits(cpu_s=30, open_files=77, file_size_bytes=1 << 20, core_bytes=0, no_new_privs=True))
+    finally:
+        os.close(passed_r)
+    report = json.loads(out)
+    assert status == 0
+    assert report["cwd"] == str(cwd) and oct(cwd.stat().st_mode & 0o777) == oct(0o700)
+    assert report["env"] == env  # exactly the request's environment, nothing of the launcher's
+    assert report["passed"] == "through fd"
+    assert report["nofile"] == [77, 77] and report["core"] == [0, 0] and report["fsize"] == [1 << 20] * 2
+    assert report["cpu"] == [30, 30] and report["no_new_privs"] == "1"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to start a program as another user")
+async def test_a_program_runs_as_the_user_and_groups_it_was_given(launcher) -> None:
+    said = {}
+    for which in ("-u", "-g", "-G"):
+        status, out = await run_to_end(launcher, ["id", which], {"PATH": "/usr/bin:/bin"},
+                                       user=(65534, 65534, [65534, 4]))
+        assert status == 0
+        said[which] = out.decode().split()
+    assert said == {"-u": ["65534"], "-g": ["65534"], "-G": ["65534", "4"]}
+
+
+@pytest.mark.parametrize("argv, env", [
+    (["/bin/echo", "a\0b"], {}),
+    (["/bin/true"], {"A=B": "c"}),
+    (["/bin/true"], {"": "c"}),
+    (["/bin/true"], {"A": "b\0c"}),
+])
+async def test_a_nul_in_a_string_or_an_equals_sign_in_a_name_is_refused_and_nothing_runs(
+        launcher, argv: list[str], env: dict[str, str]) -> None:
+    # execve would cut the string at the NUL (or read A=B=c as A): refused, as Python's execve does.
+    with pytest.raises(launch.SpawnError) as failure:
+        started = await launcher.spawn(argv, env, "/", None, [], None, None)
+        try:
+            await started.exec_result()
+        finally:
+            assert await started.child.wait() == 127  # the process made, if any, exits before exec
+            started.child.close_pipes()
+    assert (failure.value.errno, failure.value.filename) == (errno.EINVAL, "exec")
+
+
+def test_the_wire_carries_every_field_and_refuses_what_it_did_not_make() -> None:
+    fields = {"argv": [b"/bin/x", b"", b"\xff\xfe"], "env": {b"A": b"1", b"B": b""}, "cwd": b"/srv/x",
+              "mkdir": True, "limits": (1, None, 3, None, 5, 0, True), "user": (1000, 1001, [4, 27]),
+              "targets": [0, 1, 2, -1, 9], "cgroup": True}
+    body = launcher_wire.encode_start(fields["argv"], fields["env"], fields["cwd"], mkdir=True,
+                                      limits=fields["limits"], user=fields["user"], targets=fields["targets"],
+                                      cgroup=True)
+    assert launcher_wire.decode(body) == fields
+    plain = launcher_wire.encode_start([b"x"], {}, b"/", mkdir=False, limits=None, user=None, targets=[-1],
+                                       cgroup=False)
+    assert launcher_wire.decode(plain)["limits"] is None and launcher_wire.decode(plain)["user"] is None
+    assert launcher_wire.decode(launcher_wire.encode_spare(b"/sys/fs/cgroup/x")) == {"spare": b"/sys/fs/cgroup/x"}
+    for cut in range(1, len(body)):
+        with pytest.raises(ValueError):
+            launcher_wire.decode(body[:cut])
+    with pytest.raises(ValueError):
+        launcher_wire.decode(body + b"\0")
+    with pytest.raises(ValueError):
+        launcher_wire.decode(b"X" + body[1:])
+
+
+async def test_a_request_no_daemon_sends_stops_nothing_but_itself(launcher) -> None:
+    # Only the daemon holds the socket; still, a broken message must never start anything or
+    # leave the daemon without a launcher.
+    await start(launcher, ["/bin/true"])
+    first = launcher._process
+    assert first is not None and launcher._sock is not None
+    for body in (b"R", b"R\x00\x00\x01", b"Q-unknown", b"R" + b"\xff" * 40):
+        assert launch._Request(body, []).write_now(launcher._sock)
+    child, _ = await start(launcher, ["/bin/sh", "-c", "exit 4"])
+    assert child.returncode == 4 and launcher._process is first  # the same launcher went on
+    # One that announces more than any request holds: the launcher stops, and is replaced.
+    launcher._sock.send(launch_header(launcher_wire.MAX_BODY + 1, 0))
+    with trio.fail_after(5):
+        while first.poll() is None:
+            await trio.sleep(0.01)
+    child, _ = await start(launcher, ["/bin/sh", "-c", "exit 6"])
+    assert child.returncode == 6 and launcher._process is not first
+
+
+def launch_header(size: int, count: int) -> bytes:
+    return launcher_wire.HEADER.pack(size, count)
+
+
+def test_a_compiled_launcher_built_from_another_source_is_not_used(monkeypatch, fake_program, caplog) -> None:
+    stale = fake_program("rungd-launcher", "print('0123456789abcdef')")
+    monkeypatch.setattr(launch, "_COMPILED", stale)
+    launch.compiled_launcher.cache_clear()
+    try:
+        assert launch.compiled_launcher() is None
+        assert "built from another launcher.c" in caplog.text and "reinstall rungd" in caplog.text
+        assert launch.Launcher(None).command()[-1].endswith("launcher.py")
+        with pytest.raises(OSError, match="no compiled launcher"):
+            launch.Launcher(None, compiled=True).command()
+    finally:
+        monkeypatch.undo()
+        launch.compiled_launcher.cache_clear()
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: rungd uses the Python launcher here")
+def test_where_there_is_a_compiler_the_install_built_the_launcher_and_uses_it() -> None:
+    # Else a broken compile would pass every test on the Python launcher and ship slower.
+    binary = launch.compiled_launcher()
+    assert binary is not None, "the build hook did not compile launcher.c; reinstall (pip install -e .) to see why"
+    assert launch.for_reaper(None).command() == [str(binary)]
 
 
 ASKER = """
@@ -217,28 +357,24 @@ async def test_a_question_asked_while_the_daemons_loop_is_busy_still_reaches_its
 
 
 async def test_a_stopped_launcher_fails_one_call_without_stalling_the_loop_and_is_replaced(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, launcher) -> None:
     monkeypatch.setattr(launch, "_PID_TIMEOUT_S", 0.5)
     monkeypatch.setattr(launch, "_SEND_TIMEOUT_S", 0.5)
-    launcher = launch.Launcher(None)
     gaps: list[float] = []
-    try:
-        await start(launcher, ["/bin/true"])
-        stopped = launcher._process
-        assert stopped is not None
-        os.kill(stopped.pid, signal.SIGSTOP)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(record_loop_gaps, gaps, 0.01)
-            with pytest.raises(OSError) as failure:
-                await launcher.spawn(["/bin/true"], {}, "/", None, [], None, None)
-            assert failure.value.errno == errno.EAGAIN
-            child, _ = await start(launcher, ["/bin/sh", "-c", "exit 5"])  # a new launcher
-            nursery.cancel_scope.cancel()
-        assert child.returncode == 5
-        assert stopped.poll() is not None  # killed and reaped, not left stopped
-        assert max(gaps) < 0.3, max(gaps)  # the loop kept running while it waited
-    finally:
-        launcher.close()
+    await start(launcher, ["/bin/true"])
+    stopped = launcher._process
+    assert stopped is not None
+    os.kill(stopped.pid, signal.SIGSTOP)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(record_loop_gaps, gaps, 0.01)
+        with pytest.raises(OSError) as failure:
+            await launcher.spawn(["/bin/true"], {}, "/", None, [], None, None)
+        assert failure.value.errno == errno.EAGAIN
+        child, _ = await start(launcher, ["/bin/sh", "-c", "exit 5"])  # a new launcher
+        nursery.cancel_scope.cancel()
+    assert child.returncode == 5
+    assert stopped.poll() is not None  # killed and reaped, not left stopped
+    assert max(gaps) < 0.3, max(gaps)  # the loop kept running while it waited
 
 
 FREEZER = """

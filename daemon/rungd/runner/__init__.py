@@ -35,7 +35,9 @@ Where each concern lives:
                        epoll of its pipes and exit
     askpass_server.py  the daemon's askpass endpoint (a private one for another user's program)
     launch.py          the daemon's side of starting a program: Launcher, Child, Pipe
-    launcher.py        the launcher process: clone3 into the call's cgroup, then exec
+    launcher.py        the launcher process: clone3 into the call's cgroup, then exec; its wire
+    launcher.c         the same launcher compiled (by hatch_build.py where cc is present): used
+                       when built from this source, for a start about 1 ms cheaper
     questions.py       the words of credential questions and terminal failures
     watch.py           prompt watching: feed stdin, notice a question, answer or stop
     execute.py         run(): spawn, supervise, kill and reap

@@ -1,6 +1,7 @@
 """Starting a call's program, born in its own cgroup, through the daemon's launcher.
 
-The launcher (:mod:`rungd.runner.launcher`) is a small process started once per daemon; it
+The launcher (:mod:`rungd.runner.launcher`, or its compiled twin ``launcher.c`` where the package
+was built with a C compiler: :func:`compiled_launcher`) is a small process started once per daemon; it
 makes each program with ``clone3(CLONE_INTO_CGROUP | CLONE_PARENT)``, so the program runs its
 first instruction inside its call's cgroup (nothing it forks is ever outside it, and no
 migration after an idle pause costs the call 7-15 ms) and is the daemon's own child (the daemon
@@ -25,7 +26,9 @@ from __future__ import annotations
 import array
 import contextlib
 import errno
-import marshal
+import functools
+import hashlib
+import logging
 import math
 import os
 import re
@@ -42,7 +45,10 @@ from rungd import proctree
 from rungd.runner import launcher as _launcher
 from rungd.runner.limits import Limits
 
+log = logging.getLogger("rungd.runner")
+
 _LAUNCHER = Path(_launcher.__file__)
+_COMPILED = _LAUNCHER.with_name("rungd-launcher")  # built from launcher.c by the package's build hook
 MAX_SPARES = 32  # empty call cgroups kept for the next calls (each costs the kernel little)
 _SEND_TIMEOUT_S = 5.0  # the launcher reads at once; one that does not is stuck, and replaced
 _PID_TIMEOUT_S = 5.0  # the new process says its pid before anything else
@@ -52,6 +58,29 @@ _FS, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 def _encode(text: str | bytes | os.PathLike[str]) -> bytes:
     """os.fsencode, without its lookups for the common case (a call encodes a few dozen)."""
     return text.encode(_FS, _FS_ERRORS) if type(text) is str else os.fsencode(text)
+
+
+@functools.cache
+def compiled_launcher() -> Path | None:
+    """The compiled launcher, if it was built from the launcher.c beside it (a launcher built
+    from another source may speak another wire): else None, and the Python one is used.
+
+    Asked once per process: the binary prints the digest of its source (``--source``).
+    """
+    if not _COMPILED.exists():
+        return None
+    try:
+        wanted = hashlib.sha256(_LAUNCHER.with_suffix(".c").read_bytes()).hexdigest()[:16]
+        said = subprocess.run([str(_COMPILED), "--source"], capture_output=True, timeout=5, check=False,
+                              env={}, cwd="/").stdout.strip().decode("ascii", "replace")
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("the compiled launcher %s cannot be run (%s); using the Python launcher", _COMPILED, exc)
+        return None
+    if said != wanted:
+        log.warning("the compiled launcher %s was built from another launcher.c (%s, not %s); using the "
+                    "Python launcher; hint: reinstall rungd to rebuild it", _COMPILED, said or "nothing", wanted)
+        return None
+    return _COMPILED
 
 
 class SpawnError(OSError):
@@ -339,8 +368,10 @@ class Launcher:
         reaper: the daemon's reaper, which removes the cgroups of ended calls that are not reused.
     """
 
-    def __init__(self, owned: set[int] | None, reaper: proctree.Reaper | None = None) -> None:
+    def __init__(self, owned: set[int] | None, reaper: proctree.Reaper | None = None, *,
+                 compiled: bool | None = None) -> None:
         self._owned = owned
+        self._compiled = compiled
         self._reaper = reaper
         self._process: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
@@ -365,7 +396,7 @@ class Launcher:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(_LAUNCHER), str(theirs.fileno())],
+                [*self.command(), str(theirs.fileno())],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 env={}, cwd="/", start_new_session=True)
         except BaseException:
@@ -380,6 +411,20 @@ class Launcher:
             self._owned.add(process.pid)
         self._told = set()  # a new launcher knows nothing yet
         self._untold += [spare.path for spare in self._spares if spare.path not in self._untold]
+
+    def command(self) -> list[str]:
+        """How the launcher process is started: the compiled one where it was built from this
+        source (unless ``compiled`` said no), else the Python one.
+
+        Raises:
+            OSError: ``compiled`` is True and there is no usable compiled launcher.
+        """
+        binary = compiled_launcher() if self._compiled is not False else None
+        if binary is not None:
+            return [str(binary)]
+        if self._compiled:
+            raise OSError(errno.ENOENT, f"no compiled launcher built from this launcher.c at {_COMPILED}")
+        return [sys.executable, "-I", "-S", str(_LAUNCHER)]
 
     async def refill(self) -> None:
         """Make the next call's cgroup ahead of time, and start the launcher if it is not running.
@@ -452,16 +497,12 @@ class Launcher:
                     cgroup_fd = os.open(cgroup.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                     made.append(cgroup_fd)
                     fds.append(cgroup_fd)
-                body = marshal.dumps({
-                    "argv": [_encode(arg) for arg in argv],
-                    "env": {_encode(k): _encode(v) for k, v in env.items()},
-                    "cwd": _encode(cwd),
-                    "mkdir": make_cwd,
-                    "limits": limits.wire() if limits is not None else None,
-                    "user": user,
-                    "targets": [0, 1, 2, -1, *pass_fds],
-                    "cgroup": cgroup is not None,
-                })
+                body = _launcher.encode_start(
+                    [_encode(arg) for arg in argv], {_encode(k): _encode(v) for k, v in env.items()},
+                    _encode(cwd), mkdir=make_cwd, limits=limits.wire() if limits is not None else None,
+                    user=user, targets=[0, 1, 2, -1, *pass_fds], cgroup=cgroup is not None)
+                if len(body) > _launcher.MAX_BODY:
+                    raise SpawnError(errno.E2BIG, os.strerror(errno.E2BIG), "exec")
                 await self._send(body, fds)
             except BaseException:
                 for fd in made:
@@ -524,7 +565,7 @@ class Launcher:
             self.start()
             assert self._sock is not None
             untold = [path for path in self._untold if path not in self._told]
-            requests = [_Request(marshal.dumps({"spare": os.fsencode(path)}), []) for path in untold]
+            requests = [_Request(_launcher.encode_spare(os.fsencode(path)), []) for path in untold]
             if body is not None:
                 requests.append(_Request(body, fds))
             try:

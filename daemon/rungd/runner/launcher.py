@@ -34,6 +34,22 @@ kept for the next call) and exits, so nothing of the daemon's is left in the cgr
 
 Only the daemon holds the other end of FD; the socket is close-on-exec here and closed in every
 new process before anything else, so no program can ask the launcher for anything.
+
+``launcher.c`` is the same launcher compiled (where the package was built with a C compiler): a
+copy of a small C process is made and exec'd in about half the time a copy of this one takes.
+Both read the wire format below (:func:`encode_start`, :func:`encode_spare`, :func:`decode`);
+the daemon uses the compiled one only when it was built from the ``launcher.c`` beside this file.
+
+The wire: each message is ``HEADER`` (body length, number of descriptors, big-endian u32 each),
+the descriptors riding with its first byte, then the body: ``S`` and a cgroup's path (a spare),
+or ``R`` and a start request, big-endian throughout:
+
+    flags u8 (_MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS)
+    targets: count u16, then i32 each (the number each descriptor becomes; -1 the error pipe)
+    with _USER: uid u32, gid u32, groups: count u16, then u32 each
+    with _LIMITS: six i64 in ``rungd.runner.limits.Limits.wire`` order, -1 for none
+    cwd, then argv (count u32, then each), then env (count u32, then name and value each):
+    every string a u32 length and its bytes
 """
 
 from __future__ import annotations
@@ -42,7 +58,6 @@ import ctypes
 import errno
 import fcntl
 import gc
-import marshal
 import os
 import platform
 import resource
@@ -54,6 +69,9 @@ import sys
 HEADER = struct.Struct("!II")  # body length, number of descriptors
 _INT = struct.Struct("i")
 MAX_FDS = 250
+MAX_BODY = 64 << 20  # the largest request either launcher reads (argv and env are far below)
+_MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS = 1, 2, 4, 8, 16
+_U8, _U16, _U32, _I32, _I64 = (struct.Struct(f"!{kind}") for kind in "BHIiq")
 _MAX_SPARES = 1000
 
 _CLONE_PARENT = 0x0000_8000
@@ -75,6 +93,91 @@ class _CloneArgs(ctypes.Structure):  # struct clone_args, CLONE_ARGS_SIZE_VER2 (
 _libc = ctypes.PyDLL(None, use_errno=True)
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
+
+
+def encode_spare(path: bytes) -> bytes:
+    """The body telling the launcher of a call cgroup it removes if the daemon dies."""
+    return b"S" + path
+
+
+def encode_start(argv: list[bytes], env: dict[bytes, bytes], cwd: bytes, *, mkdir: bool,
+                 limits: tuple[object, ...] | None, user: tuple[int, int, list[int]] | None,
+                 targets: list[int], cgroup: bool) -> bytes:
+    """The body of a start request (its descriptors go beside it: one per target, then the
+    cgroup's when ``cgroup``)."""
+    flags = (_MKDIR if mkdir else 0) | (_CGROUP if cgroup else 0)
+    parts = [b"", _U16.pack(len(targets)), *map(_I32.pack, targets)]
+    if user is not None:
+        flags |= _USER
+        uid, gid, groups = user
+        parts += [_U32.pack(uid), _U32.pack(gid), _U16.pack(len(groups)), *map(_U32.pack, groups)]
+    if limits is not None:
+        flags |= _LIMITS
+        *values, no_new_privs = limits
+        parts += [_I64.pack(-1 if value is None else value) for value in values]
+        if no_new_privs:
+            flags |= _NO_NEW_PRIVS
+    parts[0] = b"R" + _U8.pack(flags)
+    parts += [_U32.pack(len(cwd)), cwd, _U32.pack(len(argv))]
+    for arg in argv:
+        parts += [_U32.pack(len(arg)), arg]
+    parts.append(_U32.pack(len(env)))
+    for name, value in env.items():
+        parts += [_U32.pack(len(name)), name, _U32.pack(len(value)), value]
+    return b"".join(parts)
+
+
+class _Reader:
+    """Reads a body front to back; any read past its end is a ValueError."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body, self.at = body, 1
+
+    def take(self, kind: struct.Struct) -> int:
+        if self.at + kind.size > len(self.body):
+            raise ValueError("a field runs past the request")
+        (value,) = kind.unpack_from(self.body, self.at)
+        self.at += kind.size
+        return value
+
+    def string(self) -> bytes:
+        size = self.take(_U32)
+        if self.at + size > len(self.body):
+            raise ValueError("a string runs past the request")
+        self.at += size
+        return self.body[self.at - size:self.at]
+
+
+def decode(body: bytes) -> dict:
+    """A body as the launcher acts on it: ``{"spare": path}``, or a start request's fields.
+
+    Raises:
+        ValueError: not a body encode_start or encode_spare made.
+    """
+    if body[:1] == b"S":
+        return {"spare": body[1:]}
+    if body[:1] != b"R":
+        raise ValueError("not a request")
+    read = _Reader(body)
+    flags = read.take(_U8)
+    targets = [read.take(_I32) for _ in range(read.take(_U16))]
+    user = limits = None
+    if flags & _USER:
+        uid, gid = read.take(_U32), read.take(_U32)
+        user = (uid, gid, [read.take(_U32) for _ in range(read.take(_U16))])
+    if flags & _LIMITS:
+        values: list[object] = [read.take(_I64) for _ in _RLIMITS]
+        limits = (*(None if value == -1 else value for value in values), bool(flags & _NO_NEW_PRIVS))
+    cwd = read.string()
+    argv = [read.string() for _ in range(read.take(_U32))]
+    env = {}
+    for _ in range(read.take(_U32)):
+        name = read.string()
+        env[name] = read.string()
+    if read.at != len(body) or not targets or not argv:
+        raise ValueError("a malformed request")
+    return {"targets": targets, "user": user, "limits": limits, "cwd": cwd, "argv": argv, "env": env,
+            "mkdir": bool(flags & _MKDIR), "cgroup": bool(flags & _CGROUP)}
 
 
 def apply_limits(limits: tuple[object, ...]) -> None:
@@ -113,6 +216,8 @@ def _serve(conn: socket.socket, sock_fd: int, spares: set[bytes]) -> None:
         if len(header) < HEADER.size:
             return  # the daemon closed the socket: it is stopping, or gone
         size, count = HEADER.unpack(header)
+        if size > MAX_BODY:
+            return  # no daemon of ours sends this: stop, and the daemon starts another
         body = b""
         while len(body) < size:
             chunk = conn.recv(size - len(body))
@@ -120,7 +225,7 @@ def _serve(conn: socket.socket, sock_fd: int, spares: set[bytes]) -> None:
                 return
             body += chunk
         try:
-            spec = marshal.loads(body)
+            spec = decode(body)
             if "spare" in spec:  # a cgroup the daemon made: removed here if the daemon dies
                 if len(spares) >= _MAX_SPARES:  # forget those removed since
                     spares.intersection_update({path for path in spares if os.path.exists(path)})
