@@ -446,6 +446,45 @@ async def test_an_input_inside_a_path_never_leaves_its_folder(short_tmp, nursery
     daemon.daemon.stop()
 
 
+async def test_a_whole_argument_input_names_no_file_unless_the_tool_file_says_so(short_tmp, nursery) -> None:
+    from rungd.testing import start_daemon
+
+    # `show {item}` and `--db={item}` with no pattern: as `man {page}`, `curl {url}` or
+    # `ssh -F {file}` would, a value with a '/' would reach any file the daemon can read.
+    text = TOOL_FILE.replace('example = "widget"\npattern = "^[a-z]+$"\n[tools.stock_item_show.parse]',
+                             'example = "widget"\n[tools.stock_item_show.parse]')
+    loose = text.replace('argv = ["show", "{item}", "--db", "DB"]', 'argv = ["show", "--db={item}"]')
+    assert text.count('pattern = "^[a-z]+$"') == 1 and loose.count('"--db={item}"') == 1
+    for index, body in enumerate((text, loose)):
+        home = short_tmp / f"t{index}"
+        home.mkdir()
+        folder = tool_dir(home, body)
+        daemon = await start_daemon(nursery, load_config(write_config(home, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
+        for value in ("/etc/shadow", "file:///etc/shadow"):
+            env = await daemon.call("stock_item_show", {"item": value})
+            assert (env.error.code, env.outcome) == ("BAD_INPUT", "not_started"), (value, env.error)
+            assert "has a '/'" in env.error.message and "allow_path = true" in env.error.hint, env.error
+        for value in ("..", ".", "a/../../x"):
+            env = await daemon.call("stock_item_show", {"item": value})
+            assert (env.error.code, env.outcome) == ("BAD_INPUT", "not_started"), (value, env.error)
+            assert "'.' or '..'" in env.error.message, env.error
+        daemon.daemon.stop()
+
+
+def test_a_pattern_decides_on_a_slash_but_never_lets_a_dotdot_part_through() -> None:
+    from rungd.errors import BadInput
+    from rungd_plugins.declarative.templates import names_no_file
+
+    names_no_file("{file}", "file", "/srv/data/x.csv", constrained=True, allow_path=False)
+    names_no_file("{file}", "file", "HEAD..main", constrained=False, allow_path=False)  # not a '..' part
+    names_no_file("{n}", "n", 5, constrained=False, allow_path=False)
+    names_no_file("{file}", "file", "../../etc/shadow", constrained=False, allow_path=True)  # said so
+    with pytest.raises(BadInput, match="'.' or '..'"):
+        names_no_file("{file}", "file", "/srv/data/../../etc/shadow", constrained=True, allow_path=False)
+    with pytest.raises(BadInput, match="has a '/'"):
+        names_no_file("--config={file}", "file", "/etc/shadow", constrained=False, allow_path=False)
+
+
 def test_a_settle_matches_test_never_takes_its_pattern_from_an_input(short_tmp) -> None:
     text = TOOL_FILE + '''
 [tools.stock_count_set.settle]

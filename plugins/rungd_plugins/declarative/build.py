@@ -52,7 +52,15 @@ from rungd_plugins.declarative.columns import TYPES
 from rungd_plugins.declarative.parse import check_pattern, check_patterns, parse_off_loop
 from rungd_plugins.declarative.programs import Resolved
 from rungd_plugins.declarative.schema import RELATIVE_TESTS, ExpectSpec, InputSpec, ReadBackSpec, ToolFile, ToolSpec
-from rungd_plugins.declarative.templates import inside_path, placeholders, substitute, template_problem, whole
+from rungd_plugins.declarative.templates import (
+    inside_path,
+    literal_text,
+    names_no_file,
+    placeholders,
+    substitute,
+    template_problem,
+    whole,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -434,6 +442,11 @@ class _ProgramRunner:
             name = whole(template)
             if name is None:
                 inside_path(template, values, self.slashed)
+            if isinstance(template, str) and "/" not in literal_text(template):
+                for used in placeholders(template):
+                    declared = spec.inputs[used]
+                    names_no_file(template, used, values.get(used), allow_path=declared.allow_path,
+                                  constrained=bool(declared.enum or declared.pattern))
             if name is not None and word.startswith("-") and not spec.inputs[name].allow_dash:
                 # A number (-5) would read as an option as much as a string would; strings are
                 # refused at validation, every other type here.

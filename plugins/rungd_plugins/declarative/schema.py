@@ -112,6 +112,10 @@ class InputSpec(_Strict):
     # Inside a path word (/srv/repos/{repo}): may hold '/' to name a subfolder (group/project);
     # never '..' or an empty part. Off, it is one name in that folder.
     allow_slash: bool = False
+    # As a whole argument or in a word with no '/' (--config={file}): may name any file or
+    # folder ('/', '..'). Off, it is a name unless held to an enum or a pattern (then '/' is
+    # the pattern's to allow, and a '..' part is still refused).
+    allow_path: bool = False
     # Text of several lines (\n, \r, \t allowed): only for the input a tool feeds on stdin.
     multiline: bool = False
     filter: FilterSpec | None = None

@@ -45,7 +45,7 @@ def inside_path(template: str, values: dict[str, Any], slashed: frozenset[str] =
     Raises:
         BadInput: naming the input and the template; nothing ran.
     """
-    literal = "".join(text for text, _, _, _ in _FORMATTER.parse(template))
+    literal = literal_text(template)
     if "/" not in literal or "://" in literal:
         return
     for name in placeholders(template):
@@ -56,6 +56,37 @@ def inside_path(template: str, values: dict[str, Any], slashed: frozenset[str] =
             raise BadInput(f"{name}: {text!r} would leave the folder {template!r} names",
                            hint=f"give {name} as one name in that folder: not empty, no '/', not '.' or '..'"
                            + (" (it may name a subfolder: a/b)" if name in slashed else ""))
+
+
+def literal_text(template: str) -> str:
+    """What a template says besides its placeholders."""
+    return "".join(text for text, _, _, _ in _FORMATTER.parse(template))
+
+
+def names_no_file(template: str, name: str, value: Any, *, constrained: bool, allow_path: bool) -> None:
+    """Refuse an input that would name a file where the tool file did not say it may.
+
+    For an input that is a whole argument (``{file}``) or sits in a word with no ``/``
+    (``--config={file}``): a value with a ``/`` would reach any file through the program
+    (``man /etc/shadow``, ``curl file:///etc/shadow``, ``ssh -F /root/x``), unless the input
+    is held to an enum or a pattern (then the pattern decides) or says ``allow_path``; a ``..``
+    part would climb out of any folder a pattern allows (``/srv/data/../../etc/shadow``), and
+    ``.`` or ``..`` alone name a folder, unless it says ``allow_path``.
+
+    Raises:
+        BadInput: naming the input; nothing ran.
+    """
+    if allow_path or value is None or isinstance(value, (bool, int, float)):
+        return
+    text = str(value)
+    parts = text.split("/")
+    if ".." in parts or text == ".":
+        raise BadInput(f"{name}: {text!r} names a folder by '.' or '..', which this tool does not take",
+                       hint=f"give {name} without '.' or '..' parts")
+    if "/" in text and not constrained:
+        raise BadInput(f"{name}: {text!r} has a '/': this tool takes it as a name, not a path",
+                       hint=f"give {name} without '/'; a tool file that takes a path says allow_path = true "
+                       f"or holds {name} to a pattern")
 
 
 def template_problem(template: str) -> str | None:
