@@ -8,12 +8,14 @@
                             arguments go to pytest)
     python3 dev.py bench    run the benchmarks in bench/ and print their tables
 
-The virtual environment is reinstalled whenever pyproject.toml, the launcher's C source or its
-build hook changes, or a C compiler appears (the install compiles the launcher where it can).
+The virtual environment is reinstalled whenever pyproject.toml, the launcher (launcher.c and
+launcher.py, whose digest the compiled one carries) or its build hook changes, or a C compiler
+appears (the install compiles the launcher where it can).
 """
 
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -27,9 +29,11 @@ STAMP = VENV / ".rungd-installed"
 
 
 def ensure_venv() -> None:
-    built_from = [ROOT / "pyproject.toml", ROOT / "hatch_build.py", ROOT / "daemon/rungd/runner/launcher.c"]
+    launcher = ROOT / "daemon/rungd/runner"
+    built_from = [ROOT / "pyproject.toml", ROOT / "hatch_build.py", launcher / "launcher.c", launcher / "launcher.py"]
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in built_from))
-    digest.update(b"cc" if shutil.which((os.environ.get("CC") or "cc").split()[0]) else b"")
+    compiler = shlex.split(os.environ.get("CC", "")) or ["cc"]
+    digest.update(b"cc" if shutil.which(compiler[0]) else b"")
     wanted = digest.hexdigest()
     if STAMP.exists() and STAMP.read_text() == wanted:
         return

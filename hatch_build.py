@@ -3,7 +3,7 @@
 A call's program is started by the daemon's launcher process; the compiled one starts it in
 about half the time the Python one (launcher.py) takes. Where there is no C compiler, or the
 compile fails, the wheel is built without it and rungd uses launcher.py: slower, the same
-behaviour. ``CC`` chooses the compiler (default ``cc``).
+behaviour. ``CC`` chooses the compiler (default ``cc``), ``CFLAGS`` and ``LDFLAGS`` its flags (default ``-O2``).
 
 An editable install (``pip install -e .``) compiles next to launcher.c, where the daemon
 looks for it; a wheel carries it as ``rungd/runner/rungd-launcher`` and is tagged for this
@@ -18,6 +18,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sysconfig
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 SOURCE = Path("daemon/rungd/runner/launcher.c")
+WIRE = Path("daemon/rungd/runner/launcher.py")  # defines the wire the binary reads: part of its digest
 INSTALLED = "rungd/runner/rungd-launcher"
 
 
@@ -43,7 +45,8 @@ class LauncherBuildHook(BuildHookInterface):
         if self._compile(source, binary):
             build_data["force_include"][str(binary)] = INSTALLED
             build_data["pure_python"] = False
-            build_data["infer_tag"] = True
+            # Any CPython 3 on this platform: the binary uses no Python at all.
+            build_data["tag"] = "py3-none-" + sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
         scratch = getattr(self, "_scratch", None)
@@ -56,10 +59,12 @@ class LauncherBuildHook(BuildHookInterface):
             self.app.display_warning(f"rungd: no C compiler ({compiler[0]}): the launcher stays Python "
                                      "(calls start about 1 ms slower); install gcc and reinstall to compile it")
             return False
-        digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+        # As rungd.runner.launch.source_digest: what the daemon checks before using the binary.
+        digest = hashlib.sha256(source.read_bytes() + (Path(self.root) / WIRE).read_bytes()).hexdigest()[:16]
         partial = binary.with_name(binary.name + ".partial")
+        flags = [*shlex.split(os.environ.get("CFLAGS", "-O2")), *shlex.split(os.environ.get("LDFLAGS", ""))]
         done = subprocess.run(
-            [*compiler, "-O2", "-std=gnu11", "-Wall", f'-DRUNGD_SOURCE_DIGEST="{digest}"', "-o", str(partial),
+            [*compiler, "-std=gnu11", "-Wall", *flags, f'-DRUNGD_SOURCE_DIGEST="{digest}"', "-o", str(partial),
              str(source)],
             capture_output=True, text=True, check=False)
         if done.returncode != 0:

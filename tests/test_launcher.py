@@ -10,12 +10,14 @@ import errno
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 
+import psutil
 import pytest
 import trio
 
@@ -248,6 +250,89 @@ async def test_a_request_no_daemon_sends_stops_nothing_but_itself(launcher) -> N
     assert child.returncode == 6 and launcher._process is not first
 
 
+async def raw_request(launcher: launch.Launcher, body: bytes, fds: list[int], count: int | None = None) -> None:
+    """Send one request as bytes, its descriptors attached, ``count`` of them in the header."""
+    launcher.start()
+    assert launcher._sock is not None
+    request = launch._Request(body, fds)
+    request.data = memoryview(launcher_wire.HEADER.pack(len(body), len(fds) if count is None else count) + body)
+    assert request.write_now(launcher._sock)
+
+
+@pytest.mark.parametrize("cgroup_flag, count", [(True, None), (False, 0)])
+async def test_a_request_whose_descriptors_did_not_all_come_starts_nothing(
+        launcher, short_tmp, cgroup_flag: bool, count: int | None) -> None:
+    # With the cgroup's descriptor missing the program would run outside its cgroup; with a
+    # count short of the targets, on descriptors of no request.
+    marker = short_tmp / "ran"
+    err_r, err_w = os.pipe()
+    null = os.open(os.devnull, os.O_RDWR)
+    body = launcher_wire.encode_start([b"/usr/bin/touch", os.fsencode(marker)], {}, b"/", mkdir=False, limits=None,
+                                      user=None, targets=[0, 1, 2, -1], cgroup=cgroup_flag)
+    try:
+        await raw_request(launcher, body, [null, null, null, err_w], count)
+        os.close(err_w)
+        with trio.fail_after(5):
+            said = await trio.to_thread.run_sync(os.read, err_r, 512)
+    finally:
+        os.close(err_r)
+        os.close(null)
+    assert said == b""  # no P, no C: nothing was made
+    await trio.sleep(0.2)
+    assert not marker.exists()
+    child, _ = await start(launcher, ["/bin/true"])  # and the launcher goes on
+    assert child.returncode == 0
+
+
+async def test_a_program_whose_daemon_stopped_listening_before_its_first_line_never_runs(launcher, short_tmp) -> None:
+    marker = short_tmp / "ran"
+    err_r, err_w = os.pipe()
+    null = os.open(os.devnull, os.O_RDWR)
+    os.close(err_r)  # the daemon gave up on the call: nobody would ever learn of the process
+    body = launcher_wire.encode_start([b"/usr/bin/touch", os.fsencode(marker)], {}, b"/", mkdir=False, limits=None,
+                                      user=None, targets=[0, 1, 2, -1], cgroup=False)
+    try:
+        await raw_request(launcher, body, [null, null, null, err_w])
+    finally:
+        os.close(err_w)
+        os.close(null)
+    await trio.sleep(0.5)
+    assert not marker.exists()
+    # CLONE_PARENT: the process made (it exited 127 at once) is this test's child to reap.
+    for child in psutil.Process().children():
+        if child.pid != launcher._process.pid and child.status() == psutil.STATUS_ZOMBIE:
+            os.waitpid(child.pid, 0)
+
+
+async def test_a_working_folder_with_a_trailing_slash_is_made_0700_and_a_nul_fails_its_step(
+        launcher, short_tmp) -> None:
+    folder = short_tmp / "a" / "b"
+    started = await launcher.spawn(["/bin/true"], {}, f"{folder}/", None, [], None, None, make_cwd=True)
+    await started.exec_result()
+    assert await started.child.wait() == 0
+    started.child.close_pipes()
+    assert oct(folder.stat().st_mode & 0o777) == oct(0o700)
+    started = await launcher.spawn(["/bin/true"], {}, "/tmp/x\0y", None, [], None, None)
+    with pytest.raises(launch.SpawnError) as failure:
+        await started.exec_result()
+    assert (failure.value.errno, failure.value.filename) == (errno.EINVAL, "chdir")
+    assert await started.child.wait() == 127
+    started.child.close_pipes()
+
+
+async def test_limits_no_launcher_can_apply_are_refused_before_anything_runs(launcher) -> None:
+    with pytest.raises(launch.SpawnError) as failure:
+        await launcher.spawn(["/bin/true"], {}, "/", Limits(file_size_bytes=1 << 64), [], None, None)
+    assert (failure.value.errno, failure.value.filename) == (errno.EINVAL, "limits")
+    with pytest.raises(launch.SpawnError) as failure:
+        await launcher.spawn(["/bin/true"], {}, "/", None, [], (1 << 32, 0, []), None)
+    assert (failure.value.errno, failure.value.filename) == (errno.EINVAL, "user")
+    # RLIM_INFINITY is a limit like any other: no limit.
+    status, out = await run_to_end(launcher, ["/bin/sh", "-c", "ulimit -f"], {"PATH": "/usr/bin:/bin"},
+                                   limits=Limits(file_size_bytes=resource.RLIM_INFINITY))
+    assert (status, out) == (0, b"unlimited\n")
+
+
 def launch_header(size: int, count: int) -> bytes:
     return launcher_wire.HEADER.pack(size, count)
 
@@ -258,7 +343,7 @@ def test_a_compiled_launcher_built_from_another_source_is_not_used(monkeypatch, 
     launch.compiled_launcher.cache_clear()
     try:
         assert launch.compiled_launcher() is None
-        assert "built from another launcher.c" in caplog.text and "reinstall rungd" in caplog.text
+        assert "built from another source" in caplog.text and "reinstall rungd" in caplog.text
         assert launch.Launcher(None).command()[-1].endswith("launcher.py")
         with pytest.raises(OSError, match="no compiled launcher"):
             launch.Launcher(None, compiled=True).command()

@@ -60,24 +60,33 @@ def _encode(text: str | bytes | os.PathLike[str]) -> bytes:
     return text.encode(_FS, _FS_ERRORS) if type(text) is str else os.fsencode(text)
 
 
+def source_digest() -> str:
+    """What a compiled launcher built from this source says to ``--source``: a digest of
+    launcher.c and of launcher.py, which defines the wire both read (hatch_build.py embeds it)."""
+    digest = hashlib.sha256(_LAUNCHER.with_suffix(".c").read_bytes())
+    digest.update(_LAUNCHER.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 @functools.cache
 def compiled_launcher() -> Path | None:
-    """The compiled launcher, if it was built from the launcher.c beside it (a launcher built
-    from another source may speak another wire): else None, and the Python one is used.
+    """The compiled launcher, if it was built from the launcher.c and launcher.py beside it (a
+    launcher built from another source may speak another wire): else None, and the Python one
+    is used.
 
     Asked once per process: the binary prints the digest of its source (``--source``).
     """
     if not _COMPILED.exists():
         return None
     try:
-        wanted = hashlib.sha256(_LAUNCHER.with_suffix(".c").read_bytes()).hexdigest()[:16]
+        wanted = source_digest()
         said = subprocess.run([str(_COMPILED), "--source"], capture_output=True, timeout=5, check=False,
                               env={}, cwd="/").stdout.strip().decode("ascii", "replace")
     except (OSError, subprocess.SubprocessError) as exc:
         log.warning("the compiled launcher %s cannot be run (%s); using the Python launcher", _COMPILED, exc)
         return None
     if said != wanted:
-        log.warning("the compiled launcher %s was built from another launcher.c (%s, not %s); using the "
+        log.warning("the compiled launcher %s was built from another source (%s, not %s); using the "
                     "Python launcher; hint: reinstall rungd to rebuild it", _COMPILED, said or "nothing", wanted)
         return None
     return _COMPILED
@@ -497,10 +506,14 @@ class Launcher:
                     cgroup_fd = os.open(cgroup.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                     made.append(cgroup_fd)
                     fds.append(cgroup_fd)
-                body = _launcher.encode_start(
-                    [_encode(arg) for arg in argv], {_encode(k): _encode(v) for k, v in env.items()},
-                    _encode(cwd), mkdir=make_cwd, limits=limits.wire() if limits is not None else None,
-                    user=user, targets=[0, 1, 2, -1, *pass_fds], cgroup=cgroup is not None)
+                try:
+                    body = _launcher.encode_start(
+                        [_encode(arg) for arg in argv], {_encode(k): _encode(v) for k, v in env.items()},
+                        _encode(cwd), mkdir=make_cwd, limits=limits.wire() if limits is not None else None,
+                        user=user, targets=[0, 1, 2, -1, *pass_fds], cgroup=cgroup is not None)
+                except _launcher.Unencodable as exc:  # nothing was started
+                    code = errno.E2BIG if exc.where == "exec" else errno.EINVAL
+                    raise SpawnError(code, f"{os.strerror(code)} ({exc})", exc.where) from None
                 if len(body) > _launcher.MAX_BODY:
                     raise SpawnError(errno.E2BIG, os.strerror(errno.E2BIG), "exec")
                 await self._send(body, fds)

@@ -48,7 +48,9 @@
 #define MAX_FDS 250
 #define MAX_BODY (64u << 20)   /* launcher.MAX_BODY: the daemon never sends more */
 #define MAX_SPARES 1000
-#define MAX_ITEMS (1u << 20)  /* argv, env, targets, groups: each at most this many */
+#define MAX_ITEMS (1u << 20)  /* launcher.MAX_ITEMS: arguments and environment entries together */
+#define MAX_TARGET (1 << 20)  /* launcher.MAX_TARGET: the highest number a descriptor becomes */
+#define INFINITY_ ((uint64_t)-1)  /* RLIM_INFINITY on the wire */
 
 /* Flags of a start request (launcher.py: _MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS). */
 enum { F_MKDIR = 1, F_CGROUP = 2, F_USER = 4, F_LIMITS = 8, F_NO_NEW_PRIVS = 16 };
@@ -65,12 +67,15 @@ struct request {
     int32_t *targets;
     uint32_t uid, gid, ngroups;
     gid_t *groups;
-    int64_t limits[6];
+    unsigned present;     /* which of the six limits are set (bit i: RLIMITS[i]) */
+    uint64_t limits[6];
+    int err_target;       /* the index of the error pipe among the targets */
     char *cwd;
     char **argv;          /* NULL-terminated */
     char **env;           /* NULL-terminated, "KEY=VALUE" each, in a buffer of its own */
     char *env_buffer;
-    int bad;              /* a NUL in a string, or '=' in a name: EINVAL at "exec", as execve */
+    int bad_cwd;          /* a NUL in it: EINVAL where it is used (workdir, chdir), as Python's */
+    int bad_exec;         /* a NUL in argv or env, or a bad name: EINVAL at "exec", as execve */
 };
 
 static const int RLIMITS[6] = {RLIMIT_CPU, RLIMIT_AS, RLIMIT_NOFILE, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_CORE};
@@ -110,10 +115,20 @@ static int decode(unsigned char *body, size_t size, struct request *r, char *str
     memset(r, 0, sizeof *r);
     r->flags = (unsigned)take(&c, 1);
     r->ntargets = (uint32_t)take(&c, 2);
-    if (!c.ok || r->ntargets == 0 || r->ntargets > MAX_FDS) return -1;
+    if (!c.ok || (r->flags >> 5) || r->ntargets == 0 || r->ntargets > MAX_FDS) return -1;
     r->targets = calloc(r->ntargets, sizeof *r->targets);
     if (!r->targets) return -1;
-    for (uint32_t i = 0; i < r->ntargets; i++) r->targets[i] = (int32_t)(uint32_t)take(&c, 4);
+    r->err_target = -1;
+    for (uint32_t i = 0; i < r->ntargets; i++) {
+        int32_t target = (int32_t)(uint32_t)take(&c, 4);
+        if (target < -1 || target > MAX_TARGET) return -1;
+        if (target == -1) {
+            if (r->err_target >= 0) return -1;  /* exactly one error pipe */
+            r->err_target = (int)i;
+        }
+        r->targets[i] = target;
+    }
+    if (r->err_target < 0) return -1;
     if (r->flags & F_USER) {
         r->uid = (uint32_t)take(&c, 4);
         r->gid = (uint32_t)take(&c, 4);
@@ -122,17 +137,21 @@ static int decode(unsigned char *body, size_t size, struct request *r, char *str
         if (!r->groups) return -1;
         for (uint32_t i = 0; i < r->ngroups; i++) r->groups[i] = (gid_t)take(&c, 4);
     }
-    if (r->flags & F_LIMITS)
-        for (int i = 0; i < 6; i++) r->limits[i] = (int64_t)take(&c, 8);
+    if (r->flags & F_LIMITS) {
+        r->present = (unsigned)take(&c, 1);
+        if (r->present >> 6) return -1;
+        for (int i = 0; i < 6; i++)
+            if (r->present & (1u << i)) r->limits[i] = take(&c, 8);
+    }
     char *into = strings;
-    r->cwd = take_string(&c, &into, &r->bad, NULL);
+    r->cwd = take_string(&c, &into, &r->bad_cwd, NULL);
     uint32_t argc = (uint32_t)take(&c, 4);
     if (!c.ok || argc == 0 || argc > MAX_ITEMS) return -1;
     r->argv = calloc(argc + 1, sizeof *r->argv);
     if (!r->argv) return -1;
-    for (uint32_t i = 0; i < argc; i++) r->argv[i] = take_string(&c, &into, &r->bad, NULL);
+    for (uint32_t i = 0; i < argc; i++) r->argv[i] = take_string(&c, &into, &r->bad_exec, NULL);
     uint32_t envc = (uint32_t)take(&c, 4);
-    if (!c.ok || envc > MAX_ITEMS) return -1;
+    if (!c.ok || envc > MAX_ITEMS - argc) return -1;
     r->env = calloc(envc + 1, sizeof *r->env);
     /* Each pair becomes "KEY=VALUE": no longer than the two strings and their prefixes. */
     r->env_buffer = malloc(size + 1);
@@ -140,10 +159,11 @@ static int decode(unsigned char *body, size_t size, struct request *r, char *str
     char *pair = r->env_buffer;
     for (uint32_t i = 0; i < envc; i++) {
         size_t klen = 0, vlen = 0;
-        char *key = take_string(&c, &into, &r->bad, &klen);
-        char *value = take_string(&c, &into, &r->bad, &vlen);
+        char *key = take_string(&c, &into, &r->bad_exec, &klen);
+        char *value = take_string(&c, &into, &r->bad_exec, &vlen);
         if (!c.ok) return -1;
-        if (klen == 0 || memchr(key, '=', klen)) r->bad = 1;
+        /* As Python's execve: an empty name, or one with '=' after its first character. */
+        if (klen == 0 || (klen > 1 && memchr(key + 1, '=', klen - 1))) r->bad_exec = 1;
         r->env[i] = pair;
         memcpy(pair, key, klen);
         pair[klen] = '=';
@@ -163,15 +183,17 @@ static void release(struct request *r) {
 
 /* ---- the error pipe ------------------------------------------------------------------- */
 
-static void say(int fd, const char *text) {
+/* Returns -1 if it could not all be written (the daemon gave up on this call: nobody listens). */
+static int say(int fd, const char *text) {
     size_t left = strlen(text);
     while (left) {
         ssize_t n = write(fd, text, left);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return;  /* the daemon gave up on this call: nobody is listening */
+        if (n <= 0) return -1;
         text += n;
         left -= (size_t)n;
     }
+    return 0;
 }
 
 static void report(int fd, int code, const char *where) {
@@ -184,6 +206,9 @@ static void report(int fd, int code, const char *where) {
 
 /* mkdir -p, the last part 0700 (as os.makedirs(path, 0o700, exist_ok=True)). */
 static int make_folders(char *path) {
+    size_t length = strlen(path);
+    if (length == 0) { errno = ENOENT; return -1; }
+    while (length > 1 && path[length - 1] == '/') path[--length] = '\0';  /* "a/b/" is "a/b" */
     for (char *slash = path + 1; *slash; slash++) {
         if (*slash != '/') continue;
         *slash = '\0';
@@ -223,17 +248,16 @@ static int exec_program(struct request *r) {
         const char *end = strchrnul(start, ':');
         size_t dlen = (size_t)(end - start);
         if (dlen == 0) { start = "."; dlen = 1; }
+        int now = ENAMETOOLONG;  /* what execve says of a name longer than a path may be */
         if (dlen + 1 + plen < sizeof candidate) {
             memcpy(candidate, start, dlen);
             candidate[dlen] = '/';
             memcpy(candidate + dlen + 1, program, plen + 1);
             execve(candidate, r->argv, r->env);
-            int now = errno;
-            int not_here = now == ENOENT || now == ENOTDIR;
-            if (failure == 0 || ((failure == ENOENT || failure == ENOTDIR) && !not_here)) failure = now;
-        } else if (failure == 0) {
-            failure = ENAMETOOLONG;
+            now = errno;
         }
+        int not_here = now == ENOENT || now == ENOTDIR;
+        if (failure == 0 || ((failure == ENOENT || failure == ENOTDIR) && !not_here)) failure = now;
         if (*end == '\0') break;
         start = end + 1;
     }
@@ -242,16 +266,14 @@ static int exec_program(struct request *r) {
 
 /* In the new process: leave the session, lay descriptors out, join, switch user, exec. */
 static void become(struct request *r, int *fds, int sock_fd, int join_cgroup) {
-    int err_w = -1, floor = 2, lifted[MAX_FDS];
+    int err_w = fds[r->err_target], floor = 2, lifted[MAX_FDS];
     const char *where = "start";
     char line[32];
-    for (uint32_t i = 0; i < r->ntargets; i++) {
-        if (r->targets[i] == -1) err_w = fds[i];
-        if (r->targets[i] > floor) floor = r->targets[i];
-    }
+    for (uint32_t i = 0; i < r->ntargets; i++)
+        if (r->targets[i] > floor) floor = r->targets[i];  /* at most MAX_TARGET: no overflow */
     close(sock_fd);
     snprintf(line, sizeof line, "C%d\n", (int)getpid());
-    say(err_w, line);
+    if (say(err_w, line) < 0) _exit(127);  /* nobody would learn of it: it must not run */
     setsid();  /* its own session and group: the call's kill signals the group */
     signal(SIGPIPE, SIG_DFL);
     floor += 1;
@@ -260,12 +282,11 @@ static void become(struct request *r, int *fds, int sock_fd, int join_cgroup) {
     for (uint32_t i = 0; i < r->ntargets; i++) {
         lifted[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, floor);
         if (lifted[i] < 0) { report(err_w, errno, where); _exit(127); }
-        if (r->targets[i] == -1) err_w = lifted[i];
     }
+    err_w = lifted[r->err_target];
     for (uint32_t i = 0; i < r->ntargets; i++) close(fds[i]);
     for (uint32_t i = 0; i < r->ntargets; i++)
         if (r->targets[i] >= 0 && dup2(lifted[i], r->targets[i]) < 0) goto failed;
-    if (r->bad) { errno = EINVAL; where = "exec"; goto failed; }
     if (join_cgroup >= 0) {
         where = "cgroup";
         int procs = openat(join_cgroup, "cgroup.procs", O_WRONLY | O_CLOEXEC);
@@ -273,9 +294,11 @@ static void become(struct request *r, int *fds, int sock_fd, int join_cgroup) {
     }
     if (r->flags & F_MKDIR) {
         where = "workdir";
+        if (r->bad_cwd) { errno = EINVAL; goto failed; }
         if (make_folders(r->cwd) < 0) goto failed;
     }
     where = "chdir";
+    if (r->bad_cwd) { errno = EINVAL; goto failed; }
     if (chdir(r->cwd) < 0) goto failed;
     if (r->flags & F_USER) {  /* as subprocess does: groups, gid, then uid */
         where = "user";
@@ -285,13 +308,15 @@ static void become(struct request *r, int *fds, int sock_fd, int join_cgroup) {
     where = "limits";
     if (r->flags & F_LIMITS) {
         for (int i = 0; i < 6; i++) {
-            if (r->limits[i] < 0) continue;
-            struct rlimit limit = {(rlim_t)r->limits[i], (rlim_t)r->limits[i]};
+            if (!(r->present & (1u << i))) continue;
+            rlim_t value = r->limits[i] == INFINITY_ ? RLIM_INFINITY : (rlim_t)r->limits[i];
+            struct rlimit limit = {value, value};
             if (setrlimit(RLIMITS[i], &limit) < 0) goto failed;
         }
+        if ((r->flags & F_NO_NEW_PRIVS) && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) goto failed;
     }
-    if ((r->flags & F_NO_NEW_PRIVS) && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) goto failed;
     where = "exec";
+    if (r->bad_exec) { errno = EINVAL; goto failed; }
     errno = exec_program(r);
 failed:
     report(err_w, errno, where);
@@ -301,18 +326,13 @@ failed:
 /* ---- the launcher --------------------------------------------------------------------- */
 
 /* Make one process for a request; returns whether clone3 may be tried next time. */
-static int start(struct request *r, int *fds, int nfds, int sock_fd, int use_clone3) {
-    int err_w = -1;
-    for (uint32_t i = 0; i < r->ntargets; i++)
-        if (r->targets[i] == -1) err_w = fds[i];
-    if (err_w < 0) return use_clone3;
-    int cgroup_fd = (r->flags & F_CGROUP) && (int)r->ntargets < nfds ? fds[r->ntargets] : -1;
+/* Make one process for a request whose descriptors all came (checked by serve); returns
+ * whether clone3 may be tried next time. */
+static int start(struct request *r, int *fds, int sock_fd, int use_clone3) {
+    int err_w = fds[r->err_target];
+    int cgroup_fd = (r->flags & F_CGROUP) ? fds[r->ntargets] : -1;
     int join = cgroup_fd;
     long pid = -1;
-    if (r->bad) {  /* nothing to start: say so before making anything */
-        report(err_w, EINVAL, "exec");
-        return use_clone3;
-    }
     if (use_clone3) {
         /* No exit_signal: with CLONE_PARENT the kernel takes ours (SIGCHLD), and refuses any other. */
         struct clone_args_v2 args;
@@ -336,7 +356,11 @@ static int start(struct request *r, int *fds, int nfds, int sock_fd, int use_clo
         /* else: this cgroup could not be entered at birth; clone, and join it before exec */
     }
     if (pid < 0) {
+#if defined(__s390x__) || defined(__s390__)
+        pid = syscall(SYS_clone, 0, CLONE_PARENT | SIGCHLD, 0, 0, 0);  /* the stack comes first there */
+#else
         pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
+#endif
         if (pid < 0) {
             report(err_w, errno, "start");
             return use_clone3;
@@ -384,13 +408,13 @@ static int read_exactly(int fd, unsigned char *into, size_t size) {
  * descriptors, or -1 at end of file or on a broken message. */
 static int receive(int sock, uint32_t *size, uint32_t *count, int *fds) {
     unsigned char header[8];
-    char control[CMSG_SPACE(MAX_FDS * sizeof(int))];
+    union { char buffer[CMSG_SPACE(MAX_FDS * sizeof(int))]; struct cmsghdr align; } control;
     struct iovec iov = {header, sizeof header};
     struct msghdr msg = {0};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
+    msg.msg_control = control.buffer;
+    msg.msg_controllen = sizeof control.buffer;
     ssize_t n;
     do n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
     int nfds = 0;
@@ -415,7 +439,11 @@ static void serve(int sock) {
         uint32_t size = 0, count = 0;
         int nfds = receive(sock, &size, &count, fds);
         if (nfds < 0) return;  /* the daemon closed the socket: it is stopping, or gone */
-        unsigned char *body = size && size <= MAX_BODY ? malloc(size) : NULL;
+        if (size == 0) {  /* no request at all: nothing to do */
+            for (int i = 0; i < nfds; i++) close(fds[i]);
+            continue;
+        }
+        unsigned char *body = size <= MAX_BODY ? malloc(size) : NULL;
         char *strings = body ? malloc(size) : NULL;
         if (!body || !strings || read_exactly(sock, body, size) < 0) {
             /* End of file, or a message no daemon of ours sends: stop; the daemon starts another. */
@@ -428,11 +456,16 @@ static void serve(int sock) {
             remember_spare(body + 1, size - 1);
         } else if (body[0] == 'R') {
             struct request r;
-            if (decode(body, size, &r, strings) == 0 && (int)count <= nfds)
-                use_clone3 = start(&r, fds, (int)count, sock, use_clone3);
+            /* Every descriptor the request names must have come with it: never a program
+             * outside its cgroup, never a descriptor of an earlier request. */
+            if (decode(body, size, &r, strings) == 0 && count <= (uint32_t)nfds
+                && r.ntargets + ((r.flags & F_CGROUP) ? 1u : 0u) <= count)
+                use_clone3 = start(&r, fds, sock, use_clone3);
             else
-                fprintf(stderr, "rungd launcher: a request failed: malformed\n");
+                fprintf(stderr, "rungd launcher: a request failed: malformed, or its descriptors did not all come\n");
             release(&r);
+        } else {
+            fprintf(stderr, "rungd launcher: a request failed: not a request\n");
         }
         for (int i = 0; i < nfds; i++) close(fds[i]);
         free(body);

@@ -45,11 +45,15 @@ the descriptors riding with its first byte, then the body: ``S`` and a cgroup's 
 or ``R`` and a start request, big-endian throughout:
 
     flags u8 (_MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS)
-    targets: count u16, then i32 each (the number each descriptor becomes; -1 the error pipe)
+    targets: count u16, then i32 each (the number each descriptor becomes; -1, exactly once,
+        the error pipe); the descriptors come in that order, then the cgroup's with _CGROUP
     with _USER: uid u32, gid u32, groups: count u16, then u32 each
-    with _LIMITS: six i64 in ``rungd.runner.limits.Limits.wire`` order, -1 for none
+    with _LIMITS: which are set, u8 (bit i: the i-th of ``Limits.wire``), then a u64 for each
+        set (all ones: RLIM_INFINITY); _NO_NEW_PRIVS counts only with _LIMITS
     cwd, then argv (count u32, then each), then env (count u32, then name and value each):
     every string a u32 length and its bytes
+
+A request either launcher cannot decode, or whose descriptors did not all come, starts nothing.
 """
 
 from __future__ import annotations
@@ -70,14 +74,19 @@ HEADER = struct.Struct("!II")  # body length, number of descriptors
 _INT = struct.Struct("i")
 MAX_FDS = 250
 MAX_BODY = 64 << 20  # the largest request either launcher reads (argv and env are far below)
+MAX_ITEMS = 1 << 20  # arguments and environment entries together (the kernel's own limit is lower)
+MAX_TARGET = 1 << 20  # the highest descriptor number a program's descriptor may become (fs.nr_open)
 _MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS = 1, 2, 4, 8, 16
-_U8, _U16, _U32, _I32, _I64 = (struct.Struct(f"!{kind}") for kind in "BHIiq")
+_U8, _U16, _U32, _I32, _U64 = (struct.Struct(f"!{kind}") for kind in "BHIiQ")
+_INFINITY = (1 << 64) - 1  # RLIM_INFINITY on the wire
+_MAX_LIMIT = (1 << 63) - 1
 _MAX_SPARES = 1000
 
 _CLONE_PARENT = 0x0000_8000
 _CLONE_INTO_CGROUP = 0x2_0000_0000
 _SYS_CLONE3 = 435  # the same number on every architecture (new system calls are shared)
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220, "ppc64le": 120, "s390x": 120}.get(platform.machine())
+_CLONE_STACK_FIRST = platform.machine() == "s390x"
 _PR_SET_NO_NEW_PRIVS = 38
 _RLIMITS = (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC,
             resource.RLIMIT_FSIZE, resource.RLIMIT_CORE)
@@ -95,6 +104,15 @@ _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
 
 
+class Unencodable(ValueError):
+    """A request no launcher can carry (a limit or an id out of range, too many items);
+    ``where`` is the step a launcher would have failed at."""
+
+    def __init__(self, where: str, why: str) -> None:
+        super().__init__(why)
+        self.where = where
+
+
 def encode_spare(path: bytes) -> bytes:
     """The body telling the launcher of a call cgroup it removes if the daemon dies."""
     return b"S" + path
@@ -104,17 +122,35 @@ def encode_start(argv: list[bytes], env: dict[bytes, bytes], cwd: bytes, *, mkdi
                  limits: tuple[object, ...] | None, user: tuple[int, int, list[int]] | None,
                  targets: list[int], cgroup: bool) -> bytes:
     """The body of a start request (its descriptors go beside it: one per target, then the
-    cgroup's when ``cgroup``)."""
+    cgroup's when ``cgroup``).
+
+    Raises:
+        Unencodable: a value the wire (and the kernel) cannot take.
+    """
+    if not 0 < len(targets) <= MAX_FDS or targets.count(-1) != 1 or not all(-1 <= t <= MAX_TARGET for t in targets):
+        raise Unencodable("start", "descriptors out of range")
+    if not argv or len(argv) + len(env) > MAX_ITEMS:
+        raise Unencodable("exec", "too many arguments")
     flags = (_MKDIR if mkdir else 0) | (_CGROUP if cgroup else 0)
     parts = [b"", _U16.pack(len(targets)), *map(_I32.pack, targets)]
     if user is not None:
         flags |= _USER
         uid, gid, groups = user
+        if not all(0 <= n < 0xFFFF_FFFF for n in (uid, gid, *groups)) or len(groups) > 0xFFFF:
+            raise Unencodable("user", "a user or group id out of range")
         parts += [_U32.pack(uid), _U32.pack(gid), _U16.pack(len(groups)), *map(_U32.pack, groups)]
     if limits is not None:
         flags |= _LIMITS
         *values, no_new_privs = limits
-        parts += [_I64.pack(-1 if value is None else value) for value in values]
+        present, chosen = 0, []
+        for bit, value in enumerate(values):
+            if value is None:
+                continue
+            if not (value == resource.RLIM_INFINITY or 0 <= value <= _MAX_LIMIT):  # type: ignore[operator]
+                raise Unencodable("limits", f"a limit out of range: {value}")
+            present |= 1 << bit
+            chosen.append(_U64.pack(_INFINITY if value == resource.RLIM_INFINITY else value))
+        parts += [_U8.pack(present), *chosen]
         if no_new_privs:
             flags |= _NO_NEW_PRIVS
     parts[0] = b"R" + _U8.pack(flags)
@@ -166,15 +202,23 @@ def decode(body: bytes) -> dict:
         uid, gid = read.take(_U32), read.take(_U32)
         user = (uid, gid, [read.take(_U32) for _ in range(read.take(_U16))])
     if flags & _LIMITS:
-        values: list[object] = [read.take(_I64) for _ in _RLIMITS]
-        limits = (*(None if value == -1 else value for value in values), bool(flags & _NO_NEW_PRIVS))
+        present = read.take(_U8)
+        if present >> len(_RLIMITS):
+            raise ValueError("a limit no launcher knows")
+        values: list[object] = [None] * len(_RLIMITS)
+        for bit in range(len(_RLIMITS)):
+            if present & (1 << bit):
+                value = read.take(_U64)
+                values[bit] = resource.RLIM_INFINITY if value == _INFINITY else value
+        limits = (*values, bool(flags & _NO_NEW_PRIVS))
     cwd = read.string()
     argv = [read.string() for _ in range(read.take(_U32))]
     env = {}
     for _ in range(read.take(_U32)):
         name = read.string()
         env[name] = read.string()
-    if read.at != len(body) or not targets or not argv:
+    if (read.at != len(body) or not targets or not argv or targets.count(-1) != 1
+            or not all(-1 <= t <= MAX_TARGET for t in targets) or flags >> 5):
         raise ValueError("a malformed request")
     return {"targets": targets, "user": user, "limits": limits, "cwd": cwd, "argv": argv, "env": env,
             "mkdir": bool(flags & _MKDIR), "cgroup": bool(flags & _CGROUP)}
@@ -185,9 +229,12 @@ def apply_limits(limits: tuple[object, ...]) -> None:
     *values, no_new_privs = limits
     for which, value in zip(_RLIMITS, values):
         if value is not None:
-            resource.setrlimit(which, (value, value))
-    if no_new_privs:
-        _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            try:
+                resource.setrlimit(which, (value, value))
+            except ValueError as exc:  # what the kernel said, as launcher.c reports it
+                raise OSError(errno.EPERM if "not allowed" in str(exc) else errno.EINVAL, str(exc)) from None
+    if no_new_privs and _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "no_new_privs")
 
 
 def serve(sock_fd: int) -> None:
@@ -231,6 +278,8 @@ def _serve(conn: socket.socket, sock_fd: int, spares: set[bytes]) -> None:
                     spares.intersection_update({path for path in spares if os.path.exists(path)})
                 spares.add(spec["spare"])
                 continue
+            if not len(spec["targets"]) + spec["cgroup"] <= count <= len(fds):
+                raise ValueError("the request's descriptors did not all come")  # never start without one
             clone3 = _start(spec, fds[:count], sock_fd, clone3)
         except Exception as exc:  # noqa: BLE001 - a bad request must not stop the launcher
             _say(f"rungd launcher: a request failed: {exc!r}")
@@ -279,7 +328,9 @@ def _start(spec: dict, fds: list[int], sock_fd: int, clone3: bool) -> bool:
         if _SYS_CLONE is None:
             _report(err_w, errno.ENOSYS, "start")
             return clone3
-        pid = _syscall(_SYS_CLONE, _CLONE_PARENT | signal.SIGCHLD, 0, 0, 0, 0)
+        flags = _CLONE_PARENT | signal.SIGCHLD
+        # s390x takes the stack first and the flags second; every other architecture the flags first.
+        pid = _syscall(_SYS_CLONE, 0, flags, 0, 0, 0) if _CLONE_STACK_FIRST else _syscall(_SYS_CLONE, flags, 0, 0, 0, 0)
         if pid < 0:
             _report(err_w, ctypes.get_errno(), "start")
             return clone3
