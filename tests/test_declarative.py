@@ -485,6 +485,60 @@ def test_a_pattern_decides_on_a_slash_but_never_lets_a_dotdot_part_through() -> 
         names_no_file("--config={file}", "file", "/etc/shadow", constrained=False, allow_path=False)
 
 
+SYSCTL_TOOL = """
+[program]
+name = "sysctl"
+command = "sysctl"
+
+[tools.kernel_setting_show]
+argv = ["-n", "{key}"]
+[tools.kernel_setting_show.description]
+does = "Reads one kernel setting."
+use_when = "you need a kernel setting."
+do_not_use_when = "you want to change one."
+returns = "its value."
+on_error = "NOT_FOUND: check the key."
+if_unknown = "ask the user."
+[tools.kernel_setting_show.inputs.key]
+description = "The setting, e.g. kernel.ostype."
+example = "kernel.ostype"
+pattern = "[a-z][a-z0-9_.=-]*"
+[tools.kernel_setting_show.parse]
+kind = "lines"
+"""
+
+
+async def test_a_pattern_holds_the_whole_value_and_sysctl_never_sets_through_a_read(short_tmp, nursery) -> None:
+    from rungd.testing import start_daemon
+
+    if shutil.which("sysctl") is None:
+        pytest.skip("sysctl (procps) is not installed")
+    folder = short_tmp / "tools"
+    folder.mkdir()
+    (folder / "sysctl.toml").write_text(SYSCTL_TOOL)
+    daemon = await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
+    read = await daemon.call("kernel_setting_show", {"key": "kernel.ostype"})
+    assert (read.status, read.fields["lines"]) == ("ok", ["Linux"]), read.error
+    # The pattern has no ^...$: still held to the whole value, so no '/' rides in on its letters.
+    env = await daemon.call("kernel_setting_show", {"key": "/etc/shadow"})
+    assert (env.error.code, env.outcome) == ("BAD_INPUT", "not_started"), env.error
+    # procps sysctl sets a value whenever a word holds '=', -w or not; the pattern allowed it.
+    before = Path("/proc/sys/kernel/domainname").read_text()
+    env = await daemon.call("kernel_setting_show", {"key": "kernel.domainname=rungd-test"})
+    assert (env.error.code, env.outcome) == ("BAD_INPUT", "not_started"), env.error
+    assert "sysctl set that value" in env.error.message
+    assert Path("/proc/sys/kernel/domainname").read_text() == before
+    daemon.daemon.stop()
+
+
+def test_a_connection_string_never_reaches_a_libpq_program_through_an_input() -> None:
+    from rungd_plugins.declarative.programs import refused_value
+
+    assert "connection string" in refused_value(Path("/usr/bin/psql"), "host=evil port=5432 dbname=x")
+    assert refused_value(Path("/usr/bin/psql"), "sales") is None
+    assert refused_value(Path("/usr/bin/cat"), "a=b") is None
+
+
 def test_a_settle_matches_test_never_takes_its_pattern_from_an_input(short_tmp) -> None:
     text = TOOL_FILE + '''
 [tools.stock_count_set.settle]

@@ -257,6 +257,19 @@ def test_inputs_nested_and_listed_are_checked_too() -> None:
     assert any(f.code == "schema.open_object" and "rows[]" in f.message for f in found)
 
 
+def test_a_pattern_a_value_only_has_to_contain_is_a_should_fix() -> None:
+    def schema(pattern: str) -> dict[str, Any]:
+        return {"type": "object", "additionalProperties": False, "required": ["name"],
+                "properties": {"name": {"type": "string", "description": "The record's name.", "examples": ["a"],
+                                        "maxLength": 32, "pattern": pattern}}}
+
+    found = [f for f in lint([definition(input_schema=schema("[a-z0-9._-]+"))]) if f.code == "input.pattern_unanchored"]
+    assert [f.rank for f in found] == ["should-fix"] and "'name'" in found[0].message
+    for anchored in (r"^[a-z]+$", r"\A[a-z]+\Z", r"(?i)^[a-z]+$"):
+        assert not [f for f in lint([definition(input_schema=schema(anchored))])
+                    if f.code == "input.pattern_unanchored"], anchored
+
+
 def test_names_close_enough_to_confuse_are_reported_on_both() -> None:
     assert too_close("get_customer", "get_customers")
     assert too_close("inventory_item_show", "inventory-item-show")

@@ -140,6 +140,8 @@ _OPTIONS = re.compile(
     r"'[^']+',\s*'[^']+'|\"[^\"]+\",\s*\"[^\"]+\"|`[^`]+`,\s*`[^`]+`|\b\w+ \| \w+",
     re.IGNORECASE,
 )
+# A pattern held to the whole value: ^ (or \A) first, $ (or \Z) last, optionally after inline flags.
+_ANCHORED = re.compile(r"(\(\?[a-zA-Z]+\))?(\^|\\A).*(\$|\\Z)", re.DOTALL)
 _PROSE_LENGTH = 64  # a string allowed this long is free text, whatever its name
 _EXAMPLE_TEXT = re.compile(r"\bexample\b|\be\.g\.|\bfor instance\b|\blike\b", re.IGNORECASE)
 _UNDO_TEXT = re.compile(
@@ -586,6 +588,15 @@ def _check_property(
             out.append(Finding(
                 d.name, "consider", "input.unbounded", f"input '{path}' is a string with no length or pattern",
                 "declare max_length or a pattern, so the model sees the limit the daemon enforces",
+            ))
+        pattern = resolved.get("pattern")
+        if isinstance(pattern, str) and not _ANCHORED.fullmatch(pattern):
+            # pydantic (and JSON Schema) search a pattern anywhere in the value: "[a-z]+" lets
+            # "/etc/shadow" through on its letters. (Tool files are anchored by the loader.)
+            out.append(Finding(
+                d.name, "should-fix", "input.pattern_unanchored",
+                f"input '{path}' has the pattern {pattern!r}, which a value only has to contain",
+                "anchor it: pattern=r\"^...$\", so the whole value must match",
             ))
     if kind in ("integer", "number") and not enum:
         low = any(k in resolved for k in ("minimum", "exclusiveMinimum"))

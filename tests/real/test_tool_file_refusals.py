@@ -191,3 +191,34 @@ def test_environment_that_names_a_program_is_refused_at_load(tmp_path, variable)
     with pytest.raises(ConfigError) as caught:
         load(tmp_path, "ls", '["{v}"]', f'env = {{ {variable} = "sh -c id" }}')
     assert f"key tools.x_item_show.env.{variable}: a tool file may not set {variable}" in str(caught.value)
+
+
+@pytest.mark.parametrize(("name", "argv", "more", "key", "words"), [
+    # Languages that read any file by name: the caller's text would print /etc/shadow back.
+    ("cpp", '["-P"]', 'stdin_input = "v"\nstdin_eof = true', "tools.x_item_show.stdin_input", "#include"),
+    ("gcc", '["-fsyntax-only", "-x", "c", "-"]', 'stdin_input = "v"\nstdin_eof = true',
+     "tools.x_item_show.stdin_input", "#include"),
+    ("as", '["-a"]', 'stdin_input = "v"\nstdin_eof = true', "tools.x_item_show.stdin_input", ".include"),
+    ("groff", '["-Tutf8", "-man"]', 'stdin_input = "v"\nstdin_eof = true', "tools.x_item_show.stdin_input", ".so"),
+    ("jq", '["-n", "{v}"]', "", "tools.x_item_show.argv[1]", "$ENV"),
+    # ps reads "e" as "show every environment"; sqlite3 reads a word an input begins as a dot-command.
+    ("ps", '["-o", "pid=,args=", "{v}"]', "", "tools.x_item_show.argv[2]", "integer or an enum"),
+    ("sqlite3", '["-safe", "-readonly", "/srv/n.db", "{v}"]', "", "tools.x_item_show.argv[3]", ".trace"),
+])
+def test_a_program_that_reads_an_input_as_more_than_data_is_refused_at_load(tmp_path, name, argv, more, key,
+                                                                             words) -> None:
+    program = stand_in(tmp_path, name)
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, str(program), argv, more)
+    message = str(caught.value)
+    assert f"key {key}:" in message and words in message, message
+
+
+def test_the_safe_forms_of_those_programs_load(tmp_path) -> None:
+    load(tmp_path, str(stand_in(tmp_path, "jq")), '["-n", "--arg", "name", "{v}", "$name"]')
+    load(tmp_path, str(stand_in(tmp_path, "sqlite3")),
+         '["-safe", "-readonly", "/srv/n.db", "SELECT count FROM t WHERE item = \'{v}\'"]')
+    path = tmp_path / "x.toml"  # ps with a pid that is a number: "e" cannot be one
+    path.write_text(BASE.replace("{cmd}", str(stand_in(tmp_path, "ps"))).replace("{argv}", '["-o", "pid=", "-p", "{v}"]')
+                    .replace("{more}", "").replace('example = "a"', 'example = 1\ntype = "integer"'))
+    read_tool_file(path)

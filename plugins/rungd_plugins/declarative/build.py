@@ -361,6 +361,19 @@ def _check_expectation(path: Path, key: str, value: Any, inputs: dict[str, Input
             raise fail(f"{{{ref}}} is not one of the tool's inputs ({', '.join(inputs) or 'none'})")
 
 
+_FLAGS = re.compile(r"\(\?[a-zA-Z]+\)")
+
+
+def whole_match(pattern: str | None) -> str | None:
+    """An input's pattern, held to the whole value: pydantic searches a pattern anywhere in it,
+    so "[a-z0-9._-]+" would let "/etc/shadow" through on its letters."""
+    if pattern is None:
+        return None
+    flags = _FLAGS.match(pattern)
+    head, body = (flags.group(0), pattern[flags.end():]) if flags else ("", pattern)
+    return f"{head}^(?:{body})$"
+
+
 def _inputs_model(name: str, inputs: dict[str, InputSpec], more: dict[str, Any] | None = None, *,
                   multiline: str | None = None) -> type[ToolInputs]:
     fields: dict[str, Any] = dict(more or {})
@@ -373,7 +386,7 @@ def _inputs_model(name: str, inputs: dict[str, InputSpec], more: dict[str, Any] 
         info = Field(
             description=spec.description,
             examples=[spec.example],
-            pattern=spec.pattern,
+            pattern=whole_match(spec.pattern),
             min_length=spec.min_length,
             max_length=spec.max_length,
             ge=spec.minimum,
@@ -447,6 +460,11 @@ class _ProgramRunner:
                     declared = spec.inputs[used]
                     names_no_file(template, used, values.get(used), allow_path=declared.allow_path,
                                   constrained=bool(declared.enum or declared.pattern))
+            for used in placeholders(template) if isinstance(template, str) else ():
+                value = values.get(used)
+                if value is not None and (why := programs.refused_value(self.command, str(value))) is not None:
+                    raise BadInput(f"{used}: {str(value)!r} is refused for {self.command.name}: {why}",
+                                   hint=f"give {used} as a plain name")
             if name is not None and word.startswith("-") and not spec.inputs[name].allow_dash:
                 # A number (-5) would read as an option as much as a string would; strings are
                 # refused at validation, every other type here.

@@ -17,6 +17,7 @@ options that make a program run a command (``find -exec``, ``tar --to-command``,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import pwd
 import re
@@ -64,6 +65,14 @@ _COMMAND_CLIENTS: dict[str, tuple[tuple[str, ...], str]] = {
     # What they read is run later, by cron, atd or in another namespace.
     "crontab": ((), "installs commands cron runs"), "at": (("-f",), "queues commands atd runs"),
     "batch": (("-f",), "queues commands atd runs"), "ip": ((), "runs ip netns exec"),
+    # Languages that read any file by name: a caller's text would print /etc/shadow back.
+    **{name: ((), "reads any file it names (#include)") for name in (
+        "cpp", "gcc", "cc", "c++", "g++", "clang", "clang++", "tcc", "c89", "c99")},
+    "as": ((), "reads any file it names (.include, .incbin)"),
+    **{name: ((), "reads any file it names (.so) and, unsafe, runs commands") for name in (
+        "groff", "nroff", "troff", "tbl", "eqn", "pic", "soelim", "refer", "grog", "grap", "chem")},
+    "patch": ((), "writes files and symlinks wherever the patch says"),
+    "jq": ((), "reads the program's environment ($ENV, env) and any file given to it"),
 }
 # Programs whose whole job is to run another program given on their command line.
 EXEC_WRAPPERS = frozenset("""
@@ -236,6 +245,69 @@ def refused_program(command: Path) -> str | None:
     return None
 
 
+# Programs that read a word without a dash as options: ps (BSD options: "e" shows every
+# process's environment, credentials included). An input there must be a number or an enum.
+_BARE_OPTIONS = {"ps": "reads a word without a dash as BSD options (ps e prints environments)"}
+# sqlite3's options that take a value (the word after them is no SQL).
+_SQLITE_VALUED = frozenset("-cmd --cmd -init --init -separator --separator -newline --newline -nullvalue "
+                           "--nullvalue -lookaside --lookaside -maxsize --maxsize -mmap --mmap -pagecache "
+                           "--pagecache -vfs --vfs -escape --escape".split())
+# Programs for which an input's value is refused at call time when it holds a character that
+# turns a name into something else (see refused_value).
+_VALUE_RULES: dict[str, tuple[str, str]] = {
+    # procps sysctl writes whenever a word holds '=', -w or not.
+    "sysctl": ("=", "a word with '=' makes sysctl set that value"),
+    # libpq takes a connection string wherever it takes a database name: the caller would
+    # choose the server, and the tool's password would go to it.
+    **{name: ("=", "a word with '=' is a connection string: it would choose the server the credentials go to")
+       for name in ("psql", "pg_dump", "pg_dumpall", "pg_restore", "pg_isready", "createdb", "dropdb",
+                    "vacuumdb", "reindexdb", "clusterdb", "createuser", "dropuser", "pg_basebackup")},
+}
+
+
+def refused_value(command: Path, value: str) -> str | None:
+    """Why ``value`` may not reach ``command`` through an input, or None (checked per call)."""
+    rule = _value_rule(command)
+    if rule is not None and rule[0] in value:
+        return rule[1]
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _value_rule(command: Path) -> tuple[str, str] | None:
+    return _VALUE_RULES.get(command.name) or _VALUE_RULES.get(Path(os.path.realpath(command)).name)
+
+
+def _check_operands(path: Path, key: str, command: Path, spec: ToolSpec) -> None:
+    """Refuse inputs where the program reads a plain word as something else than data."""
+    names = {command.name, Path(os.path.realpath(command)).name}
+    argv = list(spec.argv)
+    for name in sorted(names & set(_BARE_OPTIONS)):
+        for i, word in enumerate(argv):
+            loose = [ref for ref in placeholders(word) if ref in spec.inputs
+                     and spec.inputs[ref].type != "integer" and not spec.inputs[ref].enum]
+            if loose:
+                raise ConfigError(f"{path}: key {key}.argv[{i}]: {name} {_BARE_OPTIONS[name]}: the input "
+                                  f"{loose[0]!r} must be an integer or an enum here")
+    if "sqlite3" in names:
+        positional = 0
+        skip = False
+        for i, word in enumerate(argv):
+            if skip:
+                skip = False
+                continue
+            if word.startswith("-"):
+                skip = word in _SQLITE_VALUED
+                continue
+            positional += 1
+            # After the database, each word is SQL or a dot-command: one an input begins could be
+            # ".trace FILE", which writes any file even under -safe.
+            if positional > 1 and word.startswith("{") and placeholders(word):
+                raise ConfigError(f"{path}: key {key}.argv[{i}]: {word!r}: a SQL word that begins with an input "
+                                  "could be a dot-command (.trace FILE writes any file, even with -safe): "
+                                  "write the SQL in argv and put the input inside it, held to a pattern")
+
+
 def check_argv(path: Path, key: str, program: Resolved, spec: ToolSpec, *, user: str | None) -> None:
     """Refuse a tool whose argv would make its program run a command rungd cannot see.
 
@@ -247,6 +319,7 @@ def check_argv(path: Path, key: str, program: Resolved, spec: ToolSpec, *, user:
     """
     dashed = {name for name, inp in spec.inputs.items() if inp.allow_dash}
     _check_words(path, key, program.command, list(spec.argv), 0, dashed, spec.stdin_input)
+    _check_operands(path, key, program.command, spec)
 
 
 def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: int, dashed: set[str],
@@ -392,6 +465,11 @@ def _check_client(name: str, argv: list[str], stdin_input: str | None, fail, pat
             if placeholders(word) and not word.startswith("-") and (i == 0 or argv[i - 1] != "-u"):
                 raise fail(i, f"{word!r}: crontab installs the file it is given, and cron runs its commands; an "
                               "input may name the user (-u), never the table")
+    if name == "jq":  # its first word that is no option is its program
+        first = next((i for i, word in enumerate(argv) if not word.startswith("-")), None)
+        if first is not None and placeholders(argv[first]):
+            raise fail(first, f"{argv[first]!r}: jq's filter is a language that {does}; an input there would be "
+                              "code: write the filter in argv and pass values with --arg NAME {input}")
     if name == "ip":
         for i, word in enumerate(argv):
             # ip takes any unique prefix: -b, -ba, --batch read a file of commands; "e" is exec
