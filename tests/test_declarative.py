@@ -531,6 +531,27 @@ async def test_a_pattern_holds_the_whole_value_and_sysctl_never_sets_through_a_r
     daemon.daemon.stop()
 
 
+async def test_two_inputs_that_climb_together_are_refused(short_tmp, nursery) -> None:
+    from rungd.testing import start_daemon
+
+    text = SYSCTL_TOOL.replace('command = "sysctl"', 'command = "ls"').replace(
+        'argv = ["-n", "{key}"]', 'argv = ["-d", "--", "{key}{rest}"]').replace(
+        'pattern = "[a-z][a-z0-9_.=-]*"', 'pattern = "[a-z./]+"') + textwrap.dedent("""
+        [tools.kernel_setting_show.inputs.rest]
+        description = "More of the name."
+        example = "x"
+        pattern = "[a-z./]+"
+        """)
+    folder = short_tmp / "tools"
+    folder.mkdir()
+    (folder / "ls.toml").write_text(text)
+    daemon = await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
+    env = await daemon.call("kernel_setting_show", {"key": "x/.", "rest": "./y"})  # each alone is fine
+    assert (env.error.code, env.outcome) == ("BAD_INPUT", "not_started"), env.error
+    assert "climbs out by '..'" in env.error.message
+    daemon.daemon.stop()
+
+
 def test_a_connection_string_never_reaches_a_libpq_program_through_an_input() -> None:
     from rungd_plugins.declarative.programs import refused_value
 

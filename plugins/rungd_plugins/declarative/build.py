@@ -460,7 +460,13 @@ class _ProgramRunner:
                     declared = spec.inputs[used]
                     names_no_file(template, used, values.get(used), allow_path=declared.allow_path,
                                   constrained=bool(declared.enum or declared.pattern))
-            for used in placeholders(template) if isinstance(template, str) else ():
+            used_here = placeholders(template) if isinstance(template, str) else []
+            if len(used_here) > 1 and ".." in word.split("/") and ".." not in literal_text(template).split("/") \
+                    and not any(spec.inputs[used].allow_path for used in used_here):
+                # Each input passed on its own, and together they climb: {a}{b} with "x/." and "./y".
+                raise BadInput(f"{', '.join(used_here)}: together they make {word!r}, which climbs out by '..'",
+                               hint="give values that do not end or begin with '.' next to each other")
+            for used in used_here:
                 value = values.get(used)
                 if value is not None and (why := programs.refused_value(self.command, str(value))) is not None:
                     raise BadInput(f"{used}: {str(value)!r} is refused for {self.command.name}: {why}",
