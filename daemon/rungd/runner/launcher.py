@@ -38,7 +38,8 @@ new process before anything else, so no program can ask the launcher for anythin
 ``launcher.c`` is the same launcher compiled (where the package was built with a C compiler): a
 copy of a small C process is made and exec'd in about half the time a copy of this one takes.
 Both read the wire format below (:func:`encode_start`, :func:`encode_spare`, :func:`decode`);
-the daemon uses the compiled one only when it was built from the ``launcher.c`` beside this file.
+the daemon uses the compiled one only when it was built from the ``launcher.c`` beside this file
+and from this file (its ``--source`` digest covers both: the wire is defined here).
 
 The wire: each message is ``HEADER`` (body length, number of descriptors, big-endian u32 each),
 the descriptors riding with its first byte, then the body: ``S`` and a cgroup's path (a spare),
