@@ -475,14 +475,14 @@ def test_a_pattern_decides_on_a_slash_but_never_lets_a_dotdot_part_through() -> 
     from rungd.errors import BadInput
     from rungd_plugins.declarative.templates import names_no_file
 
-    names_no_file("{file}", "file", "/srv/data/x.csv", constrained=True, allow_path=False)
-    names_no_file("{file}", "file", "HEAD..main", constrained=False, allow_path=False)  # not a '..' part
-    names_no_file("{n}", "n", 5, constrained=False, allow_path=False)
-    names_no_file("{file}", "file", "../../etc/shadow", constrained=False, allow_path=True)  # said so
+    names_no_file("file", "/srv/data/x.csv", constrained=True, allow_path=False)
+    names_no_file("file", "HEAD..main", constrained=False, allow_path=False)  # not a '..' part
+    names_no_file("n", 5, constrained=False, allow_path=False)
+    names_no_file("file", "../../etc/shadow", constrained=False, allow_path=True)  # said so
     with pytest.raises(BadInput, match="'.' or '..'"):
-        names_no_file("{file}", "file", "/srv/data/../../etc/shadow", constrained=True, allow_path=False)
+        names_no_file("file", "/srv/data/../../etc/shadow", constrained=True, allow_path=False)
     with pytest.raises(BadInput, match="has a '/'"):
-        names_no_file("--config={file}", "file", "/etc/shadow", constrained=False, allow_path=False)
+        names_no_file("file", "/etc/shadow", constrained=False, allow_path=False)
 
 
 SYSCTL_TOOL = """

@@ -216,6 +216,7 @@ def test_a_program_that_reads_an_input_as_more_than_data_is_refused_at_load(tmp_
 
 def test_the_safe_forms_of_those_programs_load(tmp_path) -> None:
     load(tmp_path, str(stand_in(tmp_path, "jq")), '["-n", "--arg", "name", "{v}", "$name"]')
+    load(tmp_path, str(stand_in(tmp_path, "jq")), '["-c", ".items"]', 'stdin_input = "v"\nstdin_eof = true')  # data
     load(tmp_path, str(stand_in(tmp_path, "sqlite3")),
          '["-safe", "-readonly", "/srv/n.db", "SELECT count FROM t WHERE item = \'{v}\'"]')
     path = tmp_path / "x.toml"  # ps with a pid that is a number: "e" cannot be one

@@ -458,7 +458,7 @@ class _ProgramRunner:
             if isinstance(template, str) and "/" not in literal_text(template):
                 for used in placeholders(template):
                     declared = spec.inputs[used]
-                    names_no_file(template, used, values.get(used), allow_path=declared.allow_path,
+                    names_no_file(used, values.get(used), allow_path=declared.allow_path,
                                   constrained=bool(declared.enum or declared.pattern))
             used_here = placeholders(template) if isinstance(template, str) else []
             if len(used_here) > 1 and ".." in word.split("/") and ".." not in literal_text(template).split("/") \

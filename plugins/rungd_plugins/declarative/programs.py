@@ -72,7 +72,6 @@ _COMMAND_CLIENTS: dict[str, tuple[tuple[str, ...], str]] = {
     **{name: ((), "reads any file it names (.so) and, unsafe, runs commands") for name in (
         "groff", "nroff", "troff", "tbl", "eqn", "pic", "soelim", "refer", "grog", "grap", "chem")},
     "patch": ((), "writes files and symlinks wherever the patch says"),
-    "jq": ((), "reads the program's environment ($ENV, env) and any file given to it"),
 }
 # Programs whose whole job is to run another program given on their command line.
 EXEC_WRAPPERS = frozenset("""
@@ -344,6 +343,12 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
             raise fail(0, f"{name} {does} unless it is given {sandbox[0]}: add {sandbox[0]!r} to argv")
     if "git" in names:
         _check_git_config(argv, fail)
+    if "jq" in names:  # its first word that is no option is its program; stdin is only data
+        first = next((i for i, word in enumerate(argv) if not word.startswith("-")), None)
+        if first is not None and placeholders(argv[first]):
+            raise fail(first, f"{argv[first]!r}: jq's filter is a language that reads the program's environment "
+                              "($ENV) and files: an input there would be code: write the filter in argv and pass "
+                              "values with --arg NAME {input}")
     if names & {"apt-get", "apt", "aptitude"}:
         for i, word in enumerate(argv):
             value = _option_value(word, argv, i, ("-o", "--option", "-c", "--config-file"))
@@ -465,11 +470,6 @@ def _check_client(name: str, argv: list[str], stdin_input: str | None, fail, pat
             if placeholders(word) and not word.startswith("-") and (i == 0 or argv[i - 1] != "-u"):
                 raise fail(i, f"{word!r}: crontab installs the file it is given, and cron runs its commands; an "
                               "input may name the user (-u), never the table")
-    if name == "jq":  # its first word that is no option is its program
-        first = next((i for i, word in enumerate(argv) if not word.startswith("-")), None)
-        if first is not None and placeholders(argv[first]):
-            raise fail(first, f"{argv[first]!r}: jq's filter is a language that {does}; an input there would be "
-                              "code: write the filter in argv and pass values with --arg NAME {input}")
     if name == "ip":
         for i, word in enumerate(argv):
             # ip takes any unique prefix: -b, -ba, --batch read a file of commands; "e" is exec

@@ -63,7 +63,7 @@ def literal_text(template: str) -> str:
     return "".join(text for text, _, _, _ in _FORMATTER.parse(template))
 
 
-def names_no_file(template: str, name: str, value: Any, *, constrained: bool, allow_path: bool) -> None:
+def names_no_file(name: str, value: Any, *, constrained: bool, allow_path: bool) -> None:
     """Refuse an input that would name a file where the tool file did not say it may.
 
     For an input that is a whole argument (``{file}``) or sits in a word with no ``/``
