@@ -204,6 +204,11 @@ def test_environment_that_names_a_program_is_refused_at_load(tmp_path, variable)
     # ps reads "e" as "show every environment"; sqlite3 reads a word an input begins as a dot-command.
     ("ps", '["-o", "pid=,args=", "{v}"]', "", "tools.x_item_show.argv[2]", "integer or an enum"),
     ("sqlite3", '["-safe", "-readonly", "/srv/n.db", "{v}"]', "", "tools.x_item_show.argv[3]", ".trace"),
+    ("sqlite3", '["-safe", "/srv/n.db", "SELECT 1 WHERE x = \'{v}\'"]', "", "tools.x_item_show.argv[2]",
+     "a quote in it"),
+    # A URL's scheme or host from a free input: the caller would choose the server.
+    ("curl", '["-s", "https://{v}/api"]', "", "tools.x_item_show.argv[1]", "scheme or host"),
+    ("curl", '["-s", "{v}://api.example/x"]', "", "tools.x_item_show.argv[1]", "scheme or host"),
 ])
 def test_a_program_that_reads_an_input_as_more_than_data_is_refused_at_load(tmp_path, name, argv, more, key,
                                                                              words) -> None:
@@ -217,8 +222,11 @@ def test_a_program_that_reads_an_input_as_more_than_data_is_refused_at_load(tmp_
 def test_the_safe_forms_of_those_programs_load(tmp_path) -> None:
     load(tmp_path, str(stand_in(tmp_path, "jq")), '["-n", "--arg", "name", "{v}", "$name"]')
     load(tmp_path, str(stand_in(tmp_path, "jq")), '["-c", ".items"]', 'stdin_input = "v"\nstdin_eof = true')  # data
-    load(tmp_path, str(stand_in(tmp_path, "sqlite3")),
-         '["-safe", "-readonly", "/srv/n.db", "SELECT count FROM t WHERE item = \'{v}\'"]')
+    path = tmp_path / "x.toml"  # SQL with an input held to a pattern that leaves it no quote
+    path.write_text(BASE.replace("{cmd}", str(stand_in(tmp_path, "sqlite3"))).replace("{more}", "").replace(
+        "{argv}", '["-safe", "-readonly", "/srv/n.db", "SELECT count FROM t WHERE item = \'{v}\'"]')
+        + 'pattern = "^[a-z]+$"\n')
+    read_tool_file(path)
     path = tmp_path / "x.toml"  # ps with a pid that is a number: "e" cannot be one
     path.write_text(BASE.replace("{cmd}", str(stand_in(tmp_path, "ps"))).replace("{argv}", '["-o", "pid=", "-p", "{v}"]')
                     .replace("{more}", "").replace('example = "a"', 'example = 1\ntype = "integer"'))

@@ -305,6 +305,28 @@ def _check_operands(path: Path, key: str, command: Path, spec: ToolSpec) -> None
                 raise ConfigError(f"{path}: key {key}.argv[{i}]: {word!r}: a SQL word that begins with an input "
                                   "could be a dot-command (.trace FILE writes any file, even with -safe): "
                                   "write the SQL in argv and put the input inside it, held to a pattern")
+            # Inside SQL, a free text input could close a quote and add its own statement.
+            loose = [ref for ref in placeholders(word) if positional > 1 and _free_text(spec, ref)]
+            if loose:
+                raise ConfigError(f"{path}: key {key}.argv[{i}]: the input {loose[0]!r} sits inside SQL with no "
+                                  "pattern or enum: a quote in it would end the string and add SQL of the "
+                                  "caller's; give it a pattern with no quote (e.g. ^[A-Za-z0-9 .,-]{1,64}$)")
+    for i, word in enumerate(argv):
+        # A URL's scheme or host from an input: the caller would choose the server (or file://),
+        # and what the tool sends it.
+        scheme, separator, rest = word.partition("://")
+        host = rest.split("/", 1)[0]
+        loose = [ref for ref in placeholders(f"{scheme}/{host}") if separator and _free_text(spec, ref)]
+        if loose:
+            raise ConfigError(f"{path}: key {key}.argv[{i}]: {word!r}: the input {loose[0]!r} is in the URL's "
+                              "scheme or host with no pattern or enum: the caller would choose the server (and "
+                              "what the tool sends it, credentials included); hold it to an enum or a pattern")
+
+
+def _free_text(spec: ToolSpec, name: str) -> bool:
+    """Whether an input is free text: a string held to no enum and no pattern."""
+    declared = spec.inputs.get(name)
+    return declared is not None and declared.type == "string" and not declared.enum and not declared.pattern
 
 
 def check_argv(path: Path, key: str, program: Resolved, spec: ToolSpec, *, user: str | None) -> None:
