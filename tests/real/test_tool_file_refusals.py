@@ -201,6 +201,7 @@ def test_environment_that_names_a_program_is_refused_at_load(tmp_path, variable)
     ("as", '["-a"]', 'stdin_input = "v"\nstdin_eof = true', "tools.x_item_show.stdin_input", ".include"),
     ("groff", '["-Tutf8", "-man"]', 'stdin_input = "v"\nstdin_eof = true', "tools.x_item_show.stdin_input", ".so"),
     ("jq", '["-n", "{v}"]', "", "tools.x_item_show.argv[1]", "$ENV"),
+    ("jq", '["--arg", "name", "x", "{v}"]', "", "tools.x_item_show.argv[3]", "$ENV"),
     # ps reads "e" as "show every environment"; sqlite3 reads a word an input begins as a dot-command.
     ("ps", '["-o", "pid=,args=", "{v}"]', "", "tools.x_item_show.argv[2]", "integer or an enum"),
     ("sqlite3", '["-safe", "-readonly", "/srv/n.db", "{v}"]', "", "tools.x_item_show.argv[3]", ".trace"),

@@ -365,8 +365,8 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
             raise fail(0, f"{name} {does} unless it is given {sandbox[0]}: add {sandbox[0]!r} to argv")
     if "git" in names:
         _check_git_config(argv, fail)
-    if "jq" in names:  # its first word that is no option is its program; stdin is only data
-        first = next((i for i, word in enumerate(argv) if not word.startswith("-")), None)
+    if "jq" in names:  # its first word that is no option (nor an option's value) is its program
+        first = _jq_filter(argv)
         if first is not None and placeholders(argv[first]):
             raise fail(first, f"{argv[first]!r}: jq's filter is a language that reads the program's environment "
                               "($ENV) and files: an input there would be code: write the filter in argv and pass "
@@ -414,6 +414,26 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
             if re.search(r"[;&|`$<>(){}\\'\"*?]", text):
                 raise fail(at, f"{text!r} is run through a shell by this program: give one plain program name")
             _which(text.split()[0] if text.split() else text, lambda p: fail(at, p))
+
+
+# jq's options that take values: how many words follow each.
+_JQ_VALUED = {"--arg": 2, "--argjson": 2, "--slurpfile": 2, "--rawfile": 2, "--indent": 1, "-L": 1,
+              "--library-path": 1, "-f": 1, "--from-file": 1}
+
+
+def _jq_filter(argv: list[str]) -> int | None:
+    """Where jq's filter sits in ``argv`` (None: it has none, or reads it from a file)."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word in ("-f", "--from-file"):
+            return None  # the filter is that file: literal, checked as a path like any other word
+        if word == "--":
+            return i + 1 if i + 1 < len(argv) else None
+        if not word.startswith("-"):
+            return i
+        i += 1 + _JQ_VALUED.get(word, 0)
+    return None
 
 
 # git -c keys a tool file may set: none of them runs a program (alias.*, core.pager,
