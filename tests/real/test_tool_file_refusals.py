@@ -232,3 +232,15 @@ def test_the_safe_forms_of_those_programs_load(tmp_path) -> None:
     path.write_text(BASE.replace("{cmd}", str(stand_in(tmp_path, "ps"))).replace("{argv}", '["-o", "pid=", "-p", "{v}"]')
                     .replace("{more}", "").replace('example = "a"', 'example = 1\ntype = "integer"'))
     read_tool_file(path)
+
+
+def test_a_tool_with_credentials_takes_no_free_text_that_could_say_where_they_go(tmp_path) -> None:
+    # ssh {host} with a password given by askpass: the caller would send it to a host of theirs.
+    ssh = str(stand_in(tmp_path, "ssh"))
+    prompt = 'askpass = [{ pattern = "password:", credential = "deploy_pw" }]'
+    with pytest.raises(ConfigError, match=r"key tools\.x_item_show\.argv\[2\]: the tool holds credentials"):
+        load(tmp_path, ssh, '["-o", "BatchMode=no", "{v}", "uptime"]', prompt)
+    path = tmp_path / "x.toml"  # held to the hosts it may reach, it loads
+    path.write_text(BASE.replace("{cmd}", ssh).replace("{argv}", '["-o", "BatchMode=no", "{v}", "uptime"]')
+                    .replace("{more}", prompt) + 'enum = ["web1", "web2"]\n')
+    read_tool_file(path)

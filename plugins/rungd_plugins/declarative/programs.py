@@ -323,6 +323,20 @@ def _check_operands(path: Path, key: str, command: Path, spec: ToolSpec) -> None
                               "what the tool sends it, credentials included); hold it to an enum or a pattern")
 
 
+def _check_credentialed(path: Path, key: str, program: Resolved, spec: ToolSpec) -> None:
+    """A tool that holds credentials takes no free text in argv: ssh {host}, mysql -h {h},
+    git ls-remote {url} or --server={s} would let the caller choose where they are sent."""
+    if not (spec.credentials or spec.credential_files or spec.askpass or spec.credential_prompt
+            or program.spec.credentials):
+        return
+    for i, word in enumerate(spec.argv):
+        loose = [ref for ref in placeholders(word) if _free_text(spec, ref)]
+        if loose:
+            raise ConfigError(f"{path}: key {key}.argv[{i}]: the tool holds credentials, and the input {loose[0]!r} "
+                              "is free text: it could name the host, URL or server they are sent to; hold it to a "
+                              "pattern or an enum")
+
+
 def _free_text(spec: ToolSpec, name: str) -> bool:
     """Whether an input is free text: a string held to no enum and no pattern."""
     declared = spec.inputs.get(name)
@@ -341,6 +355,7 @@ def check_argv(path: Path, key: str, program: Resolved, spec: ToolSpec, *, user:
     dashed = {name for name, inp in spec.inputs.items() if inp.allow_dash}
     _check_words(path, key, program.command, list(spec.argv), 0, dashed, spec.stdin_input)
     _check_operands(path, key, program.command, spec)
+    _check_credentialed(path, key, program, spec)
 
 
 def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: int, dashed: set[str],
