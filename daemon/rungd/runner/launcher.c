@@ -325,7 +325,6 @@ failed:
 
 /* ---- the launcher --------------------------------------------------------------------- */
 
-/* Make one process for a request; returns whether clone3 may be tried next time. */
 /* Make one process for a request whose descriptors all came (checked by serve); returns
  * whether clone3 may be tried next time. */
 static int start(struct request *r, int *fds, int sock_fd, int use_clone3) {
