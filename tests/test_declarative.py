@@ -139,6 +139,37 @@ async def test_output_in_a_new_format_is_surface_changed(short_tmp, nursery) -> 
     daemon.daemon.stop()
 
 
+ESCAPED_SECRET = '''
+    import json, os, sys
+    token = os.environ["TOKEN"]
+    # As PHP's json_encode prints it ('/' escaped), and as a URL would carry it.
+    print(json.dumps({"token": token}).replace("/", "\\\\/"))
+'''
+
+
+async def test_a_secret_printed_escaped_is_redacted_from_the_parsed_fields_and_the_evidence(
+        short_tmp, nursery, fake_program, monkeypatch) -> None:
+    from rungd.testing import start_daemon
+
+    secret = "s3cr3t/T0ken+xyz=="
+    monkeypatch.setenv("RUNGD_CRED_APITOKEN", secret)
+    program = fake_program("leak", ESCAPED_SECRET)
+    text = columns_file(program).replace('argv = ["secret"]', 'argv = []').replace(
+        'credential_files = { APP_PASSWORD_FILE = "app_password" }', 'credentials = { TOKEN = "apitoken" }')
+    text = text[:text.index("[tools.proc_secret_check.parse]")] + "[tools.proc_secret_check.parse]\nkind = \"json\"\n"
+    folder = short_tmp / "tools"
+    folder.mkdir()
+    (folder / "leak.toml").write_text(text)
+    daemon = await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
+    env = await daemon.call("proc_secret_check", {})
+    assert env.status == "ok", env.error
+    assert env.fields["token"] == "[REDACTED]"  # the parser decoded "s3cr3t\\/T0ken..." back to the secret
+    kept = "".join((daemon.config.state_dir / "evidence" / name).read_text()
+                   for name in env.evidence if (daemon.config.state_dir / "evidence" / name).exists())
+    assert kept and secret not in str(env) and "T0ken" not in kept, kept
+    daemon.daemon.stop()
+
+
 @pytest.mark.parametrize(
     ("change", "words"),
     [

@@ -456,6 +456,9 @@ class CallContext:
     spawned: bool = False
     credentials: Callable[[str], str | None] = lambda name: None
     evidence: list[str] = dataclasses.field(default_factory=list)
+    # The credential values this call obtained through ``credentials``: redacted from its
+    # result's fields (a parser may decode an escaped form the output redaction missed).
+    secrets: list[str] = dataclasses.field(default_factory=list)
     # What the runner answered on the call's behalf (a confirmation, a credential by name):
     # the daemon writes one ``answered`` ledger record for each.
     answered: list[str] = dataclasses.field(default_factory=list)

@@ -7,9 +7,46 @@ is kept, written as evidence, quoted in an error or returned.
 
 from __future__ import annotations
 
+import base64
+import json
+import urllib.parse
 from collections.abc import Iterable
+from typing import Any
 
 MARK = b"[REDACTED]"
+
+
+def forms(secret: str) -> set[str]:
+    """A secret as programs print it: as is, JSON-escaped (PHP's json_encode escapes '/',
+    Python's json.dumps non-ASCII), percent-encoded, base64. A parser decodes each of them
+    back to the secret, so the output is redacted in every form, not only the plain one."""
+    found = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1],
+             urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
+    found |= {form.replace("/", "\\/") for form in list(found)}
+    raw = secret.encode()
+    for encoded in (base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()):
+        found |= {encoded, encoded.rstrip("=")}
+    return found
+
+
+def redact_fields(value: Any, secrets: Iterable[str]) -> Any:
+    """``value`` (a result's fields: dicts, lists, strings...) with every secret in any string
+    replaced by the mark: what a parser decoded from an escaped form is plain again."""
+    chosen = [secret for secret in secrets if len(secret) >= 4]
+    if not chosen:
+        return value
+    redactor = Redactor(chosen)
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return redactor.text(item)
+        if isinstance(item, dict):
+            return {walk(key) if isinstance(key, str) else key: walk(inner) for key, inner in item.items()}
+        if isinstance(item, (list, tuple)):
+            return type(item)(walk(inner) for inner in item)
+        return item
+
+    return walk(value)
 
 
 class Redactor:
@@ -26,11 +63,13 @@ class Redactor:
             self.add(secret)
 
     def add(self, secret: str | bytes) -> None:
-        value = secret.encode() if isinstance(secret, str) else secret
-        # Very short values would redact ordinary text and protect nothing.
-        if len(value) >= 4 and value not in self._secrets:
-            self._secrets.append(value)
-            self._secrets.sort(key=len, reverse=True)
+        """Redact ``secret`` from now on; a text secret in each of its printed ``forms`` too."""
+        for form in forms(secret) if isinstance(secret, str) else (secret,):
+            value = form.encode() if isinstance(form, str) else form
+            # Very short values would redact ordinary text and protect nothing.
+            if len(value) >= 4 and value not in self._secrets:
+                self._secrets.append(value)
+        self._secrets.sort(key=len, reverse=True)
 
     @property
     def active(self) -> bool:

@@ -329,10 +329,17 @@ class Dispatcher:
             deadline=trio.current_time() + tool.timing.deadline_s,
             work_dir=work_dir,
             evidence_dir=self.evidence_dir,
-            credentials=lambda name: self._credentials.get(name, tool.name),
             reaper=self._reaper,
             askpass=self._askpass,
         )
+
+        def credential(name: str) -> str | None:
+            value = self._credentials.get(name, tool.name)
+            if value:
+                ctx.secrets.append(value)  # kept out of the result's fields as well as its output
+            return value
+
+        ctx.credentials = credential
         settle = tool.timing.settle.bind(inputs.model_dump()) if tool.timing.settle else None
         try:
             envelope = await self._outcome(call, tool, inputs, ctx, settle)

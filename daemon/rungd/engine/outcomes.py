@@ -26,6 +26,7 @@ from rungd.contract import CallContext, Result, Tool
 from rungd.envelope import DEFAULT_CAP_BYTES, Envelope, ErrorInfo, Settle, fit_to_cap
 from rungd.errors import Failed, Interrupted, NextAction, Outcome, Retry, RungdError, ToolError, ToolTimeout
 from rungd.protocol import ProtocolError
+from rungd.redact import redact_fields
 
 from rungd.engine.calls import Call, ms_since
 
@@ -48,7 +49,7 @@ def ok_envelope(call: Call, tool: Tool, result: Result, ctx: CallContext) -> Env
         status="ok",
         outcome=result.outcome,
         effect=result.effect,
-        fields=result.fields,
+        fields=redact_fields(result.fields, ctx.secrets) if ctx.secrets else result.fields,
         verified_by=result.verified_by,
         truncated=result.truncated,
         narrow=result.narrow,
