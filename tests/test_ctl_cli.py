@@ -191,3 +191,18 @@ async def test_the_script_piped_into_a_reader_that_stops_ends_quietly() -> None:
         os.close(writer)
     assert done.returncode == -signal.SIGPIPE
     assert done.stderr == b""
+
+
+def test_names_with_controls_are_refused_at_the_protocol() -> None:
+    import msgspec
+
+    from rungd import protocol
+
+    for name in ("a\nb", "x\x1b[31m", "q\u202e", "end\n", "t\tab"):
+        with pytest.raises(msgspec.ValidationError):
+            protocol.decode_request(msgspec.msgpack.encode({"type": "call", "tool": name, "inputs": {}}))
+        with pytest.raises(msgspec.ValidationError):
+            protocol.decode_request(msgspec.msgpack.encode({"type": "call", "tool": "t", "inputs": {},
+                                                            "request_id": name}))
+    protocol.decode_request(msgspec.msgpack.encode({"type": "call", "tool": "inventory_item_show", "inputs": {},
+                                                    "request_id": "ünï-7"}))

@@ -89,6 +89,17 @@ async def test_a_long_tool_name_moves_no_column(ledger: Path) -> None:
     assert all(f" {LONG_TOOL} " in line for line in lines[2:])
 
 
+async def test_a_ledger_written_before_names_were_checked_cannot_drive_the_terminal(short_tmp: Path) -> None:
+    # A caller's tool name or request_id with an escape, a line break or a bidi override: shown,
+    # never obeyed (an older daemon recorded them as sent; the protocol refuses them now).
+    forged = write_ledger(short_tmp / "forged" / "ledger", [
+        {"ago": 10, "event": "received", "call_id": "c0000000000000003", "caller_uid": 0,
+         "tool": "x\x1b]0;OWNED\x07\x1b[2J\ninfo    rungd: stopped", "request_id": "r\u202eevil"}])
+    (line,) = await tail_lines(forged)
+    assert "\x1b" not in line and "\u202e" not in line and "\n" not in line
+    assert "\\x1b]0;OWNED\\x07" in line and "\\ninfo    rungd: stopped" in line and "r\\u202eevil" in line
+
+
 async def test_n_keeps_the_last_matching_events(ledger: Path) -> None:
     lines = await tail_lines(ledger, "-n", "2")
     assert [line.split()[2] for line in lines] == ["denied", "finished"]

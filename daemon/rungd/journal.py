@@ -143,6 +143,17 @@ def encode_fields(fields: Mapping[str, str | bytes]) -> bytes:
     return b"".join(parts)
 
 
+# What would break a log line or act on a terminal: controls, line separators, bidi overrides.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(value: object) -> str:
+    """A value as one visible piece of a line (a log line, rungctl's output): a tool name, a
+    request_id or a program's output cannot forge a line ("\ninfo rungd: stopped") or send a
+    terminal escape (a retitled window, a cleared screen); each such character is escaped."""
+    return _UNSAFE.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), str(value))
+
+
 class PlainFormatter(logging.Formatter):
     """One line per record for a terminal or a file: level, logger, message, ``key=value``.
 
@@ -150,14 +161,14 @@ class PlainFormatter(logging.Formatter):
     """
 
     def format(self, record: logging.LogRecord) -> str:
-        line = record.getMessage()
+        line = visible(record.getMessage())
         for attribute in EXTRA_FIELDS:
             value = getattr(record, attribute, None)
             if value is not None:
-                line += f" {attribute}={value}"
+                line += f" {attribute}={visible(value)}"
         extra = getattr(record, JOURNAL_EXTRA, None)
         if isinstance(extra, Mapping):
-            line += "".join(f" {str(k).lower()}={v}" for k, v in extra.items() if v is not None)
+            line += "".join(f" {visible(str(k).lower())}={visible(v)}" for k, v in extra.items() if v is not None)
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return f"{record.levelname.lower():7} {record.name}: {line}"

@@ -51,8 +51,10 @@ class ListTools(Message, tag="list_tools"):
     pass
 
 
-# Names and keys are short; a frame cannot smuggle a megabyte into an error or the ledger.
-Name = Annotated[str, msgspec.Meta(max_length=128)]
+# Names and keys are short, and visible: a frame cannot smuggle a megabyte, a terminal escape
+# or a line break (a forged log or `rungctl tail` line) into an error, a log or the ledger.
+Name = Annotated[str, msgspec.Meta(
+    max_length=128, pattern="\\A[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069]*\\Z")]
 
 
 class Describe(Message, tag="describe"):

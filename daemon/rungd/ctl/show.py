@@ -11,6 +11,7 @@ import msgspec
 from rungd_ledgers import Record
 
 from rungd.envelope import Envelope
+from rungd.journal import visible as safe
 from rungd.protocol import ToolDefinition
 
 
@@ -32,24 +33,24 @@ def user(uid: int) -> str:
 
 
 def print_envelope(env: Envelope) -> None:
-    head = f"{env.status:7} {env.tool}  outcome={env.outcome} effect={env.effect}  ({env.elapsed_ms} ms)"
+    head = f"{env.status:7} {safe(env.tool)}  outcome={env.outcome} effect={env.effect}  ({env.elapsed_ms} ms)"
     print(head)
-    print(f"  call_id      {env.call_id}" + (f"   request_id {env.request_id}" if env.request_id else ""))
+    print(f"  call_id      {safe(env.call_id)}" + (f"   request_id {safe(env.request_id)}" if env.request_id else ""))
     if env.error:
         print(f"  error        {env.error.code}  retry={env.error.retry}  next={env.next_action}")
-        print(f"  message      {env.error.message}")
+        print(f"  message      {safe(env.error.message)}")
         if env.error.hint:
-            print(f"  hint         {env.error.hint}")
+            print(f"  hint         {safe(env.error.hint)}")
     width = max((len(k) for k in env.fields), default=0)
     for key, value in env.fields.items():
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        print(f"    {key:<{width}}  {shown}")
+        print(f"    {safe(key):<{width}}  {safe(shown)}")
     if env.verified_by:
-        print(f"  verified_by  {env.verified_by}")
+        print(f"  verified_by  {safe(env.verified_by)}")
     if env.settle:
-        print(f"  settle       {env.settle.tool} {json.dumps(env.settle.inputs)}")
+        print(f"  settle       {safe(env.settle.tool)} {safe(json.dumps(env.settle.inputs))}")
     if env.truncated:
-        print(f"  truncated    {env.narrow}")
+        print(f"  truncated    {safe(env.narrow)}")
     if env.status == "pending":
         print(f"  pending      rungctl wait {env.call_id}")
     if env.evidence:
@@ -107,14 +108,14 @@ def record_details(record: Record | dict[str, Any]) -> str:
     words = []
     for key in ("request_id", "outcome", "effect", "code"):
         if get(key) is not None:
-            words.append(f"{key}={get(key)}")
+            words.append(f"{key}={safe(get(key))}")
     if get("caller_uid") is not None:
         words.append(f"caller={user(get('caller_uid'))}")
     if get("approver_uid") is not None:
         words.append(f"by={user(get('approver_uid'))}")
     if get("note"):
         # Quoted: a deny reason is free text, and a reader must see where it ends.
-        words.append(f"note={json.dumps(get('note'), ensure_ascii=False)}")
+        words.append(f"note={safe(json.dumps(get('note'), ensure_ascii=False))}")
     return " ".join(words)
 
 
@@ -124,5 +125,5 @@ def ledger_line(record: Record) -> str:
     The fixed-width columns come first (time, seq, event, call_id); the tool name and the
     details follow, so a tool name of any length moves only the free text after it.
     """
-    return f"{local_time(record.time)} {record.seq:>7} {record.event:10} {record.call_id} {record.tool} " \
-           f"{record_details(record)}".rstrip()
+    return f"{local_time(record.time)} {record.seq:>7} {safe(record.event):10} {safe(record.call_id)} " \
+           f"{safe(record.tool)} {record_details(record)}".rstrip()
