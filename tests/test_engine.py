@@ -4,6 +4,7 @@ one boundary, and a reconcile that cannot decide says why in an envelope."""
 from __future__ import annotations
 
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,43 @@ async def test_a_daemon_that_is_stopping_starts_no_new_call(rungd_daemon) -> Non
             return env.error.code if env.error else env.status
 
     assert await trio.to_thread.run_sync(on_an_open_connection) == "BUSY"
+
+
+def test_one_callers_flood_forgets_its_own_results_not_anothers() -> None:
+    # An unprivileged caller sending 20,000 bad requests used to push root's one-minute-old
+    # result out of the table (UNKNOWN_CALL long before keep_results_s).
+    from rungd.contract import Caller
+    from rungd.engine.calls import Call, CallTable
+
+    table = CallTable(3600, lambda caller: caller.uid == 0, max_results=400)
+    root, flooder = Caller(uid=0, gid=0, pid=1), Caller(uid=65534, gid=65534, pid=2)
+    kept = Call.new("inventory_item_show", None, root)
+    kept.envelope = object()  # type: ignore[assignment]  # finished: only its presence matters here
+    table.add(kept)
+    running = Call.new("slow_show", None, flooder)
+    table.add(running)  # still running: never forgotten
+    for _ in range(1000):
+        noise = Call.new("no_such_tool", None, flooder)
+        noise.envelope = object()  # type: ignore[assignment]
+        table.add(noise)
+    assert table.get(kept.call_id) is kept and table.get(running.call_id) is running
+    assert sum(1 for call in table if call.caller.uid == 65534) == 100  # a quarter of max_results
+
+
+def test_calls_running_at_once_are_bounded_per_caller_and_in_all() -> None:
+    from rungd.engine.slots import Slots
+    from rungd.errors import Busy
+
+    tool = types.SimpleNamespace(name="slow_show", concurrency=None)
+    slots = Slots(max_running=5, max_per_uid=2)
+    slots.take(tool, 1000)
+    slots.take(tool, 1000)
+    with pytest.raises(Busy, match="your limit"):
+        slots.take(tool, 1000)
+    slots.take(tool, 0)  # root is held only to the total
+    slots.take(tool, 0)
+    slots.take(tool, 1001)
+    with pytest.raises(Busy, match="rungd already runs 5 calls"):
+        slots.take(tool, 0)
+    slots.release(tool, 1000)
+    slots.take(tool, 1000)  # a slot freed is a slot to take

@@ -57,6 +57,11 @@ class ServerConfig(_Section):
     # Root is held only to the total: it could stop the daemon anyway.
     max_connections: int = Field(2048, ge=1, le=65536, examples=[2048])
     max_connections_per_uid: int = Field(128, ge=1, le=65536, examples=[128])
+    # Calls running at once (held ones not counted): each holds a process tree and a few
+    # descriptors, so one caller cannot take them all. Beyond these a call is BUSY. Root is
+    # held only to the total.
+    max_running_calls: int = Field(1024, ge=1, le=65536, examples=[1024])
+    max_running_calls_per_uid: int = Field(256, ge=1, le=65536, examples=[256])
 
 
 class StateConfig(_Section):

@@ -8,6 +8,8 @@ operator; for anyone else it does not exist.
 
 from __future__ import annotations
 
+import collections
+
 import dataclasses
 import secrets
 import time
@@ -80,13 +82,30 @@ class CallTable:
     def __init__(self, keep_s: float, is_operator: Callable[[Caller], bool], *, max_results: int = 20000) -> None:
         self._keep_s = keep_s
         self._max_results = max_results
+        # One caller's flood forgets its own oldest results, not everyone's: each caller keeps
+        # at most a quarter of the table.
+        self._max_per_uid = max(1, max_results // 4)
         self._finished = 0
         self._is_operator = is_operator
         self._calls: dict[str, Call] = {}
+        self._by_uid: dict[int, collections.deque[str]] = {}
 
     def add(self, call: Call) -> None:
         self._forget_old()
         self._calls[call.call_id] = call
+        mine = self._by_uid.setdefault(call.caller.uid, collections.deque())
+        mine.append(call.call_id)
+        while len(mine) > self._max_per_uid:
+            # Its oldest finished (or already forgotten) one; running ones stay (a few hundred
+            # at most: server.max_running_calls_per_uid), so this looks at little.
+            for at, call_id in enumerate(mine):
+                held = self._calls.get(call_id)
+                if held is None or held.envelope is not None:
+                    del mine[at]
+                    self._calls.pop(call_id, None)
+                    break
+            else:
+                break
 
     def drop(self, call: Call) -> None:
         self._calls.pop(call.call_id, None)

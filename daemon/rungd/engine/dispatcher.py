@@ -97,7 +97,7 @@ class Dispatcher:
         self.calls = CallTable(config.server.keep_results_s, lambda caller: is_operator(caller, config),
                                max_results=config.server.max_results)
         self.requests = Requests(audit.index, self.calls)
-        self.slots = Slots()
+        self.slots = Slots(config.server.max_running_calls, config.server.max_running_calls_per_uid)
         self.resources = preconditions.ResourceLocks()
         self.approvals = Approvals(config, self.calls, self._record_call)
         self.reconciler = Reconciler(config, audit.index, audit.record, self._read_call)
@@ -202,7 +202,7 @@ class Dispatcher:
                 if self._needs_approval(call):
                     self.approvals.check_room(caller)
                 else:
-                    self.slots.take(admitted.tool)
+                    self.slots.take(admitted.tool, caller.uid)
                 self.requests.claim(call)
         except RungdError as rejection:
             received = self._received(call, admitted)
@@ -243,7 +243,7 @@ class Dispatcher:
                                          durable=held or tool.side_effect != "read")
         except RungdError as failure:  # the ledger cannot be written: run nothing (fail closed)
             if not held:
-                self.slots.release(tool)
+                self.slots.release(tool, call.caller.uid)
             self.requests.release(call)
             self._finish(call, outcomes.error_envelope(call, failure, tool=tool))
             return
@@ -289,7 +289,7 @@ class Dispatcher:
         refusal = await self.approvals.verdict(call)
         if refusal is None:
             try:
-                self.slots.take(tool)
+                self.slots.take(tool, call.caller.uid)
             except RungdError as busy:
                 refusal = busy
         if refusal is None:
@@ -297,7 +297,7 @@ class Dispatcher:
                 await self.audit.record_many([("dispatched", call.call_id, tool.name,
                                                {"request_id": call.request_id})], new_work=True)
             except RungdError as failure:
-                self.slots.release(tool)
+                self.slots.release(tool, call.caller.uid)
                 refusal = failure
         if refusal is not None:
             await self._never_ran(call, refusal, tool)
@@ -362,7 +362,7 @@ class Dispatcher:
         finally:
             # Released only once the caller can read the result, so a shutdown that waits
             # for idle never cuts off an answer.
-            self.slots.release(tool)
+            self.slots.release(tool, call.caller.uid)
 
     async def _outcome(
         self, call: Call, tool: Tool, inputs: ToolInputs, ctx: CallContext, settle: dict[str, Any] | None
