@@ -273,8 +273,13 @@ async def test_wait_tool_rejects_unknown_call_ids_and_bad_arguments(rungd_daemon
     async with bridge(rungd_daemon.socket, short_tmp) as session:
         unknown = await session.call_tool(WAIT_TOOL, {"call_id": "c0000000000000000"})
         bad = await session.call_tool(WAIT_TOOL, {"call_id": "c1", "wait_s": 3600})
+        malformed = await session.call_tool(WAIT_TOOL, {"call_id": "c" * 200})
     assert unknown.isError is True and "UNKNOWN_CALL" in text_of(unknown)
+    assert "repeat the original call" in text_of(unknown)  # its result expired: this is the way back
     assert bad.isError is True and "ERROR BAD_INPUT" in text_of(bad)
+    # A call_id no daemon could have made says nothing of a call: repair the wait, reconcile nothing.
+    assert malformed.isError is True and "repeat the original call" not in text_of(malformed)
+    assert "reconcile" not in text_of(malformed), text_of(malformed)
 
 
 async def test_unreachable_daemon_is_an_error_not_a_success(short_tmp) -> None:

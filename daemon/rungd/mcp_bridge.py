@@ -558,11 +558,14 @@ class Bridge:
             # (its result may have expired, or the daemon restarted).
             known: Outcome = "not_started" if name != WAIT_TOOL and not call_id else "unknown"
             hint = exc.hint or "check the call against the tool's schema"
-            if name == WAIT_TOOL or call_id:
+            # Only a call_id rungd no longer knows means its result expired; any other refusal
+            # of a wait (a malformed call_id) is the wait's own fault: repair it.
+            expired = (name == WAIT_TOOL or bool(call_id)) and exc.code == "UNKNOWN_CALL"
+            if expired:
                 hint = ("the result is no longer held; repeat the original call with the same request_id: "
                         "if it ran, rungd answers with its result and runs nothing")
             return bridge_error(exc.code, str(exc), hint, outcome=known, tool=name, call_id=call_id,
-                                request_id=request_id, next_action="repair" if known == "not_started" else "reconcile")
+                                request_id=request_id, next_action="reconcile" if expired else "repair")
         except ClientError as exc:
             # The request may have reached the daemon: say so, and say how to find out.
             if call_id:

@@ -85,13 +85,13 @@ class Pending(Message, tag="pending"):
 
 
 class Approve(Message, tag="approve"):
-    call_id: str
-    signature: str | None = None
+    call_id: Name
+    signature: Annotated[str, msgspec.Meta(max_length=16384)] | None = None  # an SSH signature is ~300 bytes
 
 
 class Deny(Message, tag="deny"):
-    call_id: str
-    reason: str = ""
+    call_id: Name
+    reason: Annotated[str, msgspec.Meta(max_length=1024)] = ""  # goes to the ledger and the caller
 
 
 class Reconcile(Message, tag="reconcile"):

@@ -362,7 +362,9 @@ class Connection:
                 if not keep or not await reader.discard(exc.length):
                     return None
             except TruncatedFrame:
-                await self._send(_error("TRUNCATED", "the stream ended in the middle of a frame"))
+                await self._send(_error("TRUNCATED", "the stream ended in the middle of a frame",
+                                        "send each frame whole: a 4-byte length, then that many bytes; "
+                                        "this connection is closed"))
                 return None
             except SlowFrame:
                 await self._send(_error("SLOW_FRAME",
