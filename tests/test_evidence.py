@@ -320,3 +320,39 @@ def test_a_request_carries_only_the_fields_given() -> None:
     body = protocol.frame(protocol.Evidence(evidence_id="c1.1.stdout", line=3))[4:]
     assert msgspec.msgpack.decode(body) == {"type": "evidence", "evidence_id": "c1.1.stdout", "line": 3}
     assert protocol.REPLY_TO[protocol.Evidence] is EvidenceSlice
+
+
+async def test_rungctl_evidence_shows_a_programs_escapes_on_a_terminal_and_keeps_them_in_a_pipe(
+        rungd_daemon) -> None:
+    # What a program printed is the data it was handed (a file, a remote answer): on an
+    # operator's terminal its escapes are shown, never run; a pipe or file gets the bytes.
+    stored = "ok\tfine\n\x1b]0;OWNED\x07\x1b[2Jgone\n"
+    evidence_id = f"{minted(0)}.1.stdout"
+    (evidence_dir(rungd_daemon) / evidence_id).write_text(stored)
+    sock = str(rungd_daemon.socket)
+
+    def on_a_terminal(*more: str) -> bytes:
+        leader, follower = os.openpty()
+        try:
+            subprocess.run([sys.executable, "-m", "rungd.ctl", "evidence", evidence_id, "--socket", sock, *more],
+                           stdout=follower, stderr=subprocess.DEVNULL, check=True, timeout=30)
+            os.close(follower)
+            out = b""
+            while True:
+                try:
+                    chunk = os.read(leader, 4096)
+                except OSError:  # EIO: the terminal's other end is closed and drained
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            return out
+        finally:
+            os.close(leader)
+
+    shown = await trio.to_thread.run_sync(on_a_terminal)
+    assert b"\x1b" not in shown and b"\x07" not in shown
+    assert b"\\x1b]0;OWNED\\x07\\x1b[2Jgone" in shown and b"ok\tfine" in shown
+    assert b"\x1b]0;OWNED" in await trio.to_thread.run_sync(on_a_terminal, "--raw")
+    piped = await ctl("evidence", evidence_id, "--socket", sock)
+    assert piped.stdout == stored.encode()

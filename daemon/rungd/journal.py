@@ -143,15 +143,19 @@ def encode_fields(fields: Mapping[str, str | bytes]) -> bytes:
     return b"".join(parts)
 
 
-# What would break a log line or act on a terminal: controls, line separators, bidi overrides.
+# What would break a log line or act on a terminal: controls, line separators, bidi overrides
+# (with ``lines``: all but the line feed and the tab that lay text out).
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_IN_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
-def visible(value: object) -> str:
+def visible(value: object, *, lines: bool = False) -> str:
     """A value as one visible piece of a line (a log line, rungctl's output): a tool name, a
-    request_id or a program's output cannot forge a line ("\ninfo rungd: stopped") or send a
-    terminal escape (a retitled window, a cleared screen); each such character is escaped."""
-    return _UNSAFE.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), str(value))
+    request_id or a program's output cannot forge a line ("\\ninfo rungd: stopped") or send a
+    terminal escape (a retitled window, a cleared screen); each such character is escaped.
+    With ``lines``, text keeps its line feeds and tabs (a program's output on a terminal)."""
+    unsafe = _UNSAFE_IN_TEXT if lines else _UNSAFE
+    return unsafe.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), str(value))
 
 
 class PlainFormatter(logging.Formatter):

@@ -10,6 +10,7 @@ import sys
 
 from rungd.ctl.registry import EXIT_OK, Context, UsageError, arg, command
 from rungd.ctl.show import as_json
+from rungd.journal import visible
 from rungd.protocol import EvidenceSlice
 
 
@@ -65,6 +66,8 @@ def _quote(text: str) -> str:
     arg("--grep", metavar="TEXT", help="the lines holding TEXT, a literal (not a regular expression)"),
     arg("--all", action="store_true", help="follow the replies' next pointers to the end (each reply is still "
         "capped)"),
+    arg("--raw", action="store_true", help="on a terminal too, write the text as stored (by default a terminal "
+        "sees its escape sequences and control characters escaped, never obeyed)"),
 )
 def evidence(ctx: Context) -> int:
     """Print part of one evidence file, as the daemon stored it (redacted).
@@ -88,7 +91,10 @@ def evidence(ctx: Context) -> int:
         if ctx.json:
             print(as_json(part) if not args.all else as_json(part).replace("\n", " "), flush=True)
         else:
-            sys.stdout.write(part.text)
+            # A program's output is the data it was given: on a terminal its escapes are shown,
+            # never run (a retitled window, a cleared screen); a file or a pipe gets it as stored.
+            escape = sys.stdout.isatty() and not args.raw
+            sys.stdout.write(visible(part.text, lines=True) if escape else part.text)
             sys.stdout.flush()
         if not args.all or part.next is None:
             break
