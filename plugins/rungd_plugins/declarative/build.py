@@ -444,6 +444,35 @@ class _ProgramRunner:
         self.exit_table = {int(code): ErrorRule(r.code, r.retry, r.next_action, r.hint, r.meaning)
                            for code, r in spec.exit.items()}
 
+    def _check_word(self, template: str, word: str, values: dict[str, Any]) -> None:
+        """Refuse inputs that would make ``word`` name what the tool file did not mean: a file
+        out of its folder (a path word), any file (a name), a '..' two inputs make together,
+        or a value the program reads as more than data (programs.refused_value).
+
+        Raises:
+            BadInput: naming the input; nothing ran.
+        """
+        names = placeholders(template)
+        if not names:
+            return
+        inputs, literal = self.spec.inputs, literal_text(template)
+        if whole(template) is None:
+            inside_path(template, values, self.slashed)
+        if "/" not in literal:
+            for used in names:
+                names_no_file(used, values.get(used), allow_path=inputs[used].allow_path,
+                              constrained=bool(inputs[used].enum or inputs[used].pattern))
+        if len(names) > 1 and ".." in word.split("/") and ".." not in literal.split("/") \
+                and not any(inputs[used].allow_path for used in names):
+            # Each input passed on its own, and together they climb: {a}{b} with "x/." and "./y".
+            raise BadInput(f"{', '.join(names)}: together they make {word!r}, which climbs out by '..'",
+                           hint="give values that do not end or begin with '.' next to each other")
+        for used in names:
+            value = values.get(used)
+            if value is not None and (why := programs.refused_value(self.command, str(value))) is not None:
+                raise BadInput(f"{used}: {str(value)!r} is refused for {self.command.name}: {why}",
+                               hint=f"give {used} as a plain name")
+
     def program(self, values: dict[str, Any], argv: list[str] | None = None) -> Program:
         spec = self.spec
         words = []
@@ -452,25 +481,9 @@ class _ProgramRunner:
             if value is None:
                 continue  # an optional input left out drops its whole argument
             word = str(value).lower() if isinstance(value, bool) else str(value)
+            if isinstance(template, str):
+                self._check_word(template, word, values)
             name = whole(template)
-            if name is None:
-                inside_path(template, values, self.slashed)
-            if isinstance(template, str) and "/" not in literal_text(template):
-                for used in placeholders(template):
-                    declared = spec.inputs[used]
-                    names_no_file(used, values.get(used), allow_path=declared.allow_path,
-                                  constrained=bool(declared.enum or declared.pattern))
-            used_here = placeholders(template) if isinstance(template, str) else []
-            if len(used_here) > 1 and ".." in word.split("/") and ".." not in literal_text(template).split("/") \
-                    and not any(spec.inputs[used].allow_path for used in used_here):
-                # Each input passed on its own, and together they climb: {a}{b} with "x/." and "./y".
-                raise BadInput(f"{', '.join(used_here)}: together they make {word!r}, which climbs out by '..'",
-                               hint="give values that do not end or begin with '.' next to each other")
-            for used in used_here:
-                value = values.get(used)
-                if value is not None and (why := programs.refused_value(self.command, str(value))) is not None:
-                    raise BadInput(f"{used}: {str(value)!r} is refused for {self.command.name}: {why}",
-                                   hint=f"give {used} as a plain name")
             if name is not None and word.startswith("-") and not spec.inputs[name].allow_dash:
                 # A number (-5) would read as an option as much as a string would; strings are
                 # refused at validation, every other type here.

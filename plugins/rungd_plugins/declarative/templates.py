@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import string
 from typing import Any
 
@@ -10,9 +11,17 @@ from rungd.sdk import BadInput
 _FORMATTER = string.Formatter()
 
 
-def placeholders(template: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)
+def _parsed(template: str) -> tuple[str, tuple[str, ...]]:
+    """A template's literal text and its input names, parsed once: every call of a tool looks
+    at each argv word several times."""
+    parts = list(_FORMATTER.parse(template))
+    return "".join(text for text, _, _, _ in parts), tuple(name for _, name, _, _ in parts if name)
+
+
+def placeholders(template: str) -> tuple[str, ...]:
     """The input names a template refers to as ``{name}``."""
-    return [name for _, name, _, _ in _FORMATTER.parse(template) if name]
+    return _parsed(template)[1]
 
 
 def whole(template: Any) -> str | None:
@@ -60,7 +69,7 @@ def inside_path(template: str, values: dict[str, Any], slashed: frozenset[str] =
 
 def literal_text(template: str) -> str:
     """What a template says besides its placeholders."""
-    return "".join(text for text, _, _, _ in _FORMATTER.parse(template))
+    return _parsed(template)[0]
 
 
 def names_no_file(name: str, value: Any, *, constrained: bool, allow_path: bool) -> None:
