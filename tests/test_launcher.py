@@ -242,7 +242,7 @@ async def test_a_request_no_daemon_sends_stops_nothing_but_itself(launcher) -> N
     child, _ = await start(launcher, ["/bin/sh", "-c", "exit 4"])
     assert child.returncode == 4 and launcher._process is first  # the same launcher went on
     # One that announces more than any request holds: the launcher stops, and is replaced.
-    launcher._sock.send(launch_header(launcher_wire.MAX_BODY + 1, 0))
+    launcher._sock.send(launcher_wire.HEADER.pack(launcher_wire.MAX_BODY + 1, 0))
     with trio.fail_after(5):
         while first.poll() is None:
             await trio.sleep(0.01)
@@ -331,10 +331,6 @@ async def test_limits_no_launcher_can_apply_are_refused_before_anything_runs(lau
     status, out = await run_to_end(launcher, ["/bin/sh", "-c", "ulimit -f"], {"PATH": "/usr/bin:/bin"},
                                    limits=Limits(file_size_bytes=resource.RLIM_INFINITY))
     assert (status, out) == (0, b"unlimited\n")
-
-
-def launch_header(size: int, count: int) -> bytes:
-    return launcher_wire.HEADER.pack(size, count)
 
 
 def test_a_compiled_launcher_built_from_another_source_is_not_used(monkeypatch, fake_program, caplog) -> None:

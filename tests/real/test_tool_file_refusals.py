@@ -31,7 +31,7 @@ if_unknown = "a"
 
 [tools.x_item_show.inputs.v]
 description = "v"
-example = "a"
+{input}
 """
 
 
@@ -43,10 +43,19 @@ def stand_in(folder: Path, name: str) -> Path:
     return path
 
 
-def load(tmp_path: Path, cmd: str, argv: str, more: str = "") -> None:
+def load(tmp_path: Path, cmd: str, argv: str, more: str = "", input: str = 'example = "a"') -> None:
+    """Load a one-tool file: ``more`` are keys of the tool, ``input`` those of its input v."""
     path = tmp_path / "x.toml"
-    path.write_text(BASE.replace("{cmd}", cmd).replace("{argv}", argv).replace("{more}", more))
+    path.write_text(BASE.replace("{cmd}", cmd).replace("{argv}", argv).replace("{more}", more)
+                    .replace("{input}", input))
     read_tool_file(path)
+
+
+def refusal(tmp_path: Path, cmd: str, argv: str, more: str = "") -> str:
+    """The one-line error a one-tool file is refused with at load."""
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, cmd, argv, more)
+    return str(caught.value)
 
 
 @pytest.mark.parametrize(("cmd", "argv", "key", "words"), [
@@ -100,9 +109,7 @@ def load(tmp_path: Path, cmd: str, argv: str, more: str = "") -> None:
     ("crontab", '["-u", "root", "/srv/{v}"]', "tools.x_item_show.argv[2]", "never the table"),
 ])
 def test_a_program_that_would_run_a_hidden_command_is_refused_at_load(tmp_path, cmd, argv, key, words) -> None:
-    with pytest.raises(ConfigError, match=r".*") as caught:
-        load(tmp_path, cmd, argv)
-    message = str(caught.value)
+    message = refusal(tmp_path, cmd, argv)
     assert f"{tmp_path / 'x.toml'}: key {key}:" in message and words in message, message
 
 
@@ -129,9 +136,8 @@ def test_wrappers_with_a_declared_target_and_literal_programs_load(tmp_path, cmd
     ('user = "no-such-account-rungd"', "tools.x_item_show.user", "no account"),
 ])
 def test_stdin_program_and_user_keys_are_checked_at_load(tmp_path, more, key, words) -> None:
-    with pytest.raises(ConfigError) as caught:
-        load(tmp_path, "ls", '["{v}"]', more)
-    assert f"key {key}:" in str(caught.value) and words in str(caught.value), str(caught.value)
+    message = refusal(tmp_path, "ls", '["{v}"]', more)
+    assert f"key {key}:" in message and words in message, message
 
 
 @pytest.mark.parametrize(("name", "argv", "more", "key"), [
@@ -146,9 +152,7 @@ def test_a_command_client_never_runs_an_input_as_its_script(tmp_path, name, argv
     # Their command languages run a shell (psql and mysql "\\!", smbclient "!") and cannot be
     # told not to. The client itself is a stand-in: only its name is judged, nothing runs.
     client = stand_in(tmp_path, name)
-    with pytest.raises(ConfigError) as caught:
-        load(tmp_path, str(client), argv, more)
-    message = str(caught.value)
+    message = refusal(tmp_path, str(client), argv, more)
     assert f"key {key}:" in message and ("reads commands" in message or "command language" in message), message
     if name != "sqlite3":
         load(tmp_path, str(client), '["-X", "-c", "SELECT 1"]')  # a fixed script loads
@@ -163,9 +167,8 @@ def test_interpreters_and_wrappers_are_known_by_their_distribution_names(tmp_pat
 
 @pytest.mark.parametrize("key", ["credentials", "credential_files"])
 def test_a_credential_is_never_given_under_a_name_that_runs_a_program(tmp_path, key) -> None:
-    with pytest.raises(ConfigError) as caught:
-        load(tmp_path, "ls", '["{v}"]', f'{key} = {{ GIT_SSH_COMMAND = "deploy" }}')
-    assert f"key tools.x_item_show.{key}.GIT_SSH_COMMAND: a tool file may not set" in str(caught.value)
+    message = refusal(tmp_path, "ls", '["{v}"]', f'{key} = {{ GIT_SSH_COMMAND = "deploy" }}')
+    assert f"key tools.x_item_show.{key}.GIT_SSH_COMMAND: a tool file may not set" in message
 
 
 def test_harmless_environment_loads(tmp_path) -> None:
@@ -175,11 +178,8 @@ def test_harmless_environment_loads(tmp_path) -> None:
 
 
 def test_multiline_is_only_for_the_input_fed_on_stdin(tmp_path) -> None:
-    path = tmp_path / "x.toml"
-    path.write_text(BASE.replace("{cmd}", "ls").replace("{argv}", '["{v}"]').replace("{more}", "")
-                    + "multiline = true\n")
     with pytest.raises(ConfigError, match=r"key tools\.x_item_show\.inputs\.v\.multiline: only the input fed"):
-        read_tool_file(path)
+        load(tmp_path, "ls", '["{v}"]', input='example = "a"\nmultiline = true')
 
 
 @pytest.mark.parametrize("variable", ["PAGER", "GIT_PAGER", "GIT_SSH_COMMAND", "GIT_CONFIG_KEY_0", "LD_PRELOAD",
@@ -188,9 +188,8 @@ def test_multiline_is_only_for_the_input_fed_on_stdin(tmp_path) -> None:
                                       "KUBECONFIG", "BORG_PASSCOMMAND", "AWS_CONFIG_FILE", "CLOUDSDK_PYTHON",
                                       "RUNGD_ASKPASS_SOCKET"])
 def test_environment_that_names_a_program_is_refused_at_load(tmp_path, variable) -> None:
-    with pytest.raises(ConfigError) as caught:
-        load(tmp_path, "ls", '["{v}"]', f'env = {{ {variable} = "sh -c id" }}')
-    assert f"key tools.x_item_show.env.{variable}: a tool file may not set {variable}" in str(caught.value)
+    message = refusal(tmp_path, "ls", '["{v}"]', f'env = {{ {variable} = "sh -c id" }}')
+    assert f"key tools.x_item_show.env.{variable}: a tool file may not set {variable}" in message
 
 
 @pytest.mark.parametrize(("name", "argv", "more", "key", "words"), [
@@ -213,34 +212,24 @@ def test_environment_that_names_a_program_is_refused_at_load(tmp_path, variable)
 ])
 def test_a_program_that_reads_an_input_as_more_than_data_is_refused_at_load(tmp_path, name, argv, more, key,
                                                                              words) -> None:
-    program = stand_in(tmp_path, name)
-    with pytest.raises(ConfigError) as caught:
-        load(tmp_path, str(program), argv, more)
-    message = str(caught.value)
+    message = refusal(tmp_path, str(stand_in(tmp_path, name)), argv, more)
     assert f"key {key}:" in message and words in message, message
 
 
 def test_the_safe_forms_of_those_programs_load(tmp_path) -> None:
     load(tmp_path, str(stand_in(tmp_path, "jq")), '["-n", "--arg", "name", "{v}", "$name"]')
     load(tmp_path, str(stand_in(tmp_path, "jq")), '["-c", ".items"]', 'stdin_input = "v"\nstdin_eof = true')  # data
-    path = tmp_path / "x.toml"  # SQL with an input held to a pattern that leaves it no quote
-    path.write_text(BASE.replace("{cmd}", str(stand_in(tmp_path, "sqlite3"))).replace("{more}", "").replace(
-        "{argv}", '["-safe", "-readonly", "/srv/n.db", "SELECT count FROM t WHERE item = \'{v}\'"]')
-        + 'pattern = "^[a-z]+$"\n')
-    read_tool_file(path)
-    path = tmp_path / "x.toml"  # ps with a pid that is a number: "e" cannot be one
-    path.write_text(BASE.replace("{cmd}", str(stand_in(tmp_path, "ps"))).replace("{argv}", '["-o", "pid=", "-p", "{v}"]')
-                    .replace("{more}", "").replace('example = "a"', 'example = 1\ntype = "integer"'))
-    read_tool_file(path)
+    # SQL with an input held to a pattern that leaves it no quote; ps with a pid that is a number.
+    load(tmp_path, str(stand_in(tmp_path, "sqlite3")),
+         '["-safe", "-readonly", "/srv/n.db", "SELECT count FROM t WHERE item = \'{v}\'"]',
+         input='example = "a"\npattern = "^[a-z]+$"')
+    load(tmp_path, str(stand_in(tmp_path, "ps")), '["-o", "pid=", "-p", "{v}"]', input='example = 1\ntype = "integer"')
 
 
 def test_a_tool_with_credentials_takes_no_free_text_that_could_say_where_they_go(tmp_path) -> None:
     # ssh {host} with a password given by askpass: the caller would send it to a host of theirs.
     ssh = str(stand_in(tmp_path, "ssh"))
     prompt = 'askpass = [{ pattern = "password:", credential = "deploy_pw" }]'
-    with pytest.raises(ConfigError, match=r"key tools\.x_item_show\.argv\[2\]: the tool holds credentials"):
-        load(tmp_path, ssh, '["-o", "BatchMode=no", "{v}", "uptime"]', prompt)
-    path = tmp_path / "x.toml"  # held to the hosts it may reach, it loads
-    path.write_text(BASE.replace("{cmd}", ssh).replace("{argv}", '["-o", "BatchMode=no", "{v}", "uptime"]')
-                    .replace("{more}", prompt) + 'enum = ["web1", "web2"]\n')
-    read_tool_file(path)
+    argv = '["-o", "BatchMode=no", "{v}", "uptime"]'
+    assert "key tools.x_item_show.argv[2]: the tool holds credentials" in refusal(tmp_path, ssh, argv, prompt)
+    load(tmp_path, ssh, argv, prompt, input='example = "web1"\nenum = ["web1", "web2"]')  # the hosts it may reach

@@ -11,7 +11,7 @@ import msgspec
 from rungd_ledgers import Record
 
 from rungd.envelope import Envelope
-from rungd.journal import visible as safe
+from rungd.journal import visible
 from rungd.protocol import ToolDefinition
 
 
@@ -33,24 +33,25 @@ def user(uid: int) -> str:
 
 
 def print_envelope(env: Envelope) -> None:
-    head = f"{env.status:7} {safe(env.tool)}  outcome={env.outcome} effect={env.effect}  ({env.elapsed_ms} ms)"
+    head = f"{env.status:7} {visible(env.tool)}  outcome={env.outcome} effect={env.effect}  ({env.elapsed_ms} ms)"
     print(head)
-    print(f"  call_id      {safe(env.call_id)}" + (f"   request_id {safe(env.request_id)}" if env.request_id else ""))
+    request = f"   request_id {visible(env.request_id)}" if env.request_id else ""
+    print(f"  call_id      {visible(env.call_id)}{request}")
     if env.error:
         print(f"  error        {env.error.code}  retry={env.error.retry}  next={env.next_action}")
-        print(f"  message      {safe(env.error.message)}")
+        print(f"  message      {visible(env.error.message)}")
         if env.error.hint:
-            print(f"  hint         {safe(env.error.hint)}")
+            print(f"  hint         {visible(env.error.hint)}")
     width = max((len(k) for k in env.fields), default=0)
     for key, value in env.fields.items():
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        print(f"    {safe(key):<{width}}  {safe(shown)}")
+        print(f"    {visible(key):<{width}}  {visible(shown)}")
     if env.verified_by:
-        print(f"  verified_by  {safe(env.verified_by)}")
+        print(f"  verified_by  {visible(env.verified_by)}")
     if env.settle:
-        print(f"  settle       {safe(env.settle.tool)} {safe(json.dumps(env.settle.inputs))}")
+        print(f"  settle       {visible(env.settle.tool)} {visible(json.dumps(env.settle.inputs))}")
     if env.truncated:
-        print(f"  truncated    {safe(env.narrow)}")
+        print(f"  truncated    {visible(env.narrow)}")
     if env.status == "pending":
         print(f"  pending      rungctl wait {env.call_id}")
     if env.evidence:
@@ -108,14 +109,14 @@ def record_details(record: Record | dict[str, Any]) -> str:
     words = []
     for key in ("request_id", "outcome", "effect", "code"):
         if get(key) is not None:
-            words.append(f"{key}={safe(get(key))}")
+            words.append(f"{key}={visible(get(key))}")
     if get("caller_uid") is not None:
         words.append(f"caller={user(get('caller_uid'))}")
     if get("approver_uid") is not None:
         words.append(f"by={user(get('approver_uid'))}")
     if get("note"):
         # Quoted: a deny reason is free text, and a reader must see where it ends.
-        words.append(f"note={safe(json.dumps(get('note'), ensure_ascii=False))}")
+        words.append(f"note={visible(json.dumps(get('note'), ensure_ascii=False))}")
     return " ".join(words)
 
 
@@ -125,5 +126,5 @@ def ledger_line(record: Record) -> str:
     The fixed-width columns come first (time, seq, event, call_id); the tool name and the
     details follow, so a tool name of any length moves only the free text after it.
     """
-    return f"{local_time(record.time)} {record.seq:>7} {safe(record.event):10} {safe(record.call_id)} " \
-           f"{safe(record.tool)} {record_details(record)}".rstrip()
+    return f"{local_time(record.time)} {record.seq:>7} {visible(record.event):10} {visible(record.call_id)} " \
+           f"{visible(record.tool)} {record_details(record)}".rstrip()
