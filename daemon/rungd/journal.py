@@ -39,6 +39,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, TextIO
 
+from rungd.protocol import INVISIBLE
+
 JOURNAL_SOCKET: Final = Path("/run/systemd/journal/socket")
 IDENTIFIER: Final = "rungd"
 
@@ -143,10 +145,10 @@ def encode_fields(fields: Mapping[str, str | bytes]) -> bytes:
     return b"".join(parts)
 
 
-# What would break a log line or act on a terminal: controls, line separators, bidi overrides
-# (with ``lines``: all but the line feed and the tab that lay text out).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_UNSAFE_IN_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# What would break a log line or act on a terminal (with ``lines``: all of it but the line
+# feed and the tab that lay text out).
+_UNSAFE = re.compile(f"[{INVISIBLE}]")
+_UNSAFE_IN_TEXT = re.compile(f"(?![\t\n])[{INVISIBLE}]")
 
 
 def visible(value: object, *, lines: bool = False) -> str:

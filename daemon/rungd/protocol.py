@@ -51,10 +51,13 @@ class ListTools(Message, tag="list_tools"):
     pass
 
 
+# Characters a terminal or a log acts on rather than shows: C0 and C1 controls (escape
+# sequences, line breaks, a carriage return that overwrites), line and paragraph separators,
+# bidi overrides. A regular expression character class; journal.visible escapes the same.
+INVISIBLE = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069"
 # Names and keys are short, and visible: a frame cannot smuggle a megabyte, a terminal escape
 # or a line break (a forged log or `rungctl tail` line) into an error, a log or the ledger.
-Name = Annotated[str, msgspec.Meta(
-    max_length=128, pattern="\\A[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069]*\\Z")]
+Name = Annotated[str, msgspec.Meta(max_length=128, pattern=f"\\A[^{INVISIBLE}]*\\Z")]
 
 
 class Describe(Message, tag="describe"):
