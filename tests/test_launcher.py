@@ -271,6 +271,7 @@ async def test_a_request_whose_descriptors_did_not_all_come_starts_nothing(
                                       user=None, targets=[0, 1, 2, -1], cgroup=cgroup_flag)
     try:
         await raw_request(launcher, body, [null, null, null, err_w], count)
+        serving = launcher._process
         os.close(err_w)
         with trio.fail_after(5):
             said = await trio.to_thread.run_sync(os.read, err_r, 512)
@@ -280,8 +281,8 @@ async def test_a_request_whose_descriptors_did_not_all_come_starts_nothing(
     assert said == b""  # no P, no C: nothing was made
     await trio.sleep(0.2)
     assert not marker.exists()
-    child, _ = await start(launcher, ["/bin/true"])  # and the launcher goes on
-    assert child.returncode == 0
+    child, _ = await start(launcher, ["/bin/true"])  # and the same launcher goes on
+    assert child.returncode == 0 and launcher._process is serving
 
 
 async def test_a_program_whose_daemon_stopped_listening_before_its_first_line_never_runs(launcher, short_tmp) -> None:
