@@ -139,6 +139,66 @@ class SlowFrame(Exception):
     """A frame was begun and not finished within the frame timeout."""
 
 
+class Wire:
+    """A connection's socket, read and written with no turn of the event loop when the kernel
+    can answer at once (a request's frame is usually waiting, an answer usually fits).
+
+    Trio's stream yields to the loop after every receive and send even when nothing waited:
+    two turns of the loop per request, a tenth of what a read costs the daemon. The loop's
+    fairness is kept where it matters: a receive that found its data already there (a client
+    sending requests back to back) still gives the other tasks their turn.
+
+    Args:
+        stream: the accepted connection; it is closed through it.
+    """
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._fd = stream.socket.fileno()
+
+    async def receive_some(self, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` bytes, b"" at the end of the stream.
+
+        Raises:
+            trio.BrokenResourceError: the connection failed (reset by the peer).
+            trio.ClosedResourceError: it was closed meanwhile.
+        """
+        try:
+            data = os.read(self._fd, max_bytes)
+        except BlockingIOError:
+            pass
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"the connection failed: {exc.strerror}") from exc
+        else:
+            await trio.lowlevel.checkpoint()  # it was there at once: the others' turn first
+            return data
+        while True:
+            await trio.lowlevel.wait_readable(self._fd)
+            try:
+                return os.read(self._fd, max_bytes)
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"the connection failed: {exc.strerror}") from exc
+
+    async def send_all(self, data: bytes) -> None:
+        """Send all of ``data``, waiting while the socket is full.
+
+        Raises:
+            trio.BrokenResourceError: the peer went away.
+            trio.ClosedResourceError: it was closed meanwhile.
+        """
+        view = memoryview(data)
+        while view:
+            try:
+                sent = os.write(self._fd, view)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self._fd)
+                continue
+            except OSError as exc:  # EPIPE (SIGPIPE is ignored in Python), ECONNRESET
+                raise trio.BrokenResourceError(f"the connection failed: {exc.strerror}") from exc
+            view = view[sent:]
+
+
 class FrameReader:
     """Reads length-prefixed frames from a stream without ever buffering more than one.
 
@@ -149,7 +209,7 @@ class FrameReader:
         frame_timeout_s: how long a frame may take once its first byte arrived.
     """
 
-    def __init__(self, stream: trio.abc.ReceiveStream, max_frame: int, *, idle_timeout_s: float = 600.0,
+    def __init__(self, stream: trio.abc.ReceiveStream | Wire, max_frame: int, *, idle_timeout_s: float = 600.0,
                  frame_timeout_s: float = 10.0) -> None:
         self._stream = stream
         self._max = max_frame
@@ -165,6 +225,8 @@ class FrameReader:
             TruncatedFrame: the stream ended in the middle of a frame.
             SlowFrame: the frame did not complete within the frame timeout.
         """
+        if self._buf:  # sent behind the last one: the other tasks' turn before it is answered
+            await trio.lowlevel.checkpoint()
         started = False
         with trio.move_on_after(self._idle_timeout_s):
             started = await self._fill(1)
@@ -304,6 +366,7 @@ class Connection:
     def __init__(self, stream: trio.SocketStream, dispatcher: Dispatcher, server: ServerConfig,
                  replies: Replies, *, evidence: EvidenceStore | None = None) -> None:
         self.stream = stream
+        self.wire = Wire(stream)
         self.dispatcher = dispatcher
         self.server = server
         self.max_frame = server.max_frame_bytes
@@ -331,7 +394,7 @@ class Connection:
         Cancellation: the daemon cancels connections at shutdown after calls have ended;
         the stream is closed on the way out either way.
         """
-        reader = FrameReader(self.stream, self.max_frame, idle_timeout_s=self.server.idle_timeout_s,
+        reader = FrameReader(self.wire, self.max_frame, idle_timeout_s=self.server.idle_timeout_s,
                              frame_timeout_s=self.server.frame_timeout_s)
         try:
             while True:
@@ -373,7 +436,7 @@ class Connection:
                 return None
 
     async def _send(self, response: Response) -> None:
-        await self.stream.send_all(protocol.frame(response))
+        await self.wire.send_all(protocol.frame(response))
 
     async def _answer(self, body: bytes) -> Response:
         try:
