@@ -458,15 +458,21 @@ class Ledger:
         if self._reserve_bytes <= 0 or self._reserved_to - self._offset >= self._reserve_bytes:
             self._low = False
             return
-        try:
-            _fallocate_keep_size(self._fd, self._offset, self._reserve_bytes)
-        except OSError as error:
-            # ENOSPC: the disk is nearly full. Anything else (EOPNOTSUPP, EINVAL): this
-            # filesystem cannot reserve, and writes go on as they would without a reserve.
-            self._low = error.errno == errno.ENOSPC
+        # Topped up past the reserve by a step, so that most appends need no fallocate; on
+        # a disk too full for the step, by the reserve alone.
+        for length in (self._reserve_bytes + _RESERVE_STEP, self._reserve_bytes):
+            try:
+                _fallocate_keep_size(self._fd, self._offset, length)
+            except OSError as error:
+                # ENOSPC: the disk is nearly full. Anything else (EOPNOTSUPP, EINVAL): this
+                # filesystem cannot reserve, and writes go on as they would without a reserve.
+                self._low = error.errno == errno.ENOSPC
+                if not self._low:
+                    return
+                continue
+            self._reserved_to = self._offset + length
+            self._low = False
             return
-        self._reserved_to = self._offset + self._reserve_bytes
-        self._low = False
 
     def _write_durably(self, data: bytes, *, sync: bool = True, cut_back: bool = True) -> None:
         view = memoryview(data)
@@ -529,6 +535,7 @@ class Ledger:
         self._synced = (offset, self._head, self._head_time)
 
 
+_RESERVE_STEP = 64 * 1024  # how far past the reserve it is topped up at once
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
 

@@ -387,3 +387,25 @@ def test_new_work_is_refused_by_both_paths_when_the_reserve_cannot_be_kept(folde
     finally:
         ledger.close()
     assert [r.event for r in iter_records(folder)] == ["finished"]
+
+
+def test_the_reserve_stays_ahead_of_the_end_topped_up_in_steps(folder: Path) -> None:
+    # Past every append's end, at least the reserve is allocated; it is topped up a step
+    # at a time, not by an fallocate per append (a system call on every record).
+    reserve = 256 * 1024
+    ledger = Ledger.open(folder, reserve_bytes=reserve)
+    try:
+        event = ("received", "call-1", "demo.read", {})
+        ledger.append_now([event])
+        [path] = folder.glob("*.jsonl")
+        allocated = path.stat().st_blocks * 512
+        if allocated < reserve:
+            pytest.skip("this filesystem does not preallocate")
+        for _ in range(100):
+            ledger.append_now([event])
+        assert path.stat().st_blocks * 512 == allocated
+        while path.stat().st_size + reserve <= allocated:
+            ledger.append_now([("received", "call-1", "demo.read", {"note": "x" * 4000})])
+        assert path.stat().st_blocks * 512 >= path.stat().st_size + reserve
+    finally:
+        ledger.close()
