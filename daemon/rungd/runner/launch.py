@@ -305,20 +305,39 @@ class Started:
             raise OSError(errno.EAGAIN, "the program's process was killed as it was made")
 
 
-async def _read_until(fd: int, data: bytes, timeout: float, enough: Callable[[bytes], bool]) -> tuple[bytes, bool]:
+async def _read_until(fd: int, data: bytes, timeout: float, enough: Callable[[bytes], bool], *,
+                      shield: bool = False) -> tuple[bytes, bool]:
     """Read the error pipe onto ``data`` until ``enough(data)``, end of file, or ``timeout``
-    seconds; returns what was read and whether the pipe ended."""
-    with trio.move_on_after(timeout):
-        while not enough(data):
-            try:
-                chunk = os.read(fd, 512)  # often there already
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(fd)
-                continue
-            if not chunk:
-                return data, True
-            data += chunk
+    seconds (shielded from cancellation with ``shield``); returns what was read and whether
+    the pipe ended. What is there already is taken without a turn of the loop."""
+    data, ended = _read_now(fd, data, enough)
+    if ended is not None:
+        return data, ended
+    with trio.CancelScope(deadline=trio.current_time() + timeout, shield=shield):
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            data, ended = _read_now(fd, data, enough)
+            if ended is not None:
+                return data, ended
     return data, False
+
+
+def _read_now(fd: int, data: bytes, enough: Callable[[bytes], bool]) -> tuple[bytes, bool | None]:
+    """Read what the pipe holds onto ``data`` until ``enough(data)`` or end of file; whether it
+    ended, or None when it is empty before either."""
+    while not enough(data):
+        try:
+            chunk = os.read(fd, 512)
+        except BlockingIOError:
+            return data, None
+        if not chunk:
+            return data, True
+        data += chunk
+    return data, False
+
+
+def _has_pid_line(said: bytes) -> bool:
+    return _PID_LINE.search(said) is not None
 
 
 def _began(said: bytes) -> bool:
@@ -605,8 +624,7 @@ class Launcher:
 
         Cancellation: shielded (a process made must be known, to be killed).
         """
-        with trio.CancelScope(shield=True):
-            return await _read_until(err_r, b"", _PID_TIMEOUT_S, lambda said: bool(_PID_LINE.search(said)))
+        return await _read_until(err_r, b"", _PID_TIMEOUT_S, _has_pid_line, shield=True)
 
     def _stop_process(self, *, kill: bool = False) -> None:
         """Let the launcher go (it exits on end of file) and reap it, killing one that lingers;
