@@ -442,7 +442,12 @@ class Dispatcher:
         call.envelope = envelope
         self._observe(call.tool, envelope, call.caller)
         call.done.set()
-        log.info(
+        # The ledger has every call; the journal, what an operator looks for: a call that
+        # failed or changed something; a call that went well and changed nothing only with
+        # --verbose (its line would cost the daemon more than the call's three ledger records).
+        quiet = envelope.status == "ok" and envelope.effect == "none"
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
             "call finished",
             extra={"call_id": call.call_id, "tool": call.tool, "status": envelope.status,
                    "code": envelope.error.code if envelope.error else None},

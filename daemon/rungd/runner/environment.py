@@ -41,7 +41,10 @@ def child_env(
 ) -> dict[str, str]:
     """The child's whole environment: the quiet defaults, a few names passed through, the
     askpass helper, the tool's own values, its credentials, and the call tag."""
-    env = {name: os.environ[name] for name in PASS_THROUGH if name in os.environ}
+    env: dict[str, str] = {}
+    for name in PASS_THROUGH:  # one lookup each: os.environ encodes the name every time
+        if (value := os.environ.get(name)) is not None:
+            env[name] = value
     if program.user is not None:
         # A program run as another user finds its own home and name, never the daemon's.
         account = pwd.getpwnam(program.user)

@@ -594,7 +594,9 @@ class Launcher:
     async def _send_held(self, body: bytes | None, fds: list[int]) -> None:
         """:meth:`_send`, holding the lock."""
         for attempt in (1, 2):
-            self.start()
+            # One that died is found by the send (EPIPE) and replaced: no waitpid per call.
+            if attempt == 2 or self._process is None or self._process.returncode is not None:
+                self.start()
             assert self._sock is not None
             untold = [path for path in self._untold if path not in self._told]
             requests = [_Request(_launcher.encode_spare(os.fsencode(path)), []) for path in untold]
