@@ -562,6 +562,10 @@ class CallCgroup:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # As strings, made once: a call reads and writes these a few times, and a spare
+        # cgroup serves many calls.
+        self._dir = str(path)
+        self._events, self._procs = f"{path}/cgroup.events", f"{path}/cgroup.procs"
         # Written to cgroup.kill once: the kernel (6.18 here) then kills every process born into
         # it with CLONE_INTO_CGROUP, so such a cgroup is never given to another call.
         self.killed = False
@@ -602,16 +606,16 @@ class CallCgroup:
     def label(self, call_id: str) -> None:
         """Record which call this (spare) cgroup now holds, for start-up recovery."""
         with contextlib.suppress(OSError):  # a filesystem without user xattrs: the tag remains
-            os.setxattr(self.path, _LABEL_XATTR, call_id.encode())
+            os.setxattr(self._dir, _LABEL_XATTR, call_id.encode())
 
     def unlabel(self) -> None:
         """Forget the call it held: it is a spare again, for the next call. Its time is set to
         now, so that a start-up sweep (of this daemon or another in the same cgroup) takes it
         for a cgroup just made, not for one a crash left a minute ago."""
         with contextlib.suppress(OSError):
-            os.removexattr(self.path, _LABEL_XATTR)
+            os.removexattr(self._dir, _LABEL_XATTR)
         with contextlib.suppress(OSError):
-            os.utime(self.path)
+            os.utime(self._dir)
 
     def reusable(self) -> bool:
         """Whether it is as it was made: never killed, empty, not frozen, no cgroup inside it,
@@ -621,10 +625,10 @@ class CallCgroup:
         try:
             # A cgroup's folder links its children's (as any folder its subfolders): 2 links
             # means none, where cgroup.stat's nr_descendants would cost a file's read.
-            if os.lstat(self.path).st_nlink != 2:
+            if os.lstat(self._dir).st_nlink != 2:
                 return False
-            events = read_file(self.path / "cgroup.events")
-            controllers = read_file(self.path / "cgroup.subtree_control")
+            events = read_file(self._events)
+            controllers = read_file(f"{self._dir}/cgroup.subtree_control")
         except OSError:
             return False
         return b"populated 0" in events and b"frozen 0" in events and not controllers.strip()
@@ -651,7 +655,7 @@ class CallCgroup:
     def pids(self) -> list[int]:
         """The processes in the cgroup now; exited ones are not listed, even unreaped."""
         try:
-            return [int(pid) for pid in read_file(self.path / "cgroup.procs").split()]
+            return [int(pid) for pid in read_file(self._procs).split()]
         except OSError:  # removed
             return []
 
@@ -662,7 +666,7 @@ class CallCgroup:
         the cgroup cannot be removed.
         """
         try:
-            return b"populated 1" in read_file(self.path / "cgroup.events")
+            return b"populated 1" in read_file(self._events)
         except OSError:  # removed
             return False
 

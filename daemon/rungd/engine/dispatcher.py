@@ -373,11 +373,7 @@ class Dispatcher:
             # One scope: the call's deadline, and a shutdown's interruption (which sets
             # call.interrupted before it cancels).
             with trio.CancelScope(deadline=ctx.deadline) as call.scope:
-                # The lock spans the check and the act: no other call acts on the same
-                # resource in between.
-                async with self.resources.hold(pre.lock_key(inputs.model_dump()) if pre else None):
-                    await preconditions.check(tool, inputs, call.caller, self._read_call)
-                    result = await tool.handler(ctx, inputs)
+                result = await (self._checked(call, tool, inputs, ctx) if pre else tool.handler(ctx, inputs))
             if call.scope.cancelled_caught:  # a result that came first stands
                 if call.interrupted:
                     raise outcomes.interrupted_error(ctx, settle)
@@ -389,6 +385,17 @@ class Dispatcher:
             log.exception("tool %s crashed in call %s", tool.name, call.call_id)
             crash = outcomes.crash_error(tool, ctx, settle, exc)
             return outcomes.error_envelope(call, crash, tool=tool, ctx=ctx, settle=settle)
+
+    async def _checked(self, call: Call, tool: Tool, inputs: ToolInputs, ctx: CallContext) -> Any:
+        """Run the handler of a tool with a precondition once the precondition holds.
+
+        The lock spans the check and the act: no other call acts on the same resource in
+        between.
+        """
+        assert tool.precondition is not None
+        async with self.resources.hold(tool.precondition.lock_key(inputs.model_dump())):
+            await preconditions.check(tool, inputs, call.caller, self._read_call)
+            return await tool.handler(ctx, inputs)
 
     async def _settle_now(self, call: Call, tool: Tool, envelope: Envelope, settle: dict[str, Any]) -> Envelope:
         """Run a write's settle read at once when its outcome is unknown, and let the read

@@ -317,8 +317,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     try:
         question = await _supervise(watch, scratch.helper)
     finally:
-        with trio.CancelScope(shield=True):
-            await _end(ctx, program, proc, tracker, watch, scratch)
+        await _end(ctx, program, proc, tracker, watch, scratch)
     # What was answered on the caller's behalf goes on record (the ledger's answered
     # events), whatever the call ends in.
     ctx.answered.extend(watch.answered)
@@ -393,7 +392,8 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
                watch: Watch, scratch: _Scratch) -> None:
     """Kill what is left of the call, reap it, and close everything the call opened.
 
-    Cancellation: the caller shields it; every wait in it is bounded.
+    Cancellation: none; each wait in it is shielded and bounded (a call that ended by itself
+    and left nothing waits on nothing here).
     """
     cgroup, reaper = tracker.cgroup, ctx.reaper
     # A program that exited and left its cgroup empty left nothing: nothing forks its way out
@@ -402,9 +402,10 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
     # or a subreaper; without either it scans the host, and is skipped when provably idle.
     settled = cgroup is not None and proc.returncode is not None and not cgroup.populated()
     if not settled and (cgroup is not None or reaper is not None or not _nothing_left(proc, cgroup, reaper)):
-        await proctree.kill_tree(tracker, grace_s=program.grace_s, pgid=proc.pid)
+        with trio.CancelScope(shield=True):
+            await proctree.kill_tree(tracker, grace_s=program.grace_s, pgid=proc.pid)
     if proc.returncode is None:
-        with trio.move_on_after(2):
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + 2):
             await proc.wait()
     proc.close()
     if cgroup is not None:
@@ -413,7 +414,8 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
             # so a populated one (a process still dying) is removed off the call's path.
             launch.for_reaper(reaper).give_back(cgroup)
         else:
-            await cgroup.remove_when_empty()
+            with trio.CancelScope(shield=True):
+                await cgroup.remove_when_empty()
     proctree.RUNNING.pop(ctx.call_id, None)
     if reaper:
         reaper.owned.discard(proc.pid)

@@ -527,7 +527,8 @@ class Launcher:
                     fds.append(cgroup_fd)
                 try:
                     body = _launcher.encode_start(
-                        [_encode(arg) for arg in argv], {_encode(k): _encode(v) for k, v in env.items()},
+                        [_encode(arg) for arg in argv],
+                        {k.encode(_FS, _FS_ERRORS): v.encode(_FS, _FS_ERRORS) for k, v in env.items()},
                         _encode(cwd), mkdir=make_cwd, limits=limits.wire() if limits is not None else None,
                         user=user, targets=[0, 1, 2, -1, *pass_fds], cgroup=cgroup is not None)
                 except _launcher.Unencodable as exc:  # nothing was started
