@@ -113,6 +113,7 @@ class Pipe:
     def __init__(self, fd: int) -> None:
         os.set_blocking(fd, False)
         self._fd = fd
+        self._waited = False  # Trio was asked to wait on it: it must hear of the close
 
     def fileno(self) -> int:
         return self._fd
@@ -136,6 +137,7 @@ class Pipe:
             trio.ClosedResourceError: the pipe was closed meanwhile.
         """
         while (chunk := self.read(size)) is None:
+            self._waited = True
             await trio.lowlevel.wait_readable(self._fd)
         return chunk
 
@@ -155,6 +157,7 @@ class Pipe:
             try:
                 view = view[os.write(self._fd, view):]
             except BlockingIOError:
+                self._waited = True
                 await trio.lowlevel.wait_writable(self._fd)
             except OSError as exc:  # EPIPE: nobody reads any more
                 raise trio.BrokenResourceError(exc.strerror) from exc
@@ -163,8 +166,9 @@ class Pipe:
         """Close it now; a task waiting on it wakes with ClosedResourceError. Safe twice."""
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
-            with contextlib.suppress(RuntimeError):  # outside Trio: nobody can be waiting on it
-                trio.lowlevel.notify_closing(fd)
+            if self._waited:  # else Trio never held it (a system call saved per pipe and call)
+                with contextlib.suppress(RuntimeError):  # outside Trio: nobody can be waiting on it
+                    trio.lowlevel.notify_closing(fd)
             os.close(fd)
 
     def __del__(self) -> None:
@@ -183,6 +187,7 @@ class Child:
     def __init__(self, pid: int, pidfd: int, stdin: int, stdout: int, stderr: int) -> None:
         self.pid = pid
         self._pidfd = pidfd
+        self._waited = False  # as Pipe's
         self._returncode: int | None = None
         self.stdin = Pipe(stdin)
         self.stdout = Pipe(stdout)
@@ -210,6 +215,7 @@ class Child:
         """
         while self._returncode is None:
             try:
+                self._waited = True
                 await trio.lowlevel.wait_readable(self._pidfd)
             except trio.ClosedResourceError:
                 continue  # another task reaped it meanwhile (through returncode)
@@ -242,8 +248,9 @@ class Child:
         """Release the pidfd (once reaped, or for a child that will not be waited for)."""
         if self._pidfd >= 0:
             fd, self._pidfd = self._pidfd, -1
-            with contextlib.suppress(RuntimeError):  # outside Trio: nobody can be waiting on it
-                trio.lowlevel.notify_closing(fd)  # wakes a task waiting on it, which then sees why
+            if self._waited:
+                with contextlib.suppress(RuntimeError):  # outside Trio: nobody can be waiting on it
+                    trio.lowlevel.notify_closing(fd)  # wakes a task waiting on it, which then sees why
             os.close(fd)
 
 
