@@ -41,8 +41,8 @@ SELF_REPORT = """
 
 
 async def start(launcher: launch.Launcher, argv: list[str], cgroup: proctree.CallCgroup | None = None,
-                cwd: str = "/") -> tuple[launch.Child, bytes]:
-    started = await launcher.spawn(argv, {"PATH": "/usr/bin:/bin"}, cwd, None, [], None, cgroup)
+                cwd: str = "/", label: str | None = None) -> tuple[launch.Child, bytes]:
+    started = await launcher.spawn(argv, {"PATH": "/usr/bin:/bin"}, cwd, None, [], None, cgroup, label=label)
     await started.exec_result()
     child = started.child
     out = b""
@@ -93,6 +93,17 @@ async def test_a_program_is_born_in_the_cgroup_it_was_given(fake_program, launch
     _, out = await start(launcher, [str(fake_program("report", SELF_REPORT))], call_cgroup)
     # Its very first look at itself already finds it there: it never ran anywhere else.
     assert json.loads(out)["cgroup"].endswith("/" + call_cgroup.path.name)
+
+
+async def test_the_launcher_labels_and_dates_the_cgroup_of_each_call_it_starts(launcher, call_cgroup) -> None:
+    # Start-up recovery reads the label (the call a cgroup holds) and the date (a young empty
+    # one may be another daemon's spare): each call's program relabels and redates its spare.
+    old = time.time() - 3600
+    os.utime(call_cgroup.path, (old, old))
+    for call_id in ("c-first", "c-second"):
+        await start(launcher, ["/bin/true"], call_cgroup, label=call_id)
+        assert call_cgroup.call_id() == call_id
+        assert time.time() - call_cgroup.path.stat().st_mtime < 60
 
 
 async def test_a_launcher_killed_between_calls_is_replaced_and_reaped(launcher) -> None:
@@ -213,14 +224,22 @@ async def test_a_nul_in_a_string_or_an_equals_sign_in_a_name_is_refused_and_noth
 def test_the_wire_carries_every_field_and_refuses_what_it_did_not_make() -> None:
     fields = {"argv": [b"/bin/x", b"", b"\xff\xfe"], "env": {b"A": b"1", b"B": b""}, "cwd": b"/srv/x",
               "mkdir": True, "limits": (1, None, 3, None, 5, 0, True), "user": (1000, 1001, [4, 27]),
-              "targets": [0, 1, 2, -1, 9], "cgroup": True}
+              "targets": [0, 1, 2, -1, 9], "cgroup": True, "label": b"c-0123"}
     body = launcher_wire.encode_start(fields["argv"], fields["env"], fields["cwd"], mkdir=True,
                                       limits=fields["limits"], user=fields["user"], targets=fields["targets"],
-                                      cgroup=True)
+                                      cgroup=True, label=b"c-0123")
     assert launcher_wire.decode(body) == fields
+    for label in (b"", b"c\0", b"c" * 256):
+        with pytest.raises(launcher_wire.Unencodable):
+            launcher_wire.encode_start([b"x"], {}, b"/", mkdir=False, limits=None, user=None, targets=[-1],
+                                       cgroup=True, label=label)
+    with pytest.raises(launcher_wire.Unencodable):  # a label names the call a cgroup holds: none here
+        launcher_wire.encode_start([b"x"], {}, b"/", mkdir=False, limits=None, user=None, targets=[-1],
+                                   cgroup=False, label=b"c-1")
     plain = launcher_wire.encode_start([b"x"], {}, b"/", mkdir=False, limits=None, user=None, targets=[-1],
                                        cgroup=False)
     assert launcher_wire.decode(plain)["limits"] is None and launcher_wire.decode(plain)["user"] is None
+    assert launcher_wire.decode(plain)["label"] is None
     assert launcher_wire.decode(launcher_wire.encode_spare(b"/sys/fs/cgroup/x")) == {"spare": b"/sys/fs/cgroup/x"}
     for cut in range(1, len(body)):
         with pytest.raises(ValueError):
@@ -505,11 +524,8 @@ async def test_a_spare_cgroup_removed_under_the_daemon_costs_the_call_nothing(sh
     spare = proctree.CallCgroup.spare()
     if spare is None:
         pytest.skip("no cgroup v2 hierarchy this process may make cgroups in")
-    old = time.time() - 3600
-    os.utime(spare.path, (old, old))
-    spare.unlabel()  # reused: its age starts again, so no start-up sweep takes it for a leftover
-    assert time.time() - spare.path.stat().st_mtime < 60
-    # Another daemon's sweep removes it all the same: the call makes a new one and runs.
+    # Another daemon's sweep removes it (one kept unused for over a minute): the call makes a
+    # new one and runs.
     shared = launch.for_reaper(None)
     shared._spares.append(spare)
     spare.remove()

@@ -535,7 +535,9 @@ def _find_own_cgroup(cgroups: list[str]) -> Path | None:
         return None
 
 
-_LABEL_XATTR = "user.rungd.call"  # on a spare cgroup: the call it was given to
+# On a call cgroup: the call it holds, or held last (written by the runner's launcher, which
+# names it too: rungd.runner.launcher.LABEL_XATTR).
+_LABEL_XATTR = "user.rungd.call"
 
 
 class CallCgroup:
@@ -548,10 +550,10 @@ class CallCgroup:
 
     A call's program is born in it: the runner's launcher makes it with ``clone3``'s
     ``CLONE_INTO_CGROUP`` (``rungd.runner.launch``), so nothing the program forks is ever
-    outside it. Such a spare cgroup is named ``rungd-s<random>`` and, once given to a call,
-    labelled with the call's id (the ``user.rungd.call`` extended attribute: a cgroup v2 cannot
-    be renamed); start-up recovery reads either. One left empty by its call is given to the
-    next call, relabelled.
+    outside it. Such a spare cgroup is named ``rungd-s<random>`` and, as each call's program
+    is made in it, labelled with the call's id and dated then, by the launcher (the
+    ``user.rungd.call`` extended attribute: a cgroup v2 cannot be renamed); start-up recovery
+    reads either. One left empty by its call is given to the next call, which relabels it.
 
     Every method fails softly (None or False): without a cgroup the kill still works by
     signals.
@@ -602,20 +604,6 @@ class CallCgroup:
     def spare(cls) -> CallCgroup | None:
         """A cgroup for a call not known yet, ``rungd-s<random>``; label it with :meth:`label`."""
         return cls.create(f"s{os.urandom(8).hex()}")
-
-    def label(self, call_id: str) -> None:
-        """Record which call this (spare) cgroup now holds, for start-up recovery."""
-        with contextlib.suppress(OSError):  # a filesystem without user xattrs: the tag remains
-            os.setxattr(self._dir, _LABEL_XATTR, call_id.encode())
-
-    def unlabel(self) -> None:
-        """Forget the call it held: it is a spare again, for the next call. Its time is set to
-        now, so that a start-up sweep (of this daemon or another in the same cgroup) takes it
-        for a cgroup just made, not for one a crash left a minute ago."""
-        with contextlib.suppress(OSError):
-            os.removexattr(self._dir, _LABEL_XATTR)
-        with contextlib.suppress(OSError):
-            os.utime(self._dir)
 
     def reusable(self) -> bool:
         """Whether it is as it was made: never killed, empty, not frozen, no cgroup inside it,

@@ -150,13 +150,12 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
     try:
         for attempt in (1, 2):
             cgroup = launcher.cgroup()
-            if cgroup is not None:
-                cgroup.label(ctx.call_id)
             try:
                 started = await launcher.spawn(
                     list(program.argv), child_env(ctx, program, credentials, scratch.helper.env),
                     str(program.cwd or cwd), limits.effective(program.limits), scratch.helper.pass_fds,
-                    _user_ids(program.user), cgroup, make_cwd=program.cwd is None and not ctx.work_dir.exists())
+                    _user_ids(program.user), cgroup, make_cwd=program.cwd is None and not ctx.work_dir.exists(),
+                    label=ctx.call_id)
             except BaseException as exc:
                 if cgroup is None:
                     raise

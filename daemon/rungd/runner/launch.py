@@ -491,8 +491,7 @@ class Launcher:
         # Only as it was made: a program may have frozen its cgroup, made cgroups inside it or
         # enabled controllers for them, and the next call's program must not be born into that.
         if len(self._spares) < MAX_SPARES and not self._closed and cgroup.reusable():
-            cgroup.unlabel()
-            self._spares.append(cgroup)
+            self._spares.append(cgroup)  # labelled with this call's id until the next call's
             return
         self._told.discard(cgroup.path)
         if self._reaper is not None:
@@ -502,14 +501,16 @@ class Launcher:
 
     async def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, limits: Limits | None,
                     pass_fds: Sequence[int], user: tuple[int, int, list[int]] | None,
-                    cgroup: proctree.CallCgroup | None, *, make_cwd: bool = False) -> Started:
+                    cgroup: proctree.CallCgroup | None, *, make_cwd: bool = False,
+                    label: str | None = None) -> Started:
         """Have the launcher make the program; returns once its pid is known.
 
         The caller awaits :meth:`Started.exec_result` next. Descriptors are made here, so
         EMFILE/ENFILE surface here as OSError; so does a launcher that could not make a
         process (EAGAIN, ENOMEM): then nothing was started. ``make_cwd``: the new process
         makes ``cwd`` (0700, and its parents) before it starts there; a failure says
-        ``workdir``.
+        ``workdir``. ``label``: the call's id, which the launcher writes on ``cgroup`` once the
+        process is made (for start-up recovery).
 
         Cancellation: shielded until the pid is known (a few milliseconds); a process made
         is then returned all the same, for the caller to kill, unless the cancellation came
@@ -537,7 +538,8 @@ class Launcher:
                         [_encode(arg) for arg in argv],
                         {k.encode(_FS, _FS_ERRORS): v.encode(_FS, _FS_ERRORS) for k, v in env.items()},
                         _encode(cwd), mkdir=make_cwd, limits=limits.wire() if limits is not None else None,
-                        user=user, targets=[0, 1, 2, -1, *pass_fds], cgroup=cgroup is not None)
+                        user=user, targets=[0, 1, 2, -1, *pass_fds], cgroup=cgroup is not None,
+                        label=label.encode() if label is not None and cgroup is not None else None)
                 except _launcher.Unencodable as exc:  # nothing was started
                     code = errno.E2BIG if exc.where == "exec" else errno.EINVAL
                     raise SpawnError(code, f"{os.strerror(code)} ({exc})", exc.where) from None

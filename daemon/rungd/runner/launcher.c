@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 #include <grp.h>
 
@@ -52,8 +53,10 @@
 #define MAX_TARGET (1 << 20)  /* launcher.MAX_TARGET: the highest number a descriptor becomes */
 #define INFINITY_ ((uint64_t)-1)  /* RLIM_INFINITY on the wire */
 
-/* Flags of a start request (launcher.py: _MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS). */
-enum { F_MKDIR = 1, F_CGROUP = 2, F_USER = 4, F_LIMITS = 8, F_NO_NEW_PRIVS = 16 };
+/* Flags of a start request (launcher.py: _MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS, _LABEL). */
+enum { F_MKDIR = 1, F_CGROUP = 2, F_USER = 4, F_LIMITS = 8, F_NO_NEW_PRIVS = 16, F_LABEL = 32 };
+#define LABEL_XATTR "user.rungd.call"  /* launcher.LABEL_XATTR */
+#define MAX_LABEL 255                  /* launcher.MAX_LABEL */
 
 struct clone_args_v2 {
     uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
@@ -70,6 +73,8 @@ struct request {
     unsigned present;     /* which of the six limits are set (bit i: RLIMITS[i]) */
     uint64_t limits[6];
     int err_target;       /* the index of the error pipe among the targets */
+    const unsigned char *label;  /* the call's id, for the cgroup (F_LABEL), not NUL-terminated */
+    uint32_t label_size;
     char *cwd;
     char **argv;          /* NULL-terminated */
     char **env;           /* NULL-terminated, "KEY=VALUE" each, in a buffer of its own */
@@ -115,7 +120,7 @@ static int decode(unsigned char *body, size_t size, struct request *r, char *str
     memset(r, 0, sizeof *r);
     r->flags = (unsigned)take(&c, 1);
     r->ntargets = (uint32_t)take(&c, 2);
-    if (!c.ok || (r->flags >> 5) || r->ntargets == 0 || r->ntargets > MAX_FDS) return -1;
+    if (!c.ok || (r->flags >> 6) || r->ntargets == 0 || r->ntargets > MAX_FDS) return -1;
     r->targets = calloc(r->ntargets, sizeof *r->targets);
     if (!r->targets) return -1;
     r->err_target = -1;
@@ -142,6 +147,13 @@ static int decode(unsigned char *body, size_t size, struct request *r, char *str
         if (r->present >> 6) return -1;
         for (int i = 0; i < 6; i++)
             if (r->present & (1u << i)) r->limits[i] = take(&c, 8);
+    }
+    if (r->flags & F_LABEL) {
+        r->label_size = (uint32_t)take(&c, 4);
+        if (!c.ok || !(r->flags & F_CGROUP) || r->label_size == 0 || r->label_size > MAX_LABEL
+            || (size_t)(c.end - c.at) < r->label_size || memchr(c.at, '\0', r->label_size)) return -1;
+        r->label = c.at;
+        c.at += r->label_size;
     }
     char *into = strings;
     r->cwd = take_string(&c, &into, &r->bad_cwd, NULL);
@@ -369,6 +381,12 @@ static int start(struct request *r, int *fds, int sock_fd, int use_clone3) {
     char line[32];
     snprintf(line, sizeof line, "P%ld\n", pid);  /* at once: the new process may not run for a while */
     say(err_w, line);
+    if ((r->flags & F_LABEL) && cgroup_fd >= 0) {
+        /* Name the call the cgroup now holds and date it now, for a start-up after a crash
+         * (launcher.py's _label says why here); without user attributes, only the date. */
+        fsetxattr(cgroup_fd, LABEL_XATTR, r->label, r->label_size, 0);
+        futimens(cgroup_fd, NULL);
+    }
     return use_clone3;
 }
 

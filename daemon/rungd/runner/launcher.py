@@ -45,12 +45,15 @@ The wire: each message is ``HEADER`` (body length, number of descriptors, big-en
 the descriptors riding with its first byte, then the body: ``S`` and a cgroup's path (a spare),
 or ``R`` and a start request, big-endian throughout:
 
-    flags u8 (_MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS)
+    flags u8 (_MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS, _LABEL)
     targets: count u16, then i32 each (the number each descriptor becomes; -1, exactly once,
         the error pipe); the descriptors come in that order, then the cgroup's with _CGROUP
     with _USER: uid u32, gid u32, groups: count u16, then u32 each
     with _LIMITS: which are set, u8 (bit i: the i-th of ``Limits.wire``), then a u64 for each
         set (all ones: RLIM_INFINITY); _NO_NEW_PRIVS counts only with _LIMITS
+    with _LABEL (only with _CGROUP): the call's id, a string; once the process is made, the
+        launcher writes it to the cgroup's ``user.rungd.call`` attribute and sets the cgroup's
+        times to now (start-up recovery reads both: ``rungd.proctree.sweep_cgroups``)
     cwd, then argv (count u32, then each), then env (count u32, then name and value each):
     every string a u32 length and its bytes
 
@@ -77,7 +80,9 @@ MAX_FDS = 250
 MAX_BODY = 64 << 20  # the largest request either launcher reads (argv and env are far below)
 MAX_ITEMS = 1 << 20  # arguments and environment entries together (the kernel's own limit is lower)
 MAX_TARGET = 1 << 20  # the highest descriptor number a program's descriptor may become (fs.nr_open)
-_MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS = 1, 2, 4, 8, 16
+_MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS, _LABEL = 1, 2, 4, 8, 16, 32
+LABEL_XATTR = b"user.rungd.call"  # launcher.c names it too; rungd.proctree reads it
+MAX_LABEL = 255  # a call id is far shorter; an attribute's value may be longer
 _U8, _U16, _U32, _I32, _U64 = (struct.Struct(f"!{kind}") for kind in "BHIiQ")
 _INFINITY = (1 << 64) - 1  # RLIM_INFINITY on the wire
 _MAX_LIMIT = (1 << 63) - 1
@@ -121,9 +126,9 @@ def encode_spare(path: bytes) -> bytes:
 
 def encode_start(argv: list[bytes], env: dict[bytes, bytes], cwd: bytes, *, mkdir: bool,
                  limits: tuple[object, ...] | None, user: tuple[int, int, list[int]] | None,
-                 targets: list[int], cgroup: bool) -> bytes:
+                 targets: list[int], cgroup: bool, label: bytes | None = None) -> bytes:
     """The body of a start request (its descriptors go beside it: one per target, then the
-    cgroup's when ``cgroup``).
+    cgroup's when ``cgroup``); ``label``: the call's id, for the cgroup (with ``cgroup`` only).
 
     Raises:
         Unencodable: a value the wire (and the kernel) cannot take.
@@ -154,6 +159,11 @@ def encode_start(argv: list[bytes], env: dict[bytes, bytes], cwd: bytes, *, mkdi
         parts += [_U8.pack(present), *chosen]
         if no_new_privs:
             flags |= _NO_NEW_PRIVS
+    if label is not None:
+        if not cgroup or not 0 < len(label) <= MAX_LABEL or b"\0" in label:
+            raise Unencodable("cgroup", "a label for no cgroup, or not a call id")
+        flags |= _LABEL
+        parts += [_U32.pack(len(label)), label]
     parts[0] = b"R" + _U8.pack(flags)
     parts += [_U32.pack(len(cwd)), cwd, _U32.pack(len(argv))]
     for arg in argv:
@@ -212,6 +222,9 @@ def decode(body: bytes) -> dict:
                 value = read.take(_U64)
                 values[bit] = resource.RLIM_INFINITY if value == _INFINITY else value
         limits = (*values, bool(flags & _NO_NEW_PRIVS))
+    label = read.string() if flags & _LABEL else None
+    if label is not None and (not flags & _CGROUP or not 0 < len(label) <= MAX_LABEL or b"\0" in label):
+        raise ValueError("a label for no cgroup, or not a call id")
     cwd = read.string()
     argv = [read.string() for _ in range(read.take(_U32))]
     env = {}
@@ -219,10 +232,10 @@ def decode(body: bytes) -> dict:
         name = read.string()
         env[name] = read.string()
     if (read.at != len(body) or not targets or not argv or targets.count(-1) != 1
-            or not all(-1 <= t <= MAX_TARGET for t in targets) or flags >> 5):
+            or not all(-1 <= t <= MAX_TARGET for t in targets) or flags >> 6):
         raise ValueError("a malformed request")
     return {"targets": targets, "user": user, "limits": limits, "cwd": cwd, "argv": argv, "env": env,
-            "mkdir": bool(flags & _MKDIR), "cgroup": bool(flags & _CGROUP)}
+            "mkdir": bool(flags & _MKDIR), "cgroup": bool(flags & _CGROUP), "label": label}
 
 
 def apply_limits(limits: tuple[object, ...]) -> None:
@@ -346,7 +359,24 @@ def _start(spec: dict, fds: list[int], sock_fd: int, clone3: bool) -> bool:
         os.write(err_w, b"P%d\n" % pid)  # at once: the new process may not run for a while
     except OSError:
         pass  # the daemon gave up on this call: nobody is listening
+    if spec["label"] is not None and cgroup_fd >= 0:
+        _label(cgroup_fd, spec["label"])
     return clone3
+
+
+def _label(cgroup_fd: int, label: bytes) -> None:
+    """Name the call a cgroup now holds, and date it now, for a start-up after a crash; here,
+    beside the new process's start rather than on the daemon's path (a cgroup's attributes
+    take the kernel tens of microseconds each). A kernel without user attributes on cgroups
+    (before 5.7) leaves only the date: recovery then kills by the call's tag."""
+    try:
+        os.setxattr(cgroup_fd, LABEL_XATTR, label)
+    except OSError:
+        pass
+    try:
+        os.utime(cgroup_fd)
+    except OSError:
+        pass
 
 
 def _report(err_w: int, code: int, where: str) -> None:
