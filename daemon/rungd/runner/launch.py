@@ -204,8 +204,8 @@ class Child:
     @property
     def returncode(self) -> int | None:
         """The exit status (negative: the signal that killed it), or None while it runs."""
-        if self._returncode is None and self._pidfd >= 0:
-            self._reap()  # a waitid that does not wait: what a poll of the pidfd would cost
+        if self._returncode is None and self._pidfd >= 0 and _readable(self._pidfd):
+            self._reap()
         return self._returncode
 
     async def wait(self) -> int:
@@ -228,10 +228,9 @@ class Child:
     def _reap(self) -> bool:
         """Reap the child if it can be reaped now; True once its exit status is known.
 
-        Called when it may have exited (its pidfd was readable, or to look). Never blocks
-        (WNOHANG): a running child is left as it is, and a child traced by another process
-        can be reaped by its parent only after the tracer has collected it, and waiting for
-        that here would stop the whole event loop.
+        Called once the pidfd says the process exited. Never blocks (WNOHANG): a child
+        traced by another process can be reaped by its parent only after the tracer has
+        collected it, and waiting for that here would stop the whole event loop.
         """
         try:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG)
@@ -253,6 +252,14 @@ class Child:
                 with contextlib.suppress(RuntimeError):  # outside Trio: nobody can be waiting on it
                     trio.lowlevel.notify_closing(fd)  # wakes a task waiting on it, which then sees why
             os.close(fd)
+
+
+def _readable(fd: int) -> bool:
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class Started:
