@@ -95,22 +95,18 @@ class Stat(NamedTuple):
 
 
 def read_file(path: str | os.PathLike[str]) -> bytes:
-    """The whole of a small kernel file (``/proc``, cgroupfs) in three system calls.
+    """The whole of a small kernel file (``/proc``, cgroupfs) in four system calls.
 
     ``open()`` adds a stat, a terminal check and two seeks to each, and the call path reads
-    a dozen such files. These files are made whole as they are read (seq_file): a read that
-    returns less than a page returns the rest of the file, so no read is spent on seeing
-    the end of a small one.
+    a dozen such files. Read to end of file: a file made line by line (cgroup.procs, a
+    process's children) comes a page at a time, and a short read is not its end.
 
     Raises:
         OSError: as ``os.open`` and ``os.read`` (the file is gone, or not ours to read).
     """
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        chunk = os.read(fd, 65536)
-        if len(chunk) < 4096:
-            return chunk
-        chunks = [chunk]
+        chunks = []
         while chunk := os.read(fd, 65536):
             chunks.append(chunk)
         return b"".join(chunks)

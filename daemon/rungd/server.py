@@ -162,6 +162,7 @@ class Wire:
             trio.BrokenResourceError: the connection failed (reset by the peer).
             trio.ClosedResourceError: it was closed meanwhile.
         """
+        await trio.lowlevel.checkpoint_if_cancelled()  # never read what a cancellation would drop
         try:
             data = os.read(self._fd, max_bytes)
         except BlockingIOError:
@@ -169,7 +170,7 @@ class Wire:
         except OSError as exc:
             raise trio.BrokenResourceError(f"the connection failed: {exc.strerror}") from exc
         else:
-            await trio.lowlevel.checkpoint()  # it was there at once: the others' turn first
+            await trio.lowlevel.cancel_shielded_checkpoint()  # there at once: the others' turn first
             return data
         while True:
             await trio.lowlevel.wait_readable(self._fd)

@@ -491,7 +491,11 @@ class Launcher:
         # Only as it was made: a program may have frozen its cgroup, made cgroups inside it or
         # enabled controllers for them, and the next call's program must not be born into that.
         if len(self._spares) < MAX_SPARES and not self._closed and cgroup.reusable():
-            self._spares.append(cgroup)  # labelled with this call's id until the next call's
+            # Dated now, so no start-up sweep (another daemon's) takes it for a leftover; it
+            # names this call until the next call's program relabels it.
+            with contextlib.suppress(OSError):
+                os.utime(cgroup.path)
+            self._spares.append(cgroup)
             return
         self._told.discard(cgroup.path)
         if self._reaper is not None:
@@ -536,7 +540,7 @@ class Launcher:
                 try:
                     body = _launcher.encode_start(
                         [_encode(arg) for arg in argv],
-                        {k.encode(_FS, _FS_ERRORS): v.encode(_FS, _FS_ERRORS) for k, v in env.items()},
+                        {_encode(k): _encode(v) for k, v in env.items()},
                         _encode(cwd), mkdir=make_cwd, limits=limits.wire() if limits is not None else None,
                         user=user, targets=[0, 1, 2, -1, *pass_fds], cgroup=cgroup is not None,
                         label=label.encode() if label is not None and cgroup is not None else None)
