@@ -95,15 +95,20 @@ async def test_a_program_is_born_in_the_cgroup_it_was_given(fake_program, launch
     assert json.loads(out)["cgroup"].endswith("/" + call_cgroup.path.name)
 
 
-async def test_the_launcher_labels_and_dates_the_cgroup_of_each_call_it_starts(launcher, call_cgroup) -> None:
-    # Start-up recovery reads the label (the call a cgroup holds) and the date (a young empty
-    # one may be another daemon's spare): each call's program relabels and redates its spare.
-    old = time.time() - 3600
-    os.utime(call_cgroup.path, (old, old))
+async def test_the_launcher_labels_the_cgroup_of_each_call_and_a_kept_one_is_dated(launcher,
+                                                                                  call_cgroup) -> None:
+    # Start-up recovery reads the label (the call a cgroup holds) and the date (an empty one
+    # younger than a minute may be another daemon's spare): each call's program relabels its
+    # cgroup, and one kept for the next call is dated as it is kept.
     for call_id in ("c-first", "c-second"):
+        old = time.time() - 3600
+        os.utime(call_cgroup.path, (old, old))
         await start(launcher, ["/bin/true"], call_cgroup, label=call_id)
         assert call_cgroup.call_id() == call_id
+        launcher.give_back(call_cgroup)
+        assert launcher._spares == [call_cgroup]
         assert time.time() - call_cgroup.path.stat().st_mtime < 60
+        launcher.cgroup()  # the next call takes it back
 
 
 async def test_a_launcher_killed_between_calls_is_replaced_and_reaped(launcher) -> None:

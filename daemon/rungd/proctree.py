@@ -547,9 +547,9 @@ class CallCgroup:
     A call's program is born in it: the runner's launcher makes it with ``clone3``'s
     ``CLONE_INTO_CGROUP`` (``rungd.runner.launch``), so nothing the program forks is ever
     outside it. Such a spare cgroup is named ``rungd-s<random>`` and, as each call's program
-    is made in it, labelled with the call's id and dated then, by the launcher (the
-    ``user.rungd.call`` extended attribute: a cgroup v2 cannot be renamed); start-up recovery
-    reads either. One left empty by its call is given to the next call, which relabels it.
+    is made in it, labelled with the call's id by the launcher (the ``user.rungd.call``
+    extended attribute: a cgroup v2 cannot be renamed); start-up recovery reads either. One
+    left empty by its call is dated and kept for the next call, which relabels it.
 
     Every method fails softly (None or False): without a cgroup the kill still works by
     signals.
@@ -598,7 +598,8 @@ class CallCgroup:
 
     @classmethod
     def spare(cls) -> CallCgroup | None:
-        """A cgroup for a call not known yet, ``rungd-s<random>``; label it with :meth:`label`."""
+        """A cgroup for a call not known yet, ``rungd-s<random>`` (the launcher labels it with
+        the call whose program it makes there)."""
         return cls.create(f"s{os.urandom(8).hex()}")
 
     def reusable(self) -> bool:

@@ -144,7 +144,7 @@ class Wire:
     can answer at once (a request's frame is usually waiting, an answer usually fits).
 
     Trio's stream yields to the loop after every receive and send even when nothing waited:
-    two turns of the loop per request, a tenth of what a read costs the daemon. The loop's
+    two turns of the loop per request, for nothing. The loop's
     fairness is kept where it matters: a receive that found its data already there (a client
     sending requests back to back) still gives the other tasks their turn.
 
@@ -195,7 +195,7 @@ class Wire:
             except BlockingIOError:
                 await trio.lowlevel.wait_writable(self._fd)
                 continue
-            except OSError as exc:  # EPIPE (SIGPIPE is ignored in Python), ECONNRESET
+            except OSError as exc:  # EPIPE (the daemon ignores SIGPIPE, as Python does), ECONNRESET
                 raise trio.BrokenResourceError(f"the connection failed: {exc.strerror}") from exc
             view = view[sent:]
 

@@ -382,10 +382,9 @@ static int start(struct request *r, int *fds, int sock_fd, int use_clone3) {
     snprintf(line, sizeof line, "P%ld\n", pid);  /* at once: the new process may not run for a while */
     say(err_w, line);
     if ((r->flags & F_LABEL) && cgroup_fd >= 0) {
-        /* Name the call the cgroup now holds and date it now, for a start-up after a crash
-         * (launcher.py's _label says why here); without user attributes, only the date. */
+        /* Name the call the cgroup now holds, for a start-up after a crash (launcher.py's
+         * _label says why here). */
         fsetxattr(cgroup_fd, LABEL_XATTR, r->label, r->label_size, 0);
-        futimens(cgroup_fd, NULL);
     }
     return use_clone3;
 }

@@ -52,8 +52,8 @@ or ``R`` and a start request, big-endian throughout:
     with _LIMITS: which are set, u8 (bit i: the i-th of ``Limits.wire``), then a u64 for each
         set (all ones: RLIM_INFINITY); _NO_NEW_PRIVS counts only with _LIMITS
     with _LABEL (only with _CGROUP): the call's id, a string; once the process is made, the
-        launcher writes it to the cgroup's ``user.rungd.call`` attribute and sets the cgroup's
-        times to now (start-up recovery reads both: ``rungd.proctree.sweep_cgroups``)
+        launcher writes it to the cgroup's ``user.rungd.call`` attribute (start-up recovery
+        reads it: ``rungd.proctree.sweep_cgroups``)
     cwd, then argv (count u32, then each), then env (count u32, then name and value each):
     every string a u32 length and its bytes
 
@@ -160,7 +160,7 @@ def encode_start(argv: list[bytes], env: dict[bytes, bytes], cwd: bytes, *, mkdi
         if no_new_privs:
             flags |= _NO_NEW_PRIVS
     if label is not None:
-        if not cgroup or not 0 < len(label) <= MAX_LABEL or b"\0" in label:
+        if not _label_fits(label, cgroup):
             raise Unencodable("cgroup", "a label for no cgroup, or not a call id")
         flags |= _LABEL
         parts += [_U32.pack(len(label)), label]
@@ -172,6 +172,11 @@ def encode_start(argv: list[bytes], env: dict[bytes, bytes], cwd: bytes, *, mkdi
     for name, value in env.items():
         parts += [_U32.pack(len(name)), name, _U32.pack(len(value)), value]
     return b"".join(parts)
+
+
+def _label_fits(label: bytes, cgroup: bool) -> bool:
+    """Whether a label can go on the wire (checked by the sender and again by the launcher)."""
+    return cgroup and 0 < len(label) <= MAX_LABEL and b"\0" not in label
 
 
 class _Reader:
@@ -223,7 +228,7 @@ def decode(body: bytes) -> dict:
                 values[bit] = resource.RLIM_INFINITY if value == _INFINITY else value
         limits = (*values, bool(flags & _NO_NEW_PRIVS))
     label = read.string() if flags & _LABEL else None
-    if label is not None and (not flags & _CGROUP or not 0 < len(label) <= MAX_LABEL or b"\0" in label):
+    if label is not None and not _label_fits(label, bool(flags & _CGROUP)):
         raise ValueError("a label for no cgroup, or not a call id")
     cwd = read.string()
     argv = [read.string() for _ in range(read.take(_U32))]
@@ -365,16 +370,12 @@ def _start(spec: dict, fds: list[int], sock_fd: int, clone3: bool) -> bool:
 
 
 def _label(cgroup_fd: int, label: bytes) -> None:
-    """Name the call a cgroup now holds, and date it now, for a start-up after a crash; here,
-    beside the new process's start rather than on the daemon's path (a cgroup's attributes
-    take the kernel tens of microseconds each). A kernel without user attributes on cgroups
-    (before 5.7) leaves only the date: recovery then kills by the call's tag."""
+    """Name the call a cgroup now holds, for a start-up after a crash; here, beside the new
+    process's start rather than on the daemon's path (a cgroup's attributes take the kernel
+    tens of microseconds each). Without user attributes on cgroups (kernels before 5.7),
+    recovery kills by the call's tag."""
     try:
         os.setxattr(cgroup_fd, LABEL_XATTR, label)
-    except OSError:
-        pass
-    try:
-        os.utime(cgroup_fd)
     except OSError:
         pass
 
