@@ -60,6 +60,15 @@ def _encode(text: str | bytes | os.PathLike[str]) -> bytes:
     return text.encode(_FS, _FS_ERRORS) if type(text) is str else os.fsencode(text)
 
 
+def _encode_env(env: Mapping[str, str]) -> dict[bytes, bytes]:
+    """The environment as the wire carries it: str.encode for a few dozen strings, no call of
+    :func:`_encode` per name and value."""
+    try:
+        return {name.encode(_FS, _FS_ERRORS): value.encode(_FS, _FS_ERRORS) for name, value in env.items()}
+    except AttributeError:  # bytes or paths among them
+        return {_encode(name): _encode(value) for name, value in env.items()}
+
+
 def source_digest() -> str:
     """What a compiled launcher built from this source says to ``--source``: a digest of
     launcher.c and of launcher.py, which defines the wire both read (hatch_build.py embeds it)."""
@@ -320,13 +329,19 @@ async def _read_until(fd: int, data: bytes, timeout: float, enough: Callable[[by
     data, ended = _read_now(fd, data, enough)
     if ended is not None:
         return data, ended
+    if timeout == math.inf and not shield:  # no scope to make: one costs a call about 15 us
+        return await _wait_and_read(fd, data, enough)
     with trio.CancelScope(deadline=trio.current_time() + timeout, shield=shield):
-        while True:
-            await trio.lowlevel.wait_readable(fd)
-            data, ended = _read_now(fd, data, enough)
-            if ended is not None:
-                return data, ended
+        return await _wait_and_read(fd, data, enough)
     return data, False
+
+
+async def _wait_and_read(fd: int, data: bytes, enough: Callable[[bytes], bool]) -> tuple[bytes, bool]:
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        data, ended = _read_now(fd, data, enough)
+        if ended is not None:
+            return data, ended
 
 
 def _read_now(fd: int, data: bytes, enough: Callable[[bytes], bool]) -> tuple[bytes, bool | None]:
@@ -540,7 +555,7 @@ class Launcher:
                 try:
                     body = _launcher.encode_start(
                         [_encode(arg) for arg in argv],
-                        {_encode(k): _encode(v) for k, v in env.items()},
+                        _encode_env(env),
                         _encode(cwd), mkdir=make_cwd, limits=limits.wire() if limits is not None else None,
                         user=user, targets=[0, 1, 2, -1, *pass_fds], cgroup=cgroup is not None,
                         label=label.encode() if label is not None and cgroup is not None else None)
