@@ -89,6 +89,37 @@ async def test_a_program_is_our_own_child_in_its_own_session_with_nothing_but_it
     assert report["cwd"] == str(short_tmp)
 
 
+async def test_the_start_time_a_spawn_knows_is_the_one_proc_gives(launcher) -> None:
+    # The tracker takes a program's start time from the spawn (the two clock readings around
+    # it fall in one tick nearly always) instead of reading /proc/PID/stat on the call's path:
+    # it must be that very value, or the program's askpass questions and the kill would miss it.
+    known = 0
+    for _ in range(30):
+        started = await launcher.spawn(["/bin/sleep", "5"], {"PATH": "/usr/bin:/bin"}, "/", None, [], None, None)
+        await started.exec_result()
+        child = started.child
+        try:
+            stat = proctree.read_stat(child.pid)
+            assert stat is not None
+            if child.start is not None:
+                known += 1
+                assert child.start == stat.start
+                tracker = proctree.Tracker("c-test", child.pid, subreaper=True, start=child.start)
+                assert tracker.root == proctree.Tracker("c-test", child.pid, subreaper=True).root
+        finally:
+            os.kill(child.pid, signal.SIGKILL)
+            await child.wait()
+            child.close_pipes()
+    assert known >= 20  # a spawn takes well under a 10 ms tick: few straddle one
+
+
+def test_start_between_gives_a_tick_only_when_both_readings_fall_in_it() -> None:
+    tick = proctree._TICK_NS
+    assert tick == 10_000_000  # USER_HZ 100 on Linux
+    assert proctree.start_between(5 * tick + 1, 5 * tick + tick - 1) == 5
+    assert proctree.start_between(5 * tick + tick - 1, 6 * tick) is None
+
+
 async def test_a_program_is_born_in_the_cgroup_it_was_given(fake_program, launcher, call_cgroup) -> None:
     _, out = await start(launcher, [str(fake_program("report", SELF_REPORT))], call_cgroup)
     # Its very first look at itself already finds it there: it never ran anywhere else.

@@ -247,6 +247,29 @@ def set_child_subreaper() -> bool:
         return False
 
 
+_TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK") if 1_000_000_000 % os.sysconf("SC_CLK_TCK") == 0 else 0
+
+
+def boottime_ns() -> int:
+    """Now on the clock a process's start time is counted on (CLOCK_BOOTTIME)."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+def start_between(before_ns: int, after_ns: int) -> int | None:
+    """The start time ``/proc/PID/stat`` gives a process made between two :func:`boottime_ns`
+    readings, when both fall in the same clock tick (a tick is 10 ms; a spawn takes a fraction
+    of one): the kernel counts it from that same clock, in whole ticks. None when they straddle
+    a tick (or the tick is not a whole number of nanoseconds): then it must be read.
+
+    A read of ``/proc/PID/stat`` costs a call tens of microseconds; the daemon's own time
+    namespace offsets the clock and that file alike.
+    """
+    if not _TICK_NS:
+        return None
+    tick = before_ns // _TICK_NS
+    return tick if after_ns // _TICK_NS == tick else None
+
+
 class Tracker:
     """The processes of one call, known by pid and start time so that the kill can find them.
 
@@ -265,23 +288,29 @@ class Tracker:
         subreaper: this process is a child subreaper (:func:`set_child_subreaper`), so the
             call's orphans are its children and no scan of /proc is needed to find them.
 
+        start: the root's start time in clock ticks, when the caller knows it exactly (the
+            launcher's spawn does, nearly always: :func:`start_between`); else it is read.
+
     Raises:
         ProcessLookupError: ``root_pid`` names no process (it was already reaped).
     """
 
     def __init__(self, call_id: str, root_pid: int, *, cgroup: CallCgroup | None = None,
-                 subreaper: bool = False) -> None:
-        stat = read_stat(root_pid)
-        if stat is None:
-            raise ProcessLookupError(
-                f"process {root_pid} does not exist; create the Tracker right after spawning "
-                "the call's child, before waiting for it"
-            )
+                 subreaper: bool = False, start: int | None = None) -> None:
+        stat = read_stat(root_pid) if start is None else None
+        if start is None:
+            if stat is None:
+                raise ProcessLookupError(
+                    f"process {root_pid} does not exist; create the Tracker right after spawning "
+                    "the call's child, before waiting for it"
+                )
+            start = stat.start
         self.call_id = call_id
-        self.root = Member(root_pid, stat.start)
+        self.root = Member(root_pid, start)
         self.cgroup = cgroup
         self.subreaper = subreaper
-        self._members = {self.root: stat}
+        # A member's stat as of the last snapshot; None for the root until the first one.
+        self._members: dict[Member, Stat | None] = {self.root: stat}
 
     def snapshot(self, *, group: int | None = None) -> None:
         """Record every process of the call that exists now, and forget those reaped since.
@@ -370,7 +399,7 @@ class Tracker:
 
     def alive(self) -> list[Member]:
         """The members that were alive at the last snapshot: zombies count as dead."""
-        return sorted(m for m, stat in self._members.items() if stat.state not in _DEAD_STATES)
+        return sorted(m for m, stat in self._members.items() if stat is None or stat.state not in _DEAD_STATES)
 
     def holds_group(self, pgid: int) -> bool:
         """Whether a member, a zombie included, is in process group ``pgid`` (at the last snapshot).
@@ -379,7 +408,7 @@ class Tracker:
         an unreaped zombie, is in the group, but once the call's group is empty its id may
         belong to a stranger.
         """
-        return any(stat.pgid == pgid for stat in self._members.values())
+        return any(stat is not None and stat.pgid == pgid for stat in self._members.values())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -602,9 +631,13 @@ class CallCgroup:
         the call whose program it makes there)."""
         return cls.create(f"s{os.urandom(8).hex()}")
 
-    def reusable(self) -> bool:
+    def reusable(self, events: bytes | None = None) -> bool:
         """Whether it is as it was made: never killed, empty, not frozen, no cgroup inside it,
-        no controller enabled for children. A program of the call may have changed any of that."""
+        no controller enabled for children. A program of the call may have changed any of that.
+
+        Args:
+            events: its ``cgroup.events`` as :meth:`events` read it just now, if it was.
+        """
         if self.killed:
             return False
         try:
@@ -612,7 +645,8 @@ class CallCgroup:
             # means none, where cgroup.stat's nr_descendants would cost a file's read.
             if os.lstat(self._dir).st_nlink != 2:
                 return False
-            events = read_file(self._events)
+            if events is None:
+                events = read_file(self._events)
             controllers = read_file(f"{self._dir}/cgroup.subtree_control")
         except OSError:
             return False
@@ -644,16 +678,23 @@ class CallCgroup:
         except OSError:  # removed
             return []
 
-    def populated(self) -> bool:
+    def populated(self, events: bytes | None = None) -> bool:
         """Whether a process (or a thread of one whose leader exited) still lives in it.
 
         ``cgroup.kill`` only sends SIGKILL: the processes die a moment later, and until then
         the cgroup cannot be removed.
+
+        Args:
+            events: as :meth:`reusable`'s.
         """
+        return b"populated 1" in (self.events() if events is None else events)
+
+    def events(self) -> bytes:
+        """Its ``cgroup.events`` now (populated, frozen); empty once it is removed."""
         try:
-            return b"populated 1" in read_file(self._events)
+            return read_file(self._events)
         except OSError:  # removed
-            return False
+            return b""
 
     def kill(self) -> bool:
         """SIGKILL every process in the cgroup, including those forked while it happens.

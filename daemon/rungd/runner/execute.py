@@ -172,7 +172,8 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
             break
         child = started.child
         # Registered before anything awaits: an orphan the program makes is claimed at once.
-        tracker = proctree.Tracker(ctx.call_id, child.pid, cgroup=cgroup, subreaper=reaper is not None)
+        tracker = proctree.Tracker(ctx.call_id, child.pid, cgroup=cgroup, subreaper=reaper is not None,
+                                   start=child.start)
         proctree.RUNNING[ctx.call_id] = tracker
         # Its askpass questions are this call's from now on, even before the watch listens.
         scratch.helper.claim(tracker.root)
@@ -399,7 +400,10 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
     # of a cgroup (one that moved itself out is an orphan of the daemon, which the reaper
     # kills below). Otherwise the kill looks only at the call's own processes with a cgroup
     # or a subreaper; without either it scans the host, and is skipped when provably idle.
-    settled = cgroup is not None and proc.returncode is not None and not cgroup.populated()
+    settled, events = False, None
+    if cgroup is not None and proc.returncode is not None:
+        events = cgroup.events()  # read once: what is kept for the next call looks at it too
+        settled = not cgroup.populated(events)
     if not settled and (cgroup is not None or reaper is not None or not _nothing_left(proc, cgroup, reaper)):
         with trio.CancelScope(shield=True):
             await proctree.kill_tree(tracker, grace_s=program.grace_s, pgid=proc.pid)
@@ -411,7 +415,7 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
         if reaper is not None:
             # An empty one is the next call's; removing one takes the kernel milliseconds,
             # so a populated one (a process still dying) is removed off the call's path.
-            launch.for_reaper(reaper).give_back(cgroup)
+            launch.for_reaper(reaper).give_back(cgroup, events if settled else None)
         else:
             with trio.CancelScope(shield=True):
                 await cgroup.remove_when_empty()

@@ -193,8 +193,10 @@ class Child:
     therefore still running, never "killed by signal 5".
     """
 
-    def __init__(self, pid: int, pidfd: int, stdin: int, stdout: int, stderr: int) -> None:
+    def __init__(self, pid: int, pidfd: int, stdin: int, stdout: int, stderr: int, *,
+                 start: int | None = None) -> None:
         self.pid = pid
+        self.start = start  # its start time in clock ticks, when the spawn knows it (proctree.start_between)
         self._pidfd = pidfd
         self._waited = False  # as Pipe's
         self._returncode: int | None = None
@@ -499,13 +501,14 @@ class Launcher:
             self._untold.append(made.path)  # told with this call's request
         return made
 
-    def give_back(self, cgroup: proctree.CallCgroup) -> None:
+    def give_back(self, cgroup: proctree.CallCgroup, events: bytes | None = None) -> None:
         """Take back a call's cgroup once its call has ended: an empty one is kept for a next
         call (relabelled then; up to MAX_SPARES, as many as calls ran at once), any other is
-        retired to the reaper, which removes it."""
+        retired to the reaper, which removes it. ``events``: its ``cgroup.events``, if the
+        caller read them just now."""
         # Only as it was made: a program may have frozen its cgroup, made cgroups inside it or
         # enabled controllers for them, and the next call's program must not be born into that.
-        if len(self._spares) < MAX_SPARES and not self._closed and cgroup.reusable():
+        if len(self._spares) < MAX_SPARES and not self._closed and cgroup.reusable(events):
             # Dated now, so no start-up sweep (another daemon's) takes it for a leftover; it
             # names this call until the next call's program relabels it.
             with contextlib.suppress(OSError):
@@ -564,6 +567,7 @@ class Launcher:
                     raise SpawnError(code, f"{os.strerror(code)} ({exc})", exc.where) from None
                 if len(body) > _launcher.MAX_BODY:
                     raise SpawnError(errno.E2BIG, os.strerror(errno.E2BIG), "exec")
+                sent_at = proctree.boottime_ns()  # the process is made after this...
                 await self._send(body, fds)
             except BaseException:
                 for fd in made:
@@ -573,6 +577,7 @@ class Launcher:
                 if fd not in (stdin_w, stdout_r, stderr_r, err_r):
                     os.close(fd)
             said, ended = await self._pid_line(err_r)
+            start = proctree.start_between(sent_at, proctree.boottime_ns())  # ...and before its pid is heard
             found = _PID_LINE.search(said)
             pid = found.group(2) if found else b""
             if not pid:
@@ -596,7 +601,7 @@ class Launcher:
             proctree.SPAWNED.add(pid_n)
             if self._owned is not None:
                 self._owned.add(pid_n)
-        return Started(Child(pid_n, pidfd, stdin_w, stdout_r, stderr_r), err_r, said)
+        return Started(Child(pid_n, pidfd, stdin_w, stdout_r, stderr_r, start=start), err_r, said)
 
     async def _send(self, body: bytes | None, fds: list[int]) -> None:
         """Hand a request to the launcher (after the cgroups it was not told of yet), starting
