@@ -134,6 +134,7 @@ async def test_the_launcher_labels_the_cgroup_of_each_call_and_a_kept_one_is_dat
     for call_id in ("c-first", "c-second"):
         old = time.time() - 3600
         os.utime(call_cgroup.path, (old, old))
+        call_cgroup.dated = time.monotonic() - 3600  # as the daemon last dated it, an hour ago
         await start(launcher, ["/bin/true"], call_cgroup, label=call_id)
         assert call_cgroup.call_id() == call_id
         launcher.give_back(call_cgroup)

@@ -48,6 +48,7 @@ import contextlib
 import ctypes
 import dataclasses
 import logging
+import math
 import os
 import re
 import signal
@@ -596,6 +597,7 @@ class CallCgroup:
         # Written to cgroup.kill once: the kernel (6.18 here) then kills every process born into
         # it with CLONE_INTO_CGROUP, so such a cgroup is never given to another call.
         self.killed = False
+        self.dated = -math.inf  # when (time.monotonic) the daemon last set its mtime, keeping it
 
     @classmethod
     def create(cls, call_id: str) -> CallCgroup | None:

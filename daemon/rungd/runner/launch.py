@@ -36,6 +36,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -50,6 +51,7 @@ log = logging.getLogger("rungd.runner")
 _LAUNCHER = Path(_launcher.__file__)
 _COMPILED = _LAUNCHER.with_name("rungd-launcher")  # built from launcher.c by the package's build hook
 MAX_SPARES = 32  # empty call cgroups kept for the next calls (each costs the kernel little)
+_REDATE_S = 10.0  # a kept cgroup is dated again this long after it last was (the sweep spares a minute)
 _SEND_TIMEOUT_S = 5.0  # the launcher reads at once; one that does not is stuck, and replaced
 _PID_TIMEOUT_S = 5.0  # the new process says its pid before anything else
 _FS, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
@@ -218,6 +220,12 @@ class Child:
         if self._returncode is None and self._pidfd >= 0 and _readable(self._pidfd):
             self._reap()
         return self._returncode
+
+    def exited(self) -> None:
+        """The pidfd said it exited (the caller's own epoll did): reap it if it can be reaped
+        now, without asking the pidfd again as :attr:`returncode` does."""
+        if self._returncode is None and self._pidfd >= 0:
+            self._reap()
 
     async def wait(self) -> int:
         """Wait until the program exits and return its status.
@@ -509,10 +517,13 @@ class Launcher:
         # Only as it was made: a program may have frozen its cgroup, made cgroups inside it or
         # enabled controllers for them, and the next call's program must not be born into that.
         if len(self._spares) < MAX_SPARES and not self._closed and cgroup.reusable(events):
-            # Dated now, so no start-up sweep (another daemon's) takes it for a leftover; it
-            # names this call until the next call's program relabels it.
-            with contextlib.suppress(OSError):
-                os.utime(cgroup.path)
+            # Dated now and then (a call's system call saved), so no start-up sweep (another
+            # daemon's) takes it for a leftover; it names this call until the next call's
+            # program relabels it.
+            if time.monotonic() - cgroup.dated > _REDATE_S:
+                with contextlib.suppress(OSError):
+                    os.utime(cgroup.path)
+                    cgroup.dated = time.monotonic()
             self._spares.append(cgroup)
             return
         self._told.discard(cgroup.path)

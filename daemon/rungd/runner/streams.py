@@ -237,7 +237,7 @@ class Outputs:
         # timer: the pidfd stays readable, and would wake the loop on every turn.
         self._forget(self._pidfd)
         self._pidfd = -1
-        self._child.returncode  # noqa: B018 - reaps it when it can be reaped
+        self._child.exited()  # reaps it when it can be reaped
         self.wake()
 
     def _forget(self, fd: int) -> None:
