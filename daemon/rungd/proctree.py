@@ -47,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import errno
 import logging
 import math
 import os
@@ -248,7 +249,9 @@ def set_child_subreaper() -> bool:
         return False
 
 
-_TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK") if 1_000_000_000 % os.sysconf("SC_CLK_TCK") == 0 else 0
+_UNREADABLE = b"?"  # CallCgroup.events of a cgroup whose events cannot be read now
+_CLK_TCK = os.sysconf("SC_CLK_TCK")  # the ticks /proc/PID/stat counts a start time in (USER_HZ)
+_TICK_NS = 1_000_000_000 // _CLK_TCK if 1_000_000_000 % _CLK_TCK == 0 else 0  # 0: no whole tick
 
 
 def boottime_ns() -> int:
@@ -258,8 +261,9 @@ def boottime_ns() -> int:
 
 def start_between(before_ns: int, after_ns: int) -> int | None:
     """The start time ``/proc/PID/stat`` gives a process made between two :func:`boottime_ns`
-    readings, when both fall in the same clock tick (a tick is 10 ms; a spawn takes a fraction
-    of one): the kernel counts it from that same clock, in whole ticks. None when they straddle
+    readings, when both fall in the same clock tick (10 ms where USER_HZ is 100, as on every
+    common Linux; a spawn takes a fraction of one): the kernel counts it from that same clock,
+    in whole ticks. None when they straddle
     a tick (or the tick is not a whole number of nanoseconds): then it must be read.
 
     A read of ``/proc/PID/stat`` costs a call tens of microseconds; the daemon's own time
@@ -288,18 +292,19 @@ class Tracker:
         cgroup: the call's cgroup, if it has one; its processes are members too.
         subreaper: this process is a child subreaper (:func:`set_child_subreaper`), so the
             call's orphans are its children and no scan of /proc is needed to find them.
-
         start: the root's start time in clock ticks, when the caller knows it exactly (the
             launcher's spawn does, nearly always: :func:`start_between`); else it is read.
 
     Raises:
-        ProcessLookupError: ``root_pid`` names no process (it was already reaped).
+        ProcessLookupError: ``root_pid`` names no process (it was already reaped); asked
+            only without ``start``.
     """
 
     def __init__(self, call_id: str, root_pid: int, *, cgroup: CallCgroup | None = None,
                  subreaper: bool = False, start: int | None = None) -> None:
-        stat = read_stat(root_pid) if start is None else None
+        stat = None
         if start is None:
+            stat = read_stat(root_pid)
             if stat is None:
                 raise ProcessLookupError(
                     f"process {root_pid} does not exist; create the Tracker right after spawning "
@@ -310,7 +315,8 @@ class Tracker:
         self.root = Member(root_pid, start)
         self.cgroup = cgroup
         self.subreaper = subreaper
-        # A member's stat as of the last snapshot; None for the root until the first one.
+        # Each member's stat as last read (the root's at construction, or None when its start
+        # came from the spawn); every snapshot reads them all again.
         self._members: dict[Member, Stat | None] = {self.root: stat}
 
     def snapshot(self, *, group: int | None = None) -> None:
@@ -400,6 +406,7 @@ class Tracker:
 
     def alive(self) -> list[Member]:
         """The members that were alive at the last snapshot: zombies count as dead."""
+        # A root whose stat was never read (its start came from the spawn) was alive then.
         return sorted(m for m, stat in self._members.items() if stat is None or stat.state not in _DEAD_STATES)
 
     def holds_group(self, pgid: int) -> bool:
@@ -409,6 +416,7 @@ class Tracker:
         an unreaped zombie, is in the group, but once the call's group is empty its id may
         belong to a stranger.
         """
+        # A root whose stat was never read is in no group yet, as far as the tracker knows.
         return any(stat is not None and stat.pgid == pgid for stat in self._members.values())
 
 
@@ -638,7 +646,7 @@ class CallCgroup:
         no controller enabled for children. A program of the call may have changed any of that.
 
         Args:
-            events: its ``cgroup.events`` as :meth:`events` read it just now, if it was.
+            events: its ``cgroup.events`` as :meth:`events` read them just now, if they were.
         """
         if self.killed:
             return False
@@ -681,22 +689,28 @@ class CallCgroup:
             return []
 
     def populated(self, events: bytes | None = None) -> bool:
-        """Whether a process (or a thread of one whose leader exited) still lives in it.
+        """Whether a process (or a thread of one whose leader exited) still lives in it, or
+        may: one whose ``cgroup.events`` cannot be read now (EMFILE) counts as populated.
 
         ``cgroup.kill`` only sends SIGKILL: the processes die a moment later, and until then
         the cgroup cannot be removed.
 
         Args:
-            events: as :meth:`reusable`'s.
+            events: its ``cgroup.events`` as :meth:`events` read them just now, if they were.
         """
-        return b"populated 1" in (self.events() if events is None else events)
+        if events is None:
+            events = self.events()
+        return events is _UNREADABLE or b"populated 1" in events
 
     def events(self) -> bytes:
-        """Its ``cgroup.events`` now (populated, frozen); empty once it is removed."""
+        """Its ``cgroup.events`` now (populated, frozen): empty once it is removed, and
+        ``_UNREADABLE`` when they cannot be read now (the daemon is out of descriptors, say)."""
         try:
             return read_file(self._events)
-        except OSError:  # removed
+        except (FileNotFoundError, NotADirectoryError):  # removed: nothing lives in it
             return b""
+        except OSError as exc:
+            return b"" if exc.errno == errno.ENODEV else _UNREADABLE
 
     def kill(self) -> bool:
         """SIGKILL every process in the cgroup, including those forked while it happens.

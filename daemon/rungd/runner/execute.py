@@ -167,6 +167,7 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
                 with trio.CancelScope(shield=True):
                     await cgroup.remove_when_empty()
                 if attempt == 1 and vanished:
+                    launcher.drop_vanished()  # a sweep takes every idle spare at once
                     continue
                 raise
             break
@@ -398,7 +399,7 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
     cgroup, reaper = tracker.cgroup, ctx.reaper
     # A program that exited and left its cgroup empty left nothing: nothing forks its way out
     # of a cgroup (one that moved itself out is an orphan of the daemon, which the reaper
-    # kills below). Otherwise the kill looks only at the call's own processes with a cgroup
+    # kills: on its next pass, or below when the call is not settled). Otherwise the kill looks only at the call's own processes with a cgroup
     # or a subreaper; without either it scans the host, and is skipped when provably idle.
     settled, events = False, None
     if cgroup is not None and proc.returncode is not None:

@@ -51,7 +51,7 @@ log = logging.getLogger("rungd.runner")
 _LAUNCHER = Path(_launcher.__file__)
 _COMPILED = _LAUNCHER.with_name("rungd-launcher")  # built from launcher.c by the package's build hook
 MAX_SPARES = 32  # empty call cgroups kept for the next calls (each costs the kernel little)
-_REDATE_S = 10.0  # a kept cgroup is dated again this long after it last was (the sweep spares a minute)
+_REDATE_S = 10.0  # a kept cgroup is dated again this long after it last was (sweeps spare a minute)
 _SEND_TIMEOUT_S = 5.0  # the launcher reads at once; one that does not is stuck, and replaced
 _PID_TIMEOUT_S = 5.0  # the new process says its pid before anything else
 _FS, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
@@ -347,6 +347,7 @@ async def _read_until(fd: int, data: bytes, timeout: float, enough: Callable[[by
 
 
 async def _wait_and_read(fd: int, data: bytes, enough: Callable[[bytes], bool]) -> tuple[bytes, bool]:
+    """:func:`_read_until`'s waits, under the caller's scope."""
     while True:
         await trio.lowlevel.wait_readable(fd)
         data, ended = _read_now(fd, data, enough)
@@ -403,6 +404,16 @@ class _Request:
                 return False
             self.data, self.ancillary = self.data[sent:], []  # the descriptors go with the first byte only
         return True
+
+
+def _date(cgroup: proctree.CallCgroup) -> None:
+    """Set a kept cgroup's mtime, if it was last set more than _REDATE_S ago (a system call on
+    cgroupfs saved on most calls): a start-up sweep, this daemon's or another's in the same
+    cgroup, removes only empty call cgroups left unchanged for a minute."""
+    if time.monotonic() - cgroup.dated > _REDATE_S:
+        with contextlib.suppress(OSError):
+            os.utime(cgroup.path)
+            cgroup.dated = time.monotonic()
 
 
 def _kill_and_reap(pid: int) -> None:
@@ -496,8 +507,14 @@ class Launcher:
         if not self._spares and (spare := proctree.CallCgroup.spare()) is not None:
             self._untold.append(spare.path)
             self._spares.append(spare)
+        for spare in self._spares:
+            _date(spare)  # kept idle: still no leftover for another daemon's start-up sweep
         with contextlib.suppress(OSError):
             await self._send(None, [])  # starts the launcher if need be, and tells it of the spare
+
+    def drop_vanished(self) -> None:
+        """Forget the spare cgroups removed under the daemon (another daemon's start-up sweep)."""
+        self._spares = [spare for spare in self._spares if spare.path.exists()]
 
     def cgroup(self) -> proctree.CallCgroup | None:
         """The cgroup for the next program: a spare one, else a new one (None where the
@@ -512,18 +529,16 @@ class Launcher:
     def give_back(self, cgroup: proctree.CallCgroup, events: bytes | None = None) -> None:
         """Take back a call's cgroup once its call has ended: an empty one is kept for a next
         call (relabelled then; up to MAX_SPARES, as many as calls ran at once), any other is
-        retired to the reaper, which removes it. ``events``: its ``cgroup.events``, if the
-        caller read them just now."""
+        retired to the reaper, which removes it.
+
+        Args:
+            cgroup: the call's cgroup; its processes are gone or dying.
+            events: its ``cgroup.events``, if the caller read them just now.
+        """
         # Only as it was made: a program may have frozen its cgroup, made cgroups inside it or
         # enabled controllers for them, and the next call's program must not be born into that.
         if len(self._spares) < MAX_SPARES and not self._closed and cgroup.reusable(events):
-            # Dated now and then (a call's system call saved), so no start-up sweep (another
-            # daemon's) takes it for a leftover; it names this call until the next call's
-            # program relabels it.
-            if time.monotonic() - cgroup.dated > _REDATE_S:
-                with contextlib.suppress(OSError):
-                    os.utime(cgroup.path)
-                    cgroup.dated = time.monotonic()
+            _date(cgroup)  # it names this call until the next call's program relabels it
             self._spares.append(cgroup)
             return
         self._told.discard(cgroup.path)
