@@ -1,8 +1,11 @@
-"""The smallest honest peer of rungd for the cost benchmark: a Trio daemon on a Unix socket
+"""The smallest honest peers of rungd for the cost benchmark: a Trio daemon on a Unix socket
 that, for each line it reads, runs /bin/true (no shell, no TTY, a new session) and replies
 with its exit status. No ledger, no cgroup, no prompt watch: what a call costs at the least.
 
-    python bench/mini_daemon.py SOCKET
+    python bench/mini_daemon.py SOCKET              spawn with trio.run_process (a fork of Python)
+    python bench/mini_daemon.py SOCKET --launcher   spawn through rungd's own launcher, as rungd
+                                                    does: the floor of rungd's design, without
+                                                    everything else a call does
 """
 
 import subprocess
@@ -11,29 +14,45 @@ import sys
 import trio
 
 
-async def serve(stream: trio.SocketStream) -> None:
+async def run_process() -> int:
+    done = await trio.run_process(["/bin/true"], stdin=subprocess.DEVNULL, capture_stdout=True,
+                                  capture_stderr=True, start_new_session=True, check=False)
+    return done.returncode
+
+
+async def through_launcher() -> int:
+    from rungd.runner import launch
+
+    started = await launch.for_reaper(None).spawn(["/bin/true"], {"PATH": "/usr/bin:/bin"}, "/", None, [], None,
+                                                  None)
+    await started.exec_result()
+    child = started.child
+    # The exit first, then the pipes, at end of file by then: /bin/true prints nothing (a program
+    # that fills a pipe would need it read while it runs, as rungd does).
+    status = await child.wait()
+    for pipe in (child.stdout, child.stderr):
+        while await pipe.receive_some():
+            pass
+    child.close_pipes()
+    return status
+
+
+async def serve(stream: trio.SocketStream, spawn) -> None:
     buffer = b""
     async with stream:
         while data := await stream.receive_some(4096):
             buffer += data
             while b"\n" in buffer:
                 _, buffer = buffer.split(b"\n", 1)
-                done = await trio.run_process(["/bin/true"], stdin=subprocess.DEVNULL, capture_stdout=True,
-                                              capture_stderr=True, start_new_session=True, check=False)
-                await stream.send_all(f"{done.returncode}\n".encode())
+                await stream.send_all(f"{await spawn()}\n".encode())
 
 
-async def main(path: str) -> None:
-    listeners = [trio.SocketListener(await _bind(path))]
-    await trio.serve_listeners(serve, listeners)
-
-
-async def _bind(path: str) -> trio.socket.SocketType:
+async def main(path: str, spawn) -> None:
     sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
     await sock.bind(path)
     sock.listen(128)
-    return sock
+    await trio.serve_listeners(lambda stream: serve(stream, spawn), [trio.SocketListener(sock)])
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1])
+    trio.run(main, sys.argv[1], through_launcher if "--launcher" in sys.argv[2:] else run_process)
