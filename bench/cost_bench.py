@@ -259,7 +259,8 @@ def main() -> None:
                      f"50 threads of subprocess.run {bare_rate:.0f}/s (median of per-pair ratios {ratio:.2f}x)",
                      ">= 0.5x", "met" if ratio >= 0.5 else "not met"))
         rows.append(("CPU per read, daemon and its launcher",
-                     f"{alone_ms:.2f} ms alone ({daemon_ms:.2f} + {launcher_ms:.2f}), {loaded_ms:.2f} ms under 50 clients",
+                     f"{alone_ms:.2f} ms alone ({daemon_ms:.2f} + {launcher_ms:.2f}), "
+                     f"{loaded_ms:.2f} ms under 50 clients",
                      f"mini Trio daemon {mini_ms:.2f} ms; a Trio daemon through rungd's launcher {floor_ms:.2f} ms "
                      "(alone, its launcher included)", "<= 1 ms",
                      "met" if max(alone_ms, loaded_ms) <= 1 else "not met"))

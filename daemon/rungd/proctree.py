@@ -263,8 +263,8 @@ def start_between(before_ns: int, after_ns: int) -> int | None:
     """The start time ``/proc/PID/stat`` gives a process made between two :func:`boottime_ns`
     readings, when both fall in the same clock tick (10 ms where USER_HZ is 100, as on every
     common Linux; a spawn takes a fraction of one): the kernel counts it from that same clock,
-    in whole ticks. None when they straddle
-    a tick (or the tick is not a whole number of nanoseconds): then it must be read.
+    in whole ticks. None when they straddle a tick (or the tick is not a whole number of
+    nanoseconds): then it must be read.
 
     A read of ``/proc/PID/stat`` costs a call tens of microseconds; the daemon's own time
     namespace offsets the clock and that file alike.

@@ -399,8 +399,9 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
     cgroup, reaper = tracker.cgroup, ctx.reaper
     # A program that exited and left its cgroup empty left nothing: nothing forks its way out
     # of a cgroup (one that moved itself out is an orphan of the daemon, which the reaper
-    # kills: on its next pass, or below when the call is not settled). Otherwise the kill looks only at the call's own processes with a cgroup
-    # or a subreaper; without either it scans the host, and is skipped when provably idle.
+    # kills: on its next pass, or below when the call is not settled). Otherwise the kill
+    # looks only at the call's own processes with a cgroup or a subreaper; without either it
+    # scans the host, and is skipped when provably idle.
     settled, events = False, None
     if cgroup is not None and proc.returncode is not None:
         events = cgroup.events()  # read once: what is kept for the next call looks at it too
