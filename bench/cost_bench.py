@@ -157,6 +157,13 @@ def total_cpu_s(*processes: psutil.Process | None) -> float:
     return sum(cpu_s(ps) for ps in processes)
 
 
+def measured(fn, n: int, *processes: psutil.Process | None) -> tuple[list[float], list[float]]:
+    """``timed(fn, n)``, and the CPU seconds each of ``processes`` spent meanwhile."""
+    before = [cpu_s(ps) for ps in processes]
+    times = timed(fn, n)
+    return times, [cpu_s(ps) - was for ps, was in zip(processes, before)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -187,17 +194,17 @@ def main() -> None:
             r, b, m, f = [], [], [], []
             daemon_cpu = launcher_cpu = mini_cpu = floor_cpu = 0.0
             for _ in range(5):
-                before = cpu_s(daemon.ps), cpu_s(launchers["rungd"])
-                r += timed(read, n // 5)
-                daemon_cpu += cpu_s(daemon.ps) - before[0]
-                launcher_cpu += cpu_s(launchers["rungd"]) - before[1]
+                times, (spent, spent_launcher) = measured(read, n // 5, daemon.ps, launchers["rungd"])
+                r += times
+                daemon_cpu += spent
+                launcher_cpu += spent_launcher
                 b += timed(bare, n // 5)
-                start_cpu = cpu_s(mini.ps)
-                m += timed(mini.call, n // 5)
-                mini_cpu += cpu_s(mini.ps) - start_cpu
-                start_cpu = total_cpu_s(floor.ps, launchers["floor"])
-                f += timed(floor.call, n // 5)
-                floor_cpu += total_cpu_s(floor.ps, launchers["floor"]) - start_cpu
+                times, spent_all = measured(mini.call, n // 5, mini.ps)
+                m += times
+                mini_cpu += sum(spent_all)
+                times, spent_all = measured(floor.call, n // 5, floor.ps, launchers["floor"])
+                f += times
+                floor_cpu += sum(spent_all)
             daemon_ms, launcher_ms = daemon_cpu / len(r) * 1000, launcher_cpu / len(r) * 1000
             alone_ms = daemon_ms + launcher_ms
             mini_ms, floor_ms = mini_cpu / len(m) * 1000, floor_cpu / len(f) * 1000

@@ -249,7 +249,6 @@ def set_child_subreaper() -> bool:
         return False
 
 
-_UNREADABLE = b"?"  # CallCgroup.events of a cgroup whose events cannot be read now
 _CLK_TCK = os.sysconf("SC_CLK_TCK")  # the ticks /proc/PID/stat counts a start time in (USER_HZ)
 _TICK_NS = 1_000_000_000 // _CLK_TCK if 1_000_000_000 % _CLK_TCK == 0 else 0  # 0: no whole tick
 
@@ -699,18 +698,24 @@ class CallCgroup:
             events: its ``cgroup.events`` as :meth:`events` read them just now, if they were.
         """
         if events is None:
-            events = self.events()
-        return events is _UNREADABLE or b"populated 1" in events
+            try:
+                events = self.events()
+            except OSError:  # cannot tell now: as if a process were there
+                return True
+        return b"populated 1" in events
 
     def events(self) -> bytes:
-        """Its ``cgroup.events`` now (populated, frozen): empty once it is removed, and
-        ``_UNREADABLE`` when they cannot be read now (the daemon is out of descriptors, say)."""
+        """Its ``cgroup.events`` now (populated, frozen); empty once it is removed.
+
+        Raises:
+            OSError: they cannot be read now (the daemon is out of descriptors, say).
+        """
         try:
             return read_file(self._events)
-        except (FileNotFoundError, NotADirectoryError):  # removed: nothing lives in it
-            return b""
         except OSError as exc:
-            return b"" if exc.errno == errno.ENODEV else _UNREADABLE
+            if isinstance(exc, (FileNotFoundError, NotADirectoryError)) or exc.errno == errno.ENODEV:
+                return b""  # removed: nothing lives in it
+            raise
 
     def kill(self) -> bool:
         """SIGKILL every process in the cgroup, including those forked while it happens.

@@ -11,6 +11,7 @@ endpoint); and whatever happens, the tree is killed and reaped inside a shielded
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -402,10 +403,11 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
     # kills: on its next pass, or below when the call is not settled). Otherwise the kill
     # looks only at the call's own processes with a cgroup or a subreaper; without either it
     # scans the host, and is skipped when provably idle.
-    settled, events = False, None
+    events = None  # read once: the cgroup kept for the next call is judged by them too
     if cgroup is not None and proc.returncode is not None:
-        events = cgroup.events()  # read once: what is kept for the next call looks at it too
-        settled = not cgroup.populated(events)
+        with contextlib.suppress(OSError):  # unreadable now: as if something were left
+            events = cgroup.events()
+    settled = cgroup is not None and events is not None and not cgroup.populated(events)
     if not settled and (cgroup is not None or reaper is not None or not _nothing_left(proc, cgroup, reaper)):
         with trio.CancelScope(shield=True):
             await proctree.kill_tree(tracker, grace_s=program.grace_s, pgid=proc.pid)
