@@ -96,6 +96,24 @@ async def test_review_gate_holds_until_another_operator_approves_then_runs_once(
     daemon.daemon.stop()
 
 
+async def test_a_repeat_of_a_held_request_says_it_waits_for_approval_not_that_it_runs(nursery, short_tmp) -> None:
+    daemon = await daemon_for(nursery, short_tmp, config_toml())
+    held = await daemon.call("fake_records_delete", CONFIRM, request_id="g9", wait_s=0.1)
+    repeat = await daemon.call("fake_records_delete", CONFIRM, request_id="g9", wait_s=0.1)
+    assert repeat.call_id != held.call_id
+    assert (repeat.status, repeat.outcome, repeat.next_action) == ("pending", "not_started", "wait_approval")
+    assert f"a repeat of {held.call_id}, which is held" in repeat.narrow
+    assert f"rungctl approve {held.call_id}" in repeat.narrow and "running" not in repeat.narrow
+    note = [r.note for r in iter_records(daemon.config.state_dir / "ledger") if r.call_id == repeat.call_id][0]
+    assert note == f"repeat of {held.call_id}, held at its review gate"
+    await as_operator(daemon.socket, f"print(json.dumps(c.approve({held.call_id!r}).verdict))")
+    done = await daemon.run(Client.wait, repeat.call_id, 20)
+    assert (done.status, done.effect) == ("ok", "existing")  # the first call's result; nothing ran twice
+    assert ledger_events(daemon, held.call_id).count("dispatched") == 1
+    assert "dispatched" not in ledger_events(daemon, repeat.call_id)
+    daemon.daemon.stop()
+
+
 async def test_denied_call_never_runs(nursery, short_tmp) -> None:
     daemon = await daemon_for(nursery, short_tmp, config_toml())
     held = await daemon.call("fake_records_delete", CONFIRM, request_id="g2", wait_s=0.1)

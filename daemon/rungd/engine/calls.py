@@ -64,6 +64,7 @@ class Call:
     interrupted: bool = False
     gate: str = "none"
     held: Held | None = None
+    joined: Call | None = None  # the first call of the same request, when this is its repeat
 
     @classmethod
     def new(cls, tool: str, request_id: str | None, caller: Caller) -> Call:

@@ -211,7 +211,9 @@ class Dispatcher:
         # No await above this line decided anything: from here on, the decision stands.
         received = self._received(call, admitted)
         if isinstance(first, Call):
-            received[3]["note"] = f"repeat of {first.call_id}, still running"
+            call.joined = first
+            state = f"held at its {first.gate} gate" if first.held is not None else "still running"
+            received[3]["note"] = f"repeat of {first.call_id}, {state}"
             await self._record_quietly([received])
             self._nursery.start_soon(self._join, call, first)
             return call

@@ -246,11 +246,17 @@ def repeat_envelope(first: dict[str, Any], call: Call) -> Envelope:
 
 
 def pending_envelope(call: Call) -> Envelope:
-    """The envelope of a call that is held at its gate or still running."""
-    if call.held is not None:
+    """The envelope of a call that is held at its gate or still running (or a repeat of one
+    that is: it says what the first call waits for, and how to get its own result)."""
+    first = call.joined or call
+    if first.held is not None:
         outcome, next_action = "not_started", "wait_approval"
-        narrow = (f"held at the {call.gate} gate: an operator must approve it (rungctl approve {call.call_id}) "
-                  f"within {call.held.seconds_left()} s; send wait with this call_id for the result")
+        which = "held" if first is call else f"a repeat of {first.call_id}, which is held"
+        narrow = (f"{which} at the {first.gate} gate: an operator must approve it (rungctl approve {first.call_id}) "
+                  f"within {first.held.seconds_left()} s; send wait with call_id {call.call_id} for the result")
+    elif first is not call:
+        outcome, next_action = "unknown", "retry_later"
+        narrow = f"a repeat of {first.call_id}, still running; send wait with call_id {call.call_id} to get the result"
     else:
         outcome, next_action = "unknown", "retry_later"
         narrow = f"still running; send wait with call_id {call.call_id} to get the result"
