@@ -68,6 +68,14 @@ def test_bad_inputs_name_the_field_and_a_valid_example(raw, field, words) -> Non
     assert 'a valid call: svc_name_show {"name": "web", "mode": "fast"' in caught.value.hint
 
 
+def test_many_unknown_names_are_counted_not_each_described() -> None:
+    with pytest.raises(BadInput) as caught:
+        TOOL.validate({"name": "web", "mode": "fast", **{f"x{i}": i for i in range(5000)}})
+    assert caught.value.message.startswith("invalid inputs: '")
+    assert caught.value.message.endswith("(and 4997 more) are not inputs of svc_name_show")
+    assert caught.value.hint.startswith("its inputs are flag, mode, name, note. a valid call: svc_name_show")
+
+
 def test_dash_allowed_only_where_the_field_says_so() -> None:
     assert TOOL.validate({"name": "web", "mode": "fast", "flag": "-v"}).flag == "-v"
 

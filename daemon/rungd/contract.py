@@ -20,6 +20,7 @@ written twice.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
 import string
@@ -566,11 +567,26 @@ class Tool:
         return None
 
     def validate(self, raw: Mapping[str, Any]) -> ToolInputs:
-        """Validate raw inputs, or raise BadInput naming the field and a valid example."""
+        """Validate raw inputs, or raise BadInput naming the field and a valid example.
+
+        Names the tool does not have are refused before validation: its cost grows with
+        every error it describes, and a frame can hold tens of thousands of names.
+        """
+        unknown = raw.keys() - self.inputs.model_fields.keys()
+        if unknown:
+            some = unknown if len(unknown) <= 100 else itertools.islice(unknown, 100)
+            named = sorted(map(repr, some))[:3]
+            what = (f"{named[0]} is not an input" if len(unknown) == 1 else
+                    f"{', '.join(named)}{f' (and {len(unknown) - 3} more)' if len(unknown) > 3 else ''} are not inputs")
+            names = ", ".join(sorted(self.inputs.model_fields)) or "none"
+            raise BadInput(f"invalid inputs: {what} of {self.name}",
+                           hint=f"its inputs are {names}. {self._valid_call()}")
         try:
             return self.inputs.model_validate(dict(raw))
         except pydantic.ValidationError as exc:
-            raise BadInput(_describe_validation(exc), hint=self._example_hint(exc)) from None
+            # Each error becomes a dict: ask once, without copies of the inputs.
+            errors = exc.errors(include_url=False, include_context=False, include_input=False)
+            raise BadInput(_describe_validation(errors, exc.error_count()), hint=self._example_hint(errors)) from None
 
     def example_inputs(self) -> dict[str, Any]:
         """A valid call's inputs, from the first example of every field; a field that may be
@@ -585,20 +601,23 @@ class Tool:
                 example[name] = "<" + name + ">"
         return example
 
-    def _example_hint(self, exc: pydantic.ValidationError) -> str:
+    def _example_hint(self, errors: list[Any]) -> str:
         names = sorted(self.inputs.model_fields)
         parts = []
-        for err in exc.errors()[:3]:
+        for err in errors[:3]:
             field = str(err["loc"][0]) if err["loc"] else ""
             info = self.inputs.model_fields.get(field)
             if info is None and err["type"] == "extra_forbidden":
                 parts.append(f"'{field}' is not an input of {self.name}; its inputs are {', '.join(names) or 'none'}")
             elif info is not None and info.description:
                 parts.append(f"{field}: {info.description.rstrip('.')}")
+        parts.append(self._valid_call())
+        return ". ".join(parts)
+
+    def _valid_call(self) -> str:
         example = json.dumps(self.example_inputs(), ensure_ascii=False)
         key = " with a request_id unique to this change" if self.requires_request_id else ""
-        parts.append(f"a valid call: {self.name} {example}{key}")
-        return ". ".join(parts)
+        return f"a valid call: {self.name} {example}{key}"
 
 
 def _check_precondition(tool: Tool) -> None:
@@ -616,11 +635,11 @@ def _check_precondition(tool: Tool) -> None:
         raise TypeError(f"tool {tool.name}: the precondition expects fields but names no read tool")
 
 
-def _describe_validation(exc: pydantic.ValidationError) -> str:
+def _describe_validation(errors: list[Any], count: int) -> str:
     problems = []
-    for err in exc.errors()[:3]:
+    for err in errors[:3]:
         where = ".".join(str(p) for p in err["loc"]) or "inputs"
         problems.append(f"{where}: {err['msg']}")
-    more = exc.error_count() - len(problems)
+    more = count - len(problems)
     tail = f" (and {more} more)" if more > 0 else ""
     return "invalid inputs: " + "; ".join(problems) + tail

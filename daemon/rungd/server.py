@@ -374,6 +374,7 @@ class Connection:
         self.replies = replies
         self.caller = peer_of(stream.socket)
         self.evidence = evidence
+        self._big = False  # the request being answered is past BIG_REQUEST
         self._handlers = {
             Hello: self._hello, ListTools: self._list_tools, Describe: self._describe, Call: self._call,
             Status: self._status, Wait: self._wait, Pending: self._pending, Approve: self._approve,
@@ -440,6 +441,7 @@ class Connection:
         await self.wire.send_all(protocol.frame(response))
 
     async def _answer(self, body: bytes) -> Response:
+        self._big = len(body) > BIG_REQUEST
         try:
             request = protocol.decode_request(body)
         except msgspec.ValidationError as exc:
@@ -479,12 +481,12 @@ class Connection:
         return describe(reg.tool, reg.plugin, admission.step_downs.mark(reg.tool.name) if admission.step_downs else None)
 
     async def _call(self, request: Call) -> Response:
-        if _depth(request.inputs) > MAX_NESTING:
-            return _error("INVALID_MESSAGE", f"inputs nest deeper than {MAX_NESTING} levels",
-                          "flatten the inputs: tool inputs are a few plain values")
-        envelope = await self.dispatcher.call(request.tool, request.inputs, request.request_id, self.caller,
-                                              request.wait_s)
-        return Result(envelope=envelope)
+        async with self.dispatcher.admission.big_requests if self._big else contextlib.nullcontext():
+            if _depth(request.inputs) > MAX_NESTING:
+                return _error("INVALID_MESSAGE", f"inputs nest deeper than {MAX_NESTING} levels",
+                              "flatten the inputs: tool inputs are a few plain values")
+            call = await self.dispatcher.start(request.tool, request.inputs, request.request_id, self.caller)
+        return Result(envelope=await self.dispatcher.wait(call.call_id, request.wait_s, self.caller))
 
     async def _status(self, request: Status) -> Response:
         return Result(envelope=self.dispatcher.status(request.call_id, self.caller))
@@ -526,6 +528,10 @@ class Connection:
                           "this daemon serves no evidence")
         return await self.evidence.read(request, self.caller)
 
+
+# A request this large (an import's rows, or a caller's flood) is admitted while no other
+# large one is: validating it can hold the loop for a few hundred ms.
+BIG_REQUEST = 64 << 10
 
 # Tool inputs are a few plain values; a request nested deeper than this is refused before
 # validation, whose recursion it could otherwise exhaust.

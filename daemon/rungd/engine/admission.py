@@ -16,6 +16,7 @@ import difflib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import trio
 from rungd_ledgers import input_digest
 
 from rungd.config import Config
@@ -55,6 +56,9 @@ class Admission:
     def __init__(self, tools: Mapping[str, RegisteredTool], config: Config) -> None:
         self.tools = tools
         self._config = config
+        # Admitting a big request (a frame past BIG_REQUEST) costs the loop up to a few hundred
+        # ms of validation: they take turns, so no caller's can line up in front of every call.
+        self.big_requests = trio.Lock()
         # The daemon's step-down watch, once serving: it marks tools and may suspend them.
         self.step_downs: StepDownWatch | None = None
 
