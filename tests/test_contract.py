@@ -53,6 +53,8 @@ def test_definition_joins_the_six_slots_and_is_strict() -> None:
         ({"name": "web", "mode": "fast", "extra": 1}, "extra", "not an input"),
         ({"name": 5, "mode": "fast"}, "name", "valid string"),
         ({"name": "web", "mode": "fast", "note": "a\x00b"}, "note", "NUL"),
+        ({"name": "web", "mode": "fast", "note": "\u202eecnalab-tes"}, "note", "U+202E, an invisible character"),
+        ({"name": "web", "mode": "fast", "note": "set\u200b-balance"}, "note", "U+200B, an invisible character"),
         ({"name": "web", "mode": "fast", "note": "x" * 5000}, "note", "at most 4096"),
         ({"name": "web", "mode": "-rf"}, "mode", "start with '-'"),
         ({"name": "WEB", "mode": "fast"}, "name", "pattern"),
@@ -116,3 +118,5 @@ def test_a_multiline_field_takes_line_breaks_and_still_refuses_other_controls() 
     assert Text(body="line one\nline two\r\n\tindented").body.count("\n") == 2
     with pytest.raises(pydantic.ValidationError, match=r"U\+001B"):
         Text(body="x\x1b[31m")
+    with pytest.raises(pydantic.ValidationError, match=r"U\+2067, an invisible character"):
+        Text(body="line one\n\u2067hidden\u2069")  # Trojan Source: text that shows another order

@@ -35,6 +35,7 @@ from rungd import expectations
 from rungd.envelope import DEFAULT_CAP_BYTES, Effect
 from rungd.errors import CORE_ERRORS, BadInput, NextAction, Outcome, Retry
 from rungd.gates import Gate
+from rungd.protocol import DISGUISING
 
 SideEffect = Literal["read", "reversible", "visible", "irreversible"]
 CommitPoint = Literal["spawn", "confirmation", "callback"]
@@ -374,6 +375,9 @@ class ToolInputs(BaseModel):
         for text in _strings_in(value):
             if "\x00" in text:
                 raise ValueError("must not contain a NUL byte")
+            if (disguise := _DISGUISING.search(text)) is not None:
+                raise ValueError(f"must not contain U+{ord(disguise.group()):04X}, an invisible character that "
+                                 "changes how text shows (refused in every input: what runs is what a person sees)")
             bad = _control_character(text, multiline)
             if bad is not None:
                 raise ValueError(f"must not contain the control character U+{ord(bad):04X} "
@@ -389,6 +393,7 @@ class ToolInputs(BaseModel):
 # line and paragraph separators.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _MULTILINE_OK = frozenset("\n\r\t")
+_DISGUISING = re.compile(f"[{DISGUISING}]")
 
 
 def _control_character(text: str, multiline: bool) -> str | None:

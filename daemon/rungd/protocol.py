@@ -51,10 +51,15 @@ class ListTools(Message, tag="list_tools"):
     pass
 
 
+# Characters a reader cannot see, that change what text shows: bidi marks, embeddings,
+# overrides and isolates ("\u202eecnalab-tes" shows as "set-balance"), and the zero-width
+# space, word joiner and byte order mark. Refused in every tool input (contract.py): an
+# operator approves what a held call's inputs show.
+DISGUISING = "\\u061c\\u200b\\u200e\\u200f\\u202a-\\u202e\\u2060\\u2066-\\u2069\\ufeff"
 # Characters a terminal or a log acts on rather than shows: C0 and C1 controls (escape
 # sequences, line breaks, a carriage return that overwrites), line and paragraph separators,
-# bidi overrides. A regular expression character class; journal.visible escapes the same.
-INVISIBLE = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069"
+# and the disguising ones. A regular expression character class; journal.visible escapes the same.
+INVISIBLE = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029" + DISGUISING
 # Names and keys are short, and visible: a frame cannot smuggle a megabyte, a terminal escape
 # or a line break (a forged log or `rungctl tail` line) into an error, a log or the ledger.
 Name = Annotated[str, msgspec.Meta(max_length=128, pattern=f"\\A[^{INVISIBLE}]*\\Z")]

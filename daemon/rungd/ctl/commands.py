@@ -25,6 +25,7 @@ from rungd.ctl.show import as_json, local_time, print_definition, print_envelope
 from rungd.envelope import Envelope
 from rungd.errors import ConfigError
 from rungd.gates import sign
+from rungd.journal import visible
 from rungd.lint import definitions_from_config
 from rungd.lint import exit_status as lint_exit_status
 from rungd.lint import format_json as lint_json
@@ -203,7 +204,7 @@ def pending(ctx: Context) -> int:
     for h in held:
         # The tool name comes after the fixed-width columns: a long one moves only free text.
         print(f"{h.call_id}  {h.gate:9} uid={h.caller_uid:<6} age={h.age_s:>6.0f}s expires_in={h.expires_in_s:>5.0f}s"
-              f"  {h.tool}  {json.dumps(h.inputs, ensure_ascii=False)}")
+              f"  {visible(h.tool)}  {visible(json.dumps(h.inputs, ensure_ascii=False))}")
     return EXIT_OK
 
 
