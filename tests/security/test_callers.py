@@ -63,7 +63,7 @@ async def shared_daemon(nursery, short_tmp: Path):
 
 def as_nobody(sock: Path, code: str) -> object:
     """Run ``code`` with ``c`` a client connected as uid 65534; returns what it prints as JSON."""
-    script = ("import json, os\nfrom rungd.client import Client, RequestRejected\n"
+    script = ("import json, os\nimport msgspec\nfrom rungd.client import Client, RequestRejected\n"
               f"os.setgroups([]); os.setgid({NOBODY}); os.setuid({NOBODY})\n"
               f"c = Client({str(sock)!r})\n" + textwrap.dedent(code))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
@@ -143,8 +143,43 @@ async def test_a_tool_you_may_not_call_looks_like_one_that_does_not_exist(nurser
                 c.describe(name); described = "visible"
             except RequestRejected as e:
                 described = [e.code, str(e).replace(name, "NAME")]
-            out.append([env.error.code, env.error.message.replace(name, "NAME"), env.error.hint, described])
+            whole = msgspec.to_builtins(env)
+            for varies in ("call_id", "tool", "elapsed_ms"):
+                whole.pop(varies)
+            whole["error"]["message"] = whole["error"]["message"].replace(name, "NAME")
+            out.append([env.error.code, env.error.message.replace(name, "NAME"), env.error.hint, described, whole])
         print(json.dumps(out))
     """)
     real, made_up = answers
-    assert real[0] == "UNKNOWN_TOOL" and real == made_up  # word for word the same
+    assert real[0] == "UNKNOWN_TOOL" and real == made_up  # word for word the same, envelope and all
+
+
+async def test_a_forbidden_tools_own_cap_and_error_table_do_not_shape_its_refusal(nursery, short_tmp) -> None:
+    # A small cap once cut the refusal of a forbidden tool (truncated, "ask for fewer rows")
+    # while a made-up name's refusal came whole: the difference told that the tool exists.
+    if os.getuid() != 0:
+        pytest.skip("needs root to connect as another uid")
+    tools = short_tmp / "tools"
+    tools.mkdir()
+    source = (Path(__file__).resolve().parents[2] / "configs" / "tools" / "host.toml").read_text()
+    (tools / "host.toml").write_text(source.replace("cap_bytes = 1024", "cap_bytes = 300"))
+    config = load_config(write_config(short_tmp, f'[access]\nuids = [0, {NOBODY}]\n\n'
+                                                 '[access.tools.host_disk_usage_show]\nuids = [0]\n\n'
+                                                 f'[plugins]\ntool_dirs = ["{tools}"]\n'))
+    config = config.model_copy(update={"server": config.server.model_copy(update={"socket_mode": "0666"})})
+    short_tmp.chmod(0o755)
+    tools.chmod(0o755)
+    daemon = await start_daemon(nursery, config)
+    answers = await trio.to_thread.run_sync(as_nobody, daemon.socket, """
+        out = []
+        for name in ("host_disk_usage_show", "host_disk_usage_shaw"):   # exists (not allowed), does not
+            whole = msgspec.to_builtins(c.call(name, {"mount": "/var"}))
+            for varies in ("call_id", "tool", "elapsed_ms"):
+                whole.pop(varies)
+            whole["error"]["message"] = whole["error"]["message"].replace(name, "NAME")
+            out.append(whole)
+        print(json.dumps(out))
+    """)
+    real, made_up = answers
+    assert real["error"]["code"] == "UNKNOWN_TOOL" and not real["truncated"]
+    assert real == made_up

@@ -103,6 +103,12 @@ class Admission:
         logged = {k: plain[k] for k in tool.log_fields if k in plain}
         return Admitted(tool, inputs, input_digest(name, plain), logged)
 
+    def usable(self, name: str, caller: Caller) -> Tool | None:
+        """The tool called ``name`` if this caller may use it, else None: what shapes the
+        envelope of its refused call (cap, error table), never telling it apart from none."""
+        reg = self.tools.get(name)
+        return reg.tool if reg is not None and self._allowed(name, caller) else None
+
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name`` whoever asks, or None (for envelopes, not for access)."""
         reg = self.tools.get(name)

@@ -206,7 +206,8 @@ class Dispatcher:
                 self.requests.claim(call)
         except RungdError as rejection:
             received = self._received(call, admitted)
-            await self._never_ran(call, rejection, self.admission.tool(name), before=[received], final="rejected")
+            await self._never_ran(call, rejection, self.admission.usable(name, caller), before=[received],
+                                  final="rejected")
             return call
         # No await above this line decided anything: from here on, the decision stands.
         received = self._received(call, admitted)
