@@ -48,6 +48,15 @@ async def test_declared_confirmation_is_answered_once(rungd_daemon, where) -> No
     assert len(env.fields["answered"]) == 1
 
 
+@pytest.mark.parametrize("ending", ["space", "bare"])
+async def test_a_confirmation_declared_as_a_person_sees_it_is_answered(rungd_daemon, ending) -> None:
+    # cp asks "/usr/bin/cp: overwrite '.../b'? " (its full path, a space after the mark); the
+    # tool declares "cp: overwrite '...'? " with or without that space. Once, neither matched.
+    env = await rungd_daemon.call("fake_copy_over", {"ending": ending}, request_id=f"cp-{ending}")
+    assert env.status == "ok", env.error
+    assert (env.fields["target"], len(env.fields["answered"])) == ("new\n", 1)
+
+
 @pytest.mark.parametrize("where", [[], ["--stderr"]])
 async def test_undeclared_confirmation_is_prompt_unexpected_quoting_it(rungd_daemon, where) -> None:
     env = await run(rungd_daemon, "confirm", *where)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -86,6 +87,26 @@ async def run_fake(ctx: Any, inputs: RunInputs) -> Result:
                   narrow="full output in evidence" if done.truncated else None)
 
 
+class CopyInputs(ToolInputs):
+    ending: Annotated[Literal["space", "bare"], Field(description="How the pattern ends.", examples=["space"])]
+
+
+async def copy_over(ctx: Any, inputs: CopyInputs) -> Result:
+    """Real `cp -i` over an existing file, its question declared as a person sees it on a
+    terminal ("cp: overwrite 'b'? ", its trailing space written or not), although exec gives
+    cp its full path and so it asks "/usr/bin/cp: overwrite ...". """
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    source, target = ctx.work_dir / "a", ctx.work_dir / "b"
+    source.write_text("new\n")
+    target.write_text("old\n")
+    ending = r"\? $" if inputs.ending == "space" else r"\?$"
+    program = Program(argv=(shutil.which("cp") or "/bin/cp", "-i", str(source), str(target)),
+                      confirmations=(Confirmation(re.compile(rf"^cp: overwrite '[^']*'{ending}"), "y"),))
+    done = await run(ctx, program)
+    return Result(fields={"answered": done.answered, "target": target.read_text()}, effect="changed",
+                  verified_by="the target read back")
+
+
 def describe(does: str) -> Description:
     return Description(does=does, use_when="testing.", do_not_use_when="not testing.", returns="exit status.",
                        on_error="codes.", if_unknown="ask.")
@@ -110,6 +131,9 @@ def rungd_register_tools(register: Any) -> None:
                   side_effect="visible",
                   timing=Timing(deadline_s=15, commit_point="confirmation",
                                 settle=SettleSpec("fake_run", {"program": "exit_with"})), **common))
+    register(Tool(name="fake_copy_over", description=describe("Copies over a file with cp -i."),
+                  side_effect="reversible", inputs=CopyInputs, outputs={"target": "the target's text"},
+                  handler=copy_over, timing=Timing(deadline_s=15, commit_point="confirmation")))
     # Its settle read looks and finds nothing moved (argv_echo never prints "changed"), so a
     # timeout before the confirmation is decided not_started by a read, not by the declaration.
     register(Tool(name="fake_write_short", description=describe("A write whose effect begins at the answer."),

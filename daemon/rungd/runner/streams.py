@@ -150,13 +150,16 @@ class Stream:
         """The last line the program printed since the last answer, as a person would read it.
 
         Args:
-            raw: as printed, for matching a declared pattern; by default redacted, for quoting.
+            raw: as printed (the spaces around it kept), for matching a declared pattern; by
+                default redacted and stripped, for quoting.
         """
         text = bytes(self.recent).decode("utf-8", "replace")
         if not raw:
             text = self.redactor.text(text)
         lines = [line for line in text.splitlines() if line.strip()]
-        return lines[-1].strip()[-200:] if lines else ""
+        if not lines:
+            return ""
+        return lines[-1][-200:] if raw else lines[-1].strip()[-200:]
 
 
 class Outputs:

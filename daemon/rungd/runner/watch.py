@@ -4,6 +4,7 @@ what the tool declared. Everything else stops the call with an error quoting the
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 
@@ -238,9 +239,9 @@ class Watch:
         self._checked_at = quiet_since
         # Patterns see the question as printed (it may contain a credential given earlier,
         # such as a user name); what is quoted back is redacted.
-        raw, question = self._question(raw=True), self._question()
+        raw, question = _as_read(self._question(raw=True), self.program.argv[0]), self._question()
         for prompt in self.program.credential_prompts:
-            if prompt.pattern.search(raw):
+            if any(prompt.pattern.search(form) for form in raw):
                 secret = self._secret_for(prompt, question, "on stdin")
                 if isinstance(secret, RungdError):
                     raise secret  # nothing is written: stdin stays open and silent until the kill
@@ -249,7 +250,7 @@ class Watch:
         for confirmation in self.program.confirmations:
             # Only a call that passed its gate runs at all (a held call starts nothing), so a
             # confirmation reached here is one the gate allowed.
-            if confirmation.pattern.search(raw) and self._left[id(confirmation)] > 0:
+            if any(confirmation.pattern.search(form) for form in raw) and self._left[id(confirmation)] > 0:
                 self._left[id(confirmation)] -= 1
                 await self._answer(confirmation.answer, label=f"confirmation {confirmation.pattern.pattern}")
                 if self.ctx.tool.timing.commit_point == "confirmation":
@@ -283,6 +284,17 @@ class Watch:
         for stream in self.streams:
             stream.last_output = time.monotonic()  # the reply resets the quiet clock
             stream.answered()
+
+
+def _as_read(line: str, argv0: str) -> tuple[str, ...]:
+    """The forms of a program's last line a declared pattern is matched against: as printed,
+    without the spaces around it (a pattern may end in "? " or in "?"), and naming the program
+    as a person typed it ("cp: overwrite", where exec's full path made it "/usr/bin/cp: ...")."""
+    forms = [line, line.strip()]
+    if "/" in argv0 and forms[1].startswith(argv0 + ":"):
+        name = os.path.basename(argv0)
+        forms += [form.replace(argv0, name, 1) for form in forms]
+    return tuple(dict.fromkeys(forms))
 
 
 _PROMPT_END = re.compile(r"[?:\]>)]\s")
