@@ -56,3 +56,27 @@ def test_sighup_reloads_tool_files_and_keeps_held_approvals(short_tmp: Path) -> 
             assert "host_disk_usage_show" in {t.name for t in client.list_tools()}
     finally:
         daemon.stop()
+
+
+def test_sighup_applies_access_and_says_which_other_sections_wait_for_a_restart(short_tmp: Path) -> None:
+    log = short_tmp / "daemon.log"
+    daemon = DaemonProcess(short_tmp, f'[plugins]\nfiles = ["{TEST_PLUGINS / "echo_tools.py"}"]\n', log=log)
+    daemon.start()
+    try:
+        with Client(daemon.socket) as client:
+            assert client.call("test_text_echo", {"text": "before"}).status == "ok"
+            text = daemon.config.read_text()
+            daemon.config.write_text(text.replace("[server]\n", "[server]\nmax_frame_bytes = 500000\n", 1)
+                                     + "\n[access.tools.test_text_echo]\nuids = [12345]\n")
+            daemon.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            while "test_text_echo" in {t.name for t in client.list_tools()}:
+                assert time.monotonic() < deadline, "SIGHUP did not apply the new [access]"
+                time.sleep(0.1)
+            refused = client.call("test_text_echo", {"text": "after"})
+            assert refused.error is not None and refused.error.code == "UNKNOWN_TOOL"
+            assert client.hello().max_frame != 500000  # [server] waits for a restart...
+        said = log.read_text()
+        assert "reload: [server] changed in" in said and "apply at the next start only" in said  # ...and says so
+    finally:
+        daemon.stop()

@@ -20,7 +20,7 @@ import trio
 
 from rungd import proctree, sdnotify
 from rungd.audit import Audit
-from rungd.config import Config
+from rungd.config import Config, load_config
 from rungd.contract import Caller, Tool
 from rungd.credentials import CredentialStore
 from rungd.engine import Dispatcher
@@ -35,6 +35,11 @@ from rungd.server import Connection, ConnectionLimits, Replies, bind_unix_socket
 from rungd.stepdown import StepDownWatch
 
 log = logging.getLogger("rungd")
+
+
+# The config sections a reload applies; the others (the socket, state, ledger, credentials,
+# limits, ...) are read at start only.
+RELOADED = ("plugins", "access", "gates")
 
 
 class Daemon:
@@ -188,25 +193,38 @@ class Daemon:
         return reg.tool if reg is not None else None
 
     def reload(self) -> None:
-        """Load the plugins and tool files again (SIGHUP, ``systemctl reload rungd``).
+        """Read the config file again and load the plugins and tool files it names (SIGHUP,
+        ``systemctl reload rungd``).
 
-        New calls see the new tools at once; running and held calls keep the tool they
-        started with, so no approval is dropped. The configuration file itself is read at
-        start only. A plugin or tool file that fails to load leaves everything as it was,
-        and the journal says why.
+        Its [plugins], [access] and [gates] apply at once: new calls see the new tools, who
+        may call them and which gate holds them; running and held calls keep the tool and
+        gate they started with, so no approval is dropped. Any other section that changed
+        applies at the next start, and the journal says which. A config, plugin or tool file
+        that fails to load leaves everything as it was, and the journal says why.
         """
         try:
-            hooks = Hooks.load(self.config)
-            tools = hooks.collect_tools(self.config)
-            check_gates([reg.tool for reg in tools.values()], self.config)
+            config = self.config if self.config.source.endswith("(embedded default)") else \
+                load_config(Path(self.config.source))
+            hooks = Hooks.load(config)
+            tools = hooks.collect_tools(config)
+            check_gates([reg.tool for reg in tools.values()], config)
         except Exception as exc:  # whatever a plugin raises, the daemon keeps serving as before
             log.error("reload failed, nothing changed: %s", exc)
             return
+        later = [f"[{name}]" for name in Config.model_fields
+                 if name not in RELOADED and getattr(config, name) != getattr(self.config, name)]
+        if later:
+            log.warning("reload: %s changed in %s and apply at the next start only (systemctl restart rungd); "
+                        "[plugins], [access] and [gates] are applied now", ", ".join(later), config.source)
+        self.config = self.config.model_copy(update={name: getattr(config, name) for name in RELOADED})
         self.hooks, self.pm, self.tools = hooks, hooks.pm, tools
         self.credentials.use_plugins(hooks)
+        if self.evidence is not None:
+            self.evidence.config = self.config
         if self.dispatcher is not None:
+            self.dispatcher.use_config(self.config)
             self.dispatcher.admission.tools = tools
-        log.info("reloaded: %d tools", len(tools))
+        log.info("reloaded %s: %d tools", self.config.source, len(tools))
 
     def _unlink_socket(self) -> None:
         self.socket_path.unlink(missing_ok=True)

@@ -94,7 +94,7 @@ class Dispatcher:
         self._askpass = askpass
         self._nursery = nursery
         self.admission = Admission(tools, config)
-        self.calls = CallTable(config.server.keep_results_s, lambda caller: is_operator(caller, config),
+        self.calls = CallTable(config.server.keep_results_s, lambda caller: is_operator(caller, self.config),
                                max_results=config.server.max_results)
         self.requests = Requests(audit.index, self.calls)
         self.slots = Slots(config.server.max_running_calls, config.server.max_running_calls_per_uid)
@@ -121,6 +121,14 @@ class Dispatcher:
     @stopping.setter
     def stopping(self, value: bool) -> None:
         self.approvals.closed = value
+
+    def use_config(self, config: Config) -> None:
+        """Decide access, gates and operators by ``config`` from now on (a reload); calls
+        already admitted or held keep what they were decided with."""
+        self.config = config
+        self.admission._config = config
+        self.approvals._config = config
+        self.reconciler._config = config
 
     # --- what the server asks ---------------------------------------------------------------
 
