@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rungd import protocol
+from rungd.client import Client
 from rungd.config import load_config
 from rungd.testing import start_daemon, write_config
 from tests.conftest import TEST_PLUGINS
@@ -199,3 +200,30 @@ async def test_one_caller_cannot_take_every_connection(nursery, short_tmp) -> No
     refused = int(done.stdout)
     assert refused == 50 - 4, "every connection over the per-uid cap is told why and closed"
     assert await serves(daemon)  # root, and anyone else, still gets in
+
+
+async def test_a_flood_of_refused_calls_is_summed_up_in_the_ledger_not_recorded_call_by_call(short_tmp) -> None:
+    # 0.8 MB a second of received + rejected records once, from a caller that may call nothing.
+    from rungd_ledgers import iter_records
+
+    from rungd.engine.rejections import BURST
+
+    sent = 400
+
+    def flood(socket: Path) -> list[str]:
+        with Client(socket) as client:
+            return [client.call("no_such_tool", {}).error.code for _ in range(sent)]
+
+    async with trio.open_nursery() as nursery:
+        daemon = await tight_daemon(nursery, short_tmp)
+        codes = await trio.to_thread.run_sync(flood, daemon.socket)
+        assert codes == ["UNKNOWN_TOOL"] * sent  # every one answered
+        daemon.daemon.stop()  # the summary is written at shutdown at the latest
+    records = list(iter_records(short_tmp / "state" / "ledger"))
+    one_by_one = [r for r in records if r.event == "rejected" and r.call_id]
+    summaries = [r for r in records if r.event == "rejected" and not r.call_id]
+    assert BURST <= len(one_by_one) < sent
+    assert len(summaries) == 1 and summaries[0].caller_uid == os.getuid()
+    left_out = int(summaries[0].note.split()[0])
+    assert len(one_by_one) + left_out == sent, summaries[0].note  # none lost, none counted twice
+    assert "UNKNOWN_TOOL x" in summaries[0].note and "'no_such_tool' x" in summaries[0].note

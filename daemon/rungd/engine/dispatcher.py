@@ -44,6 +44,7 @@ from rungd.engine.admission import Admission, Admitted
 from rungd.engine.approvals import Approvals, Verdict
 from rungd.engine.calls import Call, CallTable
 from rungd.engine.idempotency import Requests
+from rungd.engine.rejections import SUMMARY_AFTER_S, Rejections
 from rungd.engine.reconcile import Reconciler
 from rungd.engine.slots import Slots
 from rungd.engine.workdirs import WorkFolders
@@ -98,6 +99,8 @@ class Dispatcher:
                                max_results=config.server.max_results)
         self.requests = Requests(audit.index, self.calls)
         self.slots = Slots(config.server.max_running_calls, config.server.max_running_calls_per_uid)
+        self.rejections = Rejections()
+        self._sum_up_now = trio.Event()  # set at shutdown: every summary is written then
         self.resources = preconditions.ResourceLocks()
         self.approvals = Approvals(config, self.calls, self._record_call)
         self.reconciler = Reconciler(config, audit.index, audit.record, self._read_call)
@@ -176,6 +179,7 @@ class Dispatcher:
         # From now on neither an approval nor a new call from a connection still open may
         # start something this shutdown would interrupt.
         self.stopping = True
+        self._sum_up_now.set()  # refusals left out of the ledger are summed up now
         with trio.move_on_after(grace_s):
             await self.slots.wait_idle()
         for call in self.calls:
@@ -213,9 +217,14 @@ class Dispatcher:
                     self.slots.take(admitted.tool, caller.uid)
                 self.requests.claim(call)
         except RungdError as rejection:
-            received = self._received(call, admitted)
-            await self._never_ran(call, rejection, self.admission.usable(name, caller), before=[received],
-                                  final="rejected")
+            tool = self.admission.usable(name, caller)
+            if self.rejections.record_each(caller.uid):
+                await self._never_ran(call, rejection, tool, before=[self._received(call, admitted)], final="rejected")
+            else:  # refused faster than the ledger records one by one: counted, summed up later
+                if self.rejections.leave_out(caller.uid, rejection.code, name):
+                    self._nursery.start_soon(self._sum_up_rejections, caller.uid)
+                self.requests.release(call)
+                self._finish(call, outcomes.error_envelope(call, rejection, tool=tool), journal=False)
             return call
         # No await above this line decided anything: from here on, the decision stands.
         received = self._received(call, admitted)
@@ -456,10 +465,12 @@ class Dispatcher:
 
     # --- the end of every call -----------------------------------------------------------------
 
-    def _finish(self, call: Call, envelope: Envelope) -> None:
+    def _finish(self, call: Call, envelope: Envelope, *, journal: bool = True) -> None:
         call.envelope = envelope
         self._observe(call.tool, envelope, call.caller)
         call.done.set()
+        if not journal:  # one of a flood of refusals: the ledger's summary tells of it
+            return
         # The ledger has every call; the journal, what an operator looks for: a call that
         # failed or changed something; a call that went well and changed nothing only with
         # --verbose (its line would cost the daemon more than the call's three ledger records).
@@ -473,6 +484,15 @@ class Dispatcher:
 
     async def _record_call(self, event: str, call: Call, **fields: Any) -> None:
         await self.audit.record(event, call.call_id, call.tool, **fields)
+
+    async def _sum_up_rejections(self, uid: int) -> None:
+        """Record how many refused calls of ``uid`` were left out of the ledger, a while
+        after the first of them (at shutdown at the latest)."""
+        with trio.move_on_after(SUMMARY_AFTER_S):
+            await self._sum_up_now.wait()
+        if (summary := self.rejections.summary(uid)) is not None:
+            log.warning("uid %d is refused faster than the ledger records each refusal: %s", uid, summary)
+            await self._record_quietly([("rejected", "", "", {"caller_uid": uid, "note": summary})])
 
     async def _record_quietly(self, events: list[_Event]) -> None:
         """Record events of a call that runs nothing; a ledger failure is logged, not fatal."""
