@@ -103,3 +103,14 @@ def test_frame_round_trips_through_the_buffer_and_the_decoder() -> None:
     body = frames.next_frame()
     assert body is not None
     assert protocol.decode_request(body) == protocol.Describe(tool="inventory_item_show")
+
+
+@pytest.mark.parametrize("wait_s", [float("nan"), -1.0, float("-inf")])
+@pytest.mark.parametrize("kind", ["call", "wait"])
+def test_a_wait_that_is_negative_or_not_a_number_is_refused(kind: str, wait_s: float) -> None:
+    import msgspec
+
+    name = {"call": {"tool": "t"}, "wait": {"call_id": "c1"}}[kind]
+    with pytest.raises(msgspec.ValidationError, match=r">= 0.0 - at `\$.wait_s`"):
+        protocol.decode_request(msgspec.msgpack.encode({"type": kind, **name, "wait_s": wait_s}))
+    assert protocol.decode_request(msgspec.msgpack.encode({"type": kind, **name, "wait_s": 0})).wait_s == 0

@@ -539,7 +539,7 @@ class Bridge:
         call_id = ""
         try:
             async with AsyncClient(self.socket_path) as client:
-                envelope = await start(client, min(POLL_S, budget_s))
+                envelope = await start(client, min(POLL_S, max(0.0, budget_s)))
                 while envelope.status == "pending" and not (answer_held and envelope.next_action == "wait_approval"):
                     call_id = envelope.call_id
                     waited = time.monotonic() - began

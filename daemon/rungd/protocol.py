@@ -63,6 +63,9 @@ INVISIBLE = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029" + DISGUISING
 # Names and keys are short, and visible: a frame cannot smuggle a megabyte, a terminal escape
 # or a line break (a forged log or `rungctl tail` line) into an error, a log or the ledger.
 Name = Annotated[str, msgspec.Meta(max_length=128, pattern=f"\\A[^{INVISIBLE}]*\\Z")]
+# Seconds to wait for a result: none, some, or more than the daemon waits at most (it caps
+# them); never negative or NaN.
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class Describe(Message, tag="describe"):
@@ -73,7 +76,7 @@ class Call(Message, tag="call"):
     tool: Name
     inputs: dict[str, Any] = {}
     request_id: Name | None = None
-    wait_s: float = 30.0
+    wait_s: Seconds = 30.0
 
 
 class Status(Message, tag="status"):
@@ -82,7 +85,7 @@ class Status(Message, tag="status"):
 
 class Wait(Message, tag="wait"):
     call_id: Name
-    wait_s: float = 30.0
+    wait_s: Seconds = 30.0
 
 
 class Pending(Message, tag="pending"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -36,6 +37,17 @@ from rungd.protocol import ToolDefinition
 TOOL = arg("tool", help="the tool's name, as `rungctl tools` lists it")
 CALL_ID = arg("call_id", help="the call's id (c + hex), from an envelope or `rungctl pending`")
 TOOL_LIST = arg("--tools", metavar="A,B", help="comma-separated tool names (default: every tool you may call)")
+
+
+def seconds(text: str) -> float:
+    """A --wait value: seconds, zero or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds to wait must be 0 or more")
+    return value
 
 
 def parse_pairs(pairs: list[str], schema: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +123,7 @@ def describe(ctx: Context) -> int:
         "a string for a string field)"),
     arg("--inputs", metavar="JSON", help="all inputs as one JSON object (key=value words are added to it)"),
     arg("--request-id", metavar="ID", help="idempotency key; required for tools that change something"),
-    arg("--wait", type=float, default=30.0, metavar="S", help="seconds to wait before answering pending (default 30)"),
+    arg("--wait", type=seconds, default=30.0, metavar="S", help="seconds to wait before answering pending (default 30)"),
 )
 def call(ctx: Context) -> int:
     """Call a tool and print its result envelope; exit 4 while it is pending."""
@@ -138,7 +150,7 @@ def _schema_or_empty(client: Client, tool: str) -> dict[str, Any]:
 
 
 @command("wait", "wait for a call's result by its call_id", CALL_ID,
-         arg("--wait", type=float, default=30.0, metavar="S", help="seconds to wait before answering pending"))
+         arg("--wait", type=seconds, default=30.0, metavar="S", help="seconds to wait before answering pending"))
 def wait(ctx: Context) -> int:
     """Wait for a call started earlier, from any connection; exit 4 if it is still pending."""
     return show(ctx, ctx.client.wait(ctx.args.call_id, ctx.args.wait))
@@ -284,7 +296,7 @@ def lint(ctx: Context) -> int:
 
 
 @command("mcp", "serve the tools over MCP on stdio (needs rungd[mcp])",
-         arg("--wait", type=float, default=25.0, metavar="S", help="seconds a call waits before answering pending"))
+         arg("--wait", type=seconds, default=25.0, metavar="S", help="seconds a call waits before answering pending"))
 def mcp(ctx: Context) -> int:
     """Serve the daemon's tools to an MCP client on stdin/stdout, forwarding each call."""
     try:
