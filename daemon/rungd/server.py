@@ -17,6 +17,7 @@ import contextlib
 import errno
 import grp
 import logging
+import math
 import os
 import pwd
 import socket
@@ -150,10 +151,13 @@ class Wire:
 
     Args:
         stream: the accepted connection; it is closed through it.
+        stall_s: how long a send waits for a client that reads nothing before it counts as
+            gone (its connection and the slot it holds are let go).
     """
 
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.SocketStream, stall_s: float = math.inf) -> None:
         self._fd = stream.socket.fileno()
+        self._stall_s = stall_s
 
     async def receive_some(self, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` bytes, b"" at the end of the stream.
@@ -193,8 +197,10 @@ class Wire:
             try:
                 sent = os.write(self._fd, view)
             except BlockingIOError:
-                await trio.lowlevel.wait_writable(self._fd)
-                continue
+                with trio.move_on_after(self._stall_s):  # a scope only when the client lags
+                    await trio.lowlevel.wait_writable(self._fd)
+                    continue
+                raise trio.BrokenResourceError(f"the client read nothing for {self._stall_s:g} s")
             except OSError as exc:  # EPIPE (the daemon ignores SIGPIPE, as Python does), ECONNRESET
                 raise trio.BrokenResourceError(f"the connection failed: {exc.strerror}") from exc
             view = view[sent:]
@@ -367,7 +373,7 @@ class Connection:
     def __init__(self, stream: trio.SocketStream, dispatcher: Dispatcher, server: ServerConfig,
                  replies: Replies, *, evidence: EvidenceStore | None = None) -> None:
         self.stream = stream
-        self.wire = Wire(stream)
+        self.wire = Wire(stream, stall_s=server.idle_timeout_s)
         self.dispatcher = dispatcher
         self.server = server
         self.max_frame = server.max_frame_bytes

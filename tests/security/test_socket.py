@@ -3,6 +3,7 @@ connection sends may end the daemon, pin it, or lock other callers out."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import subprocess
@@ -227,3 +228,19 @@ async def test_a_flood_of_refused_calls_is_summed_up_in_the_ledger_not_recorded_
     left_out = int(summaries[0].note.split()[0])
     assert len(one_by_one) + left_out == sent, summaries[0].note  # none lost, none counted twice
     assert "UNKNOWN_TOOL x" in summaries[0].note and "'no_such_tool' x" in summaries[0].note
+
+
+async def test_a_client_that_never_reads_its_replies_is_let_go(nursery, short_tmp) -> None:
+    # Its connection once waited in send for ever, holding its caller's connection slot.
+    daemon = await tight_daemon(nursery, short_tmp)  # idle_timeout_s = 1
+    request = protocol.frame(protocol.Describe(tool="test_text_echo"))
+    sent = 3000  # some MB of replies: far more than the socket buffers hold
+    async with await trio.open_unix_socket(str(daemon.socket)) as stream:
+        await stream.send_all(request * sent)
+        await trio.sleep(3)  # read nothing meanwhile
+        replies = 0
+        with trio.fail_after(10), contextlib.suppress(trio.BrokenResourceError):  # ended, or reset
+            while await read_reply(stream) is not None:
+                replies += 1
+    assert replies < sent  # what the buffers held at most, then the end: it was let go
+    assert await serves(daemon)
