@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
+import trio
 
 from rungd.client import Client, RequestRejected
+from rungd.config import load_config
+from rungd.testing import start_daemon, write_config
 
 COUNTER = '''
     import sys, time
@@ -103,3 +111,49 @@ async def test_reconcile_of_an_unknown_request_is_refused(rungd_daemon, mode) ->
     with pytest.raises(RequestRejected) as caught:
         await rungd_daemon.run(Client.reconcile, "counter_value_set", "never-used")
     assert caught.value.code == "UNKNOWN_CALL"
+
+
+def as_uid(uid: int, socket: Path, code: str) -> object:
+    """Run ``code`` with ``c`` a client connected as ``uid``; returns what it prints as JSON."""
+    script = ("import json, os\nfrom rungd.client import Client, RequestRejected\n"
+              f"os.setgroups([]); os.setgid({uid}); os.setuid({uid})\n"
+              f"c = Client({str(socket)!r})\n" + textwrap.dedent(code))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("mode", ["hang-before"])
+async def test_an_operator_settles_one_of_two_callers_requests_by_naming_its_uid(nursery, short_tmp, fake_program,
+                                                                               mode) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to call as two other uids")
+    folder = short_tmp / "tools"
+    folder.mkdir()
+    (folder / "counter.toml").write_text(tool_file(fake_program("counter", COUNTER), short_tmp / "counter.db", mode))
+    config = load_config(write_config(short_tmp, f'[access]\nuids = [0, 65533, 65534]\n\n'
+                                                 f'[plugins]\ntool_dirs = ["{folder}"]\n'))
+    config = config.model_copy(update={"server": config.server.model_copy(update={"socket_mode": "0666"})})
+    short_tmp.chmod(0o755)
+    daemon = await start_daemon(nursery, config)
+    first = 'e = c.call("counter_value_set", {"value": 5}, request_id="k9"); print(json.dumps(e.error.code))'
+    for uid in (65533, 65534):  # two callers, one request_id each: two requests
+        assert await trio.to_thread.run_sync(as_uid, uid, daemon.socket, first) == "TIMEOUT"
+    with pytest.raises(RequestRejected) as caught:
+        await daemon.run(Client.reconcile, "counter_value_set", "k9")
+    assert caught.value.code == "UNKNOWN_CALL" and "uids 65533, 65534" in str(caught.value)
+    assert "--uid UID" in caught.value.hint
+    refused = await trio.to_thread.run_sync(as_uid, 65533, daemon.socket, """
+        try:
+            c.reconcile("counter_value_set", "k9", caller_uid=65534); print(json.dumps("settled"))
+        except RequestRejected as e:
+            print(json.dumps(e.code))
+    """)
+    assert refused == "DENIED"  # another caller's request is not its to settle
+    settled = await daemon.run(lambda c: c.reconcile("counter_value_set", "k9", False, caller_uid=65534))
+    assert (settled.status, settled.outcome) == ("ok", "not_started")
+    mine = await trio.to_thread.run_sync(as_uid, 65533, daemon.socket, """
+        e = c.call("counter_value_set", {"value": 5}, request_id="k9"); print(json.dumps(e.error.code))
+    """)
+    assert mine == "RECONCILE_REQUIRED"  # 65533's own request is still unknown: only 65534's was settled
+    daemon.daemon.stop()

@@ -190,9 +190,12 @@ class AsyncClient:
         """Lift a tool's step-down mark and suspension (operators only)."""
         return await self._ask(Resume(tool=tool))
 
-    async def reconcile(self, tool: str, request_id: str, found: bool | None = None) -> Envelope:
-        """Settle a request whose outcome is unknown (see ``Dispatcher.reconcile``)."""
-        return (await self._ask(Reconcile(tool=tool, request_id=request_id, found=found))).envelope
+    async def reconcile(self, tool: str, request_id: str, found: bool | None = None, *,
+                        caller_uid: int | None = None) -> Envelope:
+        """Settle a request whose outcome is unknown (see ``Dispatcher.reconcile``); an
+        operator names with ``caller_uid`` whose request it is, when several used the id."""
+        return (await self._ask(Reconcile(tool=tool, request_id=request_id, found=found,
+                                          caller_uid=caller_uid))).envelope
 
     async def evidence(self, evidence_id: str, *, offset: int | None = None, length: int | None = None,
                        line: int | None = None, count: int | None = None, grep: str | None = None,

@@ -109,6 +109,7 @@ class Reconcile(Message, tag="reconcile"):
     tool: Name
     request_id: Name
     found: bool | None = None
+    caller_uid: int | None = None  # an operator settling the request of this uid
 
 
 class Evidence(Message, tag="evidence"):

@@ -517,7 +517,8 @@ class Connection:
         return Decision(call_id=request.call_id, verdict=verdict, by_uid=self.caller.uid)
 
     async def _reconcile(self, request: Reconcile) -> Response:
-        envelope = await self.dispatcher.reconcile(request.tool, request.request_id, self.caller, request.found)
+        envelope = await self.dispatcher.reconcile(request.tool, request.request_id, self.caller, request.found,
+                                                   of_uid=request.caller_uid)
         return Result(envelope=envelope)
 
     async def _resume(self, request: Resume) -> Response:

@@ -199,11 +199,13 @@ def call_history(call_id: str, config_path: Path | None) -> list[dict[str, Any]]
 
 @command("reconcile", "settle a request whose outcome is unknown by running its settle read",
          TOOL, arg("request_id", help="the request_id of the call whose outcome is unknown"),
-         arg("--found", choices=["yes", "no"], help="operators only: decide by hand whether the effect happened"))
+         arg("--found", choices=["yes", "no"], help="operators only: decide by hand whether the effect happened"),
+         arg("--uid", type=int, metavar="UID", help="operators only: whose request it is, when several callers "
+             "used the same request_id"))
 def reconcile(ctx: Context) -> int:
     """Settle a request whose outcome is unknown, by its tool's settle read (or an operator's word)."""
     found = None if ctx.args.found is None else ctx.args.found == "yes"
-    return show(ctx, ctx.client.reconcile(ctx.args.tool, ctx.args.request_id, found))
+    return show(ctx, ctx.client.reconcile(ctx.args.tool, ctx.args.request_id, found, caller_uid=ctx.args.uid))
 
 
 @command("pending", "calls held at a gate, waiting for an operator")

@@ -165,10 +165,11 @@ class Dispatcher:
                      reason: str = "") -> Verdict:
         return await self.approvals.decide(call_id, caller, approve=approve, signature=signature, reason=reason)
 
-    async def reconcile(self, tool_name: str, request_id: str, caller: Caller, found: bool | None = None) -> Envelope:
+    async def reconcile(self, tool_name: str, request_id: str, caller: Caller, found: bool | None = None, *,
+                        of_uid: int | None = None) -> Envelope:
         """Settle a request whose outcome is unknown (see ``Reconciler.reconcile``)."""
         tool = self.admission.lookup(tool_name, caller).tool
-        return await self.reconciler.reconcile(tool, request_id, caller, found)
+        return await self.reconciler.reconcile(tool, request_id, caller, found, of_uid=of_uid)
 
     async def shutdown(self, grace_s: float) -> None:
         """Let running calls finish for ``grace_s``, then interrupt the rest.

@@ -43,17 +43,22 @@ class Reconciler:
         self._record = record
         self._read = read
 
-    async def reconcile(self, tool: Tool, request_id: str, caller: Caller, found: bool | None = None) -> Envelope:
+    async def reconcile(self, tool: Tool, request_id: str, caller: Caller, found: bool | None = None, *,
+                        of_uid: int | None = None) -> Envelope:
         """The request's settled result, or its first result still unknown with why.
+
+        Args:
+            of_uid: whose request it is, for an operator settling another caller's (needed
+                when several callers used the request_id).
 
         Raises:
             UnknownCall: no call used this request_id within the retention, or it is
                 another caller's and the caller is no operator.
-            Denied: ``found`` given by a caller who is not an operator.
+            Denied: ``found`` or ``of_uid`` (another's) given by a caller who is not an operator.
             ReconcileRequired: the first call is still running.
             LedgerUnavailable: the decision could not be recorded.
         """
-        entry = self._entry(tool, request_id, caller)
+        entry = self._entry(tool, request_id, caller, of_uid)
         first = msgspec.convert(entry.result, Envelope) if entry.result else None
         if first is None:
             raise ReconcileRequired(f"call {entry.call_id} is still running", hint="wait for it, then reconcile",
@@ -110,18 +115,29 @@ class Reconciler:
             )
         return shown, read.fields, f"settle read {settle.tool} (call {read.call_id})"
 
-    def _entry(self, tool: Tool, request_id: str, caller: Caller) -> Any:
-        """The caller's own request; for an operator, whoever's it is, if only one used it.
+    def _entry(self, tool: Tool, request_id: str, caller: Caller, of_uid: int | None = None) -> Any:
+        """The caller's own request; for an operator, the one of ``of_uid``, or whoever's it
+        is if only one caller used it.
 
         Raises:
             UnknownCall: no such request of this caller (another caller's is not its business).
+            Denied: ``of_uid`` names another caller, and the caller is no operator.
         """
-        entry = self._index.lookup(tool.name, request_id, caller.uid)
-        if entry is None and is_operator(caller, self._config):
+        operator = is_operator(caller, self._config)
+        if of_uid is not None and of_uid != caller.uid:
+            if not operator:
+                raise Denied("only an operator may settle another caller's request",
+                             hint="reconcile your own request: leave out the caller's uid")
+            entry = self._index.lookup(tool.name, request_id, of_uid)
+        else:
+            entry = self._index.lookup(tool.name, request_id, caller.uid)
+        if entry is None and operator and of_uid is None:
             owners = self._index.owners(tool.name, request_id)
             if len(owners) > 1:
-                raise UnknownCall(f"{len(owners)} callers used request_id {request_id!r} for {tool.name}",
-                                  hint="reconcile as the caller that sent it")
+                uids = ", ".join(str(owner.caller_uid) for owner in owners)
+                raise UnknownCall(f"{len(owners)} callers (uids {uids}) used request_id {request_id!r} for {tool.name}",
+                                  hint=f"name whose request to settle: rungctl reconcile {tool.name} {request_id} "
+                                       "--uid UID (or reconcile as that caller)")
             entry = owners[0] if owners else None
         if entry is None:
             raise UnknownCall(f"no call of {tool.name} with request_id {request_id!r} is known to you",
