@@ -49,7 +49,7 @@ from rungd.sdk import run as run_program  # the method below is called run too
 
 from rungd_plugins.declarative import exports, imports, programs
 from rungd_plugins.declarative.columns import TYPES
-from rungd_plugins.declarative.parse import check_pattern, check_patterns, parse_off_loop
+from rungd_plugins.declarative.parse import check_pattern, check_patterns, left_out, parse_off_loop
 from rungd_plugins.declarative.programs import Resolved
 from rungd_plugins.declarative.schema import RELATIVE_TESTS, ExpectSpec, InputSpec, ReadBackSpec, ToolFile, ToolSpec
 from rungd_plugins.declarative.templates import (
@@ -321,9 +321,9 @@ def _check_precondition(path: Path, key: str, fail: Callable[[str, str], ConfigE
 def _parsed_fields(spec: ToolSpec) -> list[str]:
     """The fields a read tool's output parses into, which a read-back may expect."""
     if spec.parse.kind == "lines":
-        return ["lines", "lines_shown"]
+        return ["lines", "lines_shown", "lines_total"]
     if spec.parse.kind == "columns":
-        return ["rows", "row_count"]
+        return ["rows", "rows_shown", "row_count"]
     return list(spec.parse.fields)
 
 
@@ -525,7 +525,8 @@ class _ProgramRunner:
                 hint=f"narrow the request; the full output is in evidence {done.evidence[0]}",
             )
         # Off the loop and bounded: a pattern can hold the interpreter lock while it backtracks.
-        return await parse_off_loop(self.spec.parse, _parsed_text(self.spec.parse.stream, done)), done
+        return await parse_off_loop(self.spec.parse, _parsed_text(self.spec.parse.stream, done),
+                                    whole=not done.truncated), done
 
 
 def _parsed_text(stream: str, done: Completed) -> str:
@@ -550,8 +551,9 @@ class _ReadBack:
         """The read-back's fields.
 
         Raises:
-            ToolError: OUTPUT_TOO_LARGE when its output was cut: a partial listing cannot show
-                that something is absent, nor is it the read a change is judged by.
+            ToolError: OUTPUT_TOO_LARGE when its output was cut, at the byte cap or past
+                ``max_lines``: a partial listing cannot show that something is absent, nor
+                is it the read a change is judged by.
         """
         inputs = {k: substitute(v, values) for k, v in self.spec.inputs.items()}
         fields, done = await self.runner.run(ctx, inputs, commits=False)
@@ -559,6 +561,11 @@ class _ReadBack:
             raise ToolError("OUTPUT_TOO_LARGE", f"the read-back {self.name} printed more than the tool keeps, "
                             "so it cannot show whether the change happened",
                             hint=f"narrow the read-back; its full output is in evidence {done.evidence[0]}")
+        if (cut := left_out(self.runner.spec.parse, fields)) is not None:
+            raise ToolError("OUTPUT_TOO_LARGE", f"the read-back {self.name} is too cut to decide whether the "
+                            f"change happened: {cut}",
+                            hint=f"the operator must raise max_lines of {self.name} in the tool file or narrow "
+                            f"its inputs; its full output is in evidence {done.evidence[0]}")
         return fields
 
     def expected(self, values: dict[str, Any]) -> dict[str, Any]:
@@ -582,8 +589,12 @@ def _handler(program: _ProgramRunner, readback: _ReadBack | None, spec: ToolSpec
         values = inputs.model_dump()
         if readback is None:
             fields, done = await program.run(ctx, values)
-            return Result(fields=fields, truncated=done.truncated,
-                          narrow="the output was cut; the full output is in the evidence" if done.truncated else None,
+            cut = left_out(spec.parse, fields)
+            narrow = None
+            if done.truncated or cut:
+                why = cut or "the output was cut at the byte cap the tool keeps (its line count is unknown)"
+                narrow = f"{why}; ask for less (a narrower input), or read all of it in evidence {done.evidence[0]}"
+            return Result(fields=fields, truncated=done.truncated or cut is not None, narrow=narrow,
                           verified_by=f"parsed {spec.parse.kind} output" if spec.parse.kind != "none" else None)
         return await _act_and_verify(ctx, program, readback, values)
 

@@ -12,6 +12,7 @@ not keep the loop free. The other parsers are linear and run in a worker thread.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -79,7 +80,8 @@ _SEARCH = ("import json,re,sys;a=json.load(sys.stdin);m=re.search(a['p'],a['s'],
            "json.dump(m.groupdict() if m else None,sys.stdout)")
 
 
-async def parse_off_loop(spec: ParseSpec, stdout: str, *, timeout_s: float = PARSE_S) -> dict[str, Any]:
+async def parse_off_loop(spec: ParseSpec, stdout: str, *, timeout_s: float = PARSE_S,
+                         whole: bool = True) -> dict[str, Any]:
     """``parse_output``, never in the event loop and never longer than ``timeout_s``.
 
     A ``regex`` parse searches in a child process killed at the bound; the other kinds
@@ -100,7 +102,8 @@ async def parse_off_loop(spec: ParseSpec, stdout: str, *, timeout_s: float = PAR
         except LookupError:
             limiter = trio.CapacityLimiter(PARSE_THREADS)
             _LIMITER.set(limiter)
-        return await trio.to_thread.run_sync(parse_output, spec, stdout, abandon_on_cancel=True, limiter=limiter)
+        return await trio.to_thread.run_sync(functools.partial(parse_output, spec, stdout, whole=whole),
+                                             abandon_on_cancel=True, limiter=limiter)
     raise SurfaceChanged(
         f"parsing the program's output took longer than {timeout_s:.0f} s and was stopped",
         hint=f"the tool file's parse pattern backtracks on this output; {HINT}",
@@ -132,8 +135,15 @@ _TRUE = {"true", "yes", "on", "1", "enabled", "active"}
 _FALSE = {"false", "no", "off", "0", "disabled", "inactive"}
 
 
-def parse_output(spec: ParseSpec, stdout: str) -> dict[str, Any]:
+def parse_output(spec: ParseSpec, stdout: str, *, whole: bool = True) -> dict[str, Any]:
     """Parse ``stdout`` as ``spec`` says.
+
+    A listing (``lines``, ``columns``) keeps at most ``max_lines`` items and says how many it
+    shows and how many there were (``left_out`` turns that into words).
+
+    Args:
+        whole: False when ``stdout`` is only the head and tail the runner kept of a larger
+            output: then the number of lines it had is unknown (``lines_total`` is None).
 
     Raises:
         SurfaceChanged: the output lacks a declared field, a value has the wrong type, or the
@@ -143,7 +153,8 @@ def parse_output(spec: ParseSpec, stdout: str) -> dict[str, Any]:
         return {}
     if spec.kind == "lines":
         lines = [line.rstrip() for line in stdout.splitlines() if line.strip()]
-        return {"lines": lines[: spec.max_lines], "lines_shown": min(len(lines), spec.max_lines)}
+        shown = lines[: spec.max_lines]
+        return {"lines": shown, "lines_shown": len(shown), "lines_total": len(lines) if whole else None}
     if spec.kind == "columns":
         return _columns(spec, stdout)
     if spec.kind == "json":
@@ -203,7 +214,21 @@ def _columns(spec: ParseSpec, stdout: str) -> dict[str, Any]:
             raise _changed(f"{len(header)} columns on every line", line)
         row = dict(zip(header, cells))
         rows.append({name: _typed(name, row[key], spec.fields[name], line) for key, name in wanted.items()})
-    return {"rows": rows[: spec.max_lines], "row_count": len(rows)}
+    shown = rows[: spec.max_lines]
+    return {"rows": shown, "rows_shown": len(shown), "row_count": len(rows)}
+
+
+def left_out(spec: ParseSpec, fields: dict[str, Any]) -> str | None:
+    """What a listing parse kept out of ``fields`` (past ``max_lines``), in words; None when
+    it shows everything the program printed (or the parse is not a listing)."""
+    if spec.kind == "lines" and fields["lines_total"] is not None and fields["lines_total"] > fields["lines_shown"]:
+        shown, total, what = fields["lines_shown"], fields["lines_total"], "lines"
+    elif spec.kind == "columns" and fields["row_count"] > fields["rows_shown"]:
+        shown, total, what = fields["rows_shown"], fields["row_count"], "rows"
+    else:
+        return None
+    return f"the first {shown} of {total} {what} are shown (the tool file keeps max_lines = {spec.max_lines})"
+
 
 
 def _dig(data: dict[str, Any], path: str) -> Any:

@@ -1,0 +1,117 @@
+"""What a tool file's parse makes of a program's output, said truthfully: a listing cut past
+``max_lines`` says so and gives the total, and a read-back too cut to decide never calls a
+write's state unexpected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rungd.config import load_config
+from rungd.testing import start_daemon, write_config
+from tests.conftest import FAKES
+
+DESCRIPTION = """does = "Testing."
+use_when = "testing."
+do_not_use_when = "not testing."
+returns = "lines."
+on_error = "stop."
+if_unknown = "ask."
+"""
+
+
+def tool(name: str, program: str, argv: list[str], *, parse: str, extra: str = "") -> str:
+    """One tool of a tool file: ``parse`` is the body of its parse table."""
+    quoted = ", ".join(f'"{word}"' for word in argv)
+    return (f'[tools.{name}]\nprogram = "{program}"\nargv = [{quoted}]\n{extra}\n'
+            f"[tools.{name}.description]\n{DESCRIPTION}\n[tools.{name}.parse]\n{parse}\n")
+
+
+async def serve(short_tmp: Path, nursery, text: str):
+    folder = short_tmp / "tools"
+    folder.mkdir(exist_ok=True)
+    (folder / "tools.toml").write_text(text)
+    return await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
+
+
+SEQ = '[programs.seq]\ncommand = "seq"\n\n' + tool("num_seq_show", "seq", ["150"], parse='kind = "lines"')
+
+
+async def test_lines_past_max_lines_are_reported_cut_with_their_total(short_tmp, nursery) -> None:
+    daemon = await serve(short_tmp, nursery, SEQ)
+    env = await daemon.call("num_seq_show", {})
+    assert env.status == "ok", env.error
+    assert (len(env.fields["lines"]), env.fields["lines_shown"], env.fields["lines_total"]) == (100, 100, 150)
+    assert env.fields["lines"][-1] == "100"
+    assert env.truncated is True
+    assert "100 of 150 lines" in env.narrow and env.evidence[0] in env.narrow
+    daemon.daemon.stop()
+
+
+async def test_rows_past_max_lines_are_reported_cut_with_their_total(short_tmp, nursery, fake_program) -> None:
+    table = fake_program("table", """
+        print("ID NAME")
+        for i in range(1, 8):
+            print(i, f"row{i}")
+        """)
+    text = ('[programs.table]\ncommand = "' + str(table) + '"\n\n'
+            + tool("proc_table_show", "table", [], parse='kind = "columns"\nmax_lines = 3\n'
+                   'fields = { id = "integer", name = "string" }'))
+    daemon = await serve(short_tmp, nursery, text)
+    env = await daemon.call("proc_table_show", {})
+    assert env.status == "ok", env.error
+    assert (len(env.fields["rows"]), env.fields["rows_shown"], env.fields["row_count"]) == (3, 3, 7)
+    assert env.truncated is True and "3 of 7 rows" in env.narrow
+    daemon.daemon.stop()
+
+
+def job_queue_file(db: Path, max_lines: int) -> str:
+    """at and atq, imitated: adding a job is verified by the queue listing one more line."""
+    queue = FAKES / "job_queue"
+    return (f'[programs.queue]\ncommand = "{queue}"\n\n'
+            + tool("jobs_queue_list", "queue", ["--db", str(db), "list"],
+                   parse=f'kind = "lines"\nmax_lines = {max_lines}')
+            + tool("jobs_job_add", "queue", ["--db", str(db), "add", "{name}"], parse='kind = "none"',
+                   extra='side_effect = "reversible"\n')
+            + '[tools.jobs_job_add.inputs.name]\ndescription = "The job."\nexample = "backup"\n'
+              'pattern = "^[a-z]+$"\n'
+            + '[tools.jobs_job_add.verify]\ntool = "jobs_queue_list"\n'
+              'expect = { lines_shown = { before_plus = 1 } }\nwait_s = 0\n')
+
+
+async def test_a_read_back_cut_by_max_lines_is_too_cut_to_decide_a_write(short_tmp, nursery) -> None:
+    db = short_tmp / "queue"
+    db.write_text("".join(f"{i}\tThu Jan  1 00:00:00 2026 a root old\n" for i in range(1, 4)))
+    daemon = await serve(short_tmp, nursery, job_queue_file(db, max_lines=3))
+    # Three jobs, three lines kept: the read before shows them all; the read after shows 3 of 4.
+    env = await daemon.call("jobs_job_add", {"name": "backup"}, request_id="add-1")
+    assert len(db.read_text().splitlines()) == 4  # the job was added
+    assert (env.status, env.error.code, env.outcome) == ("error", "OUTPUT_TOO_LARGE", "unknown"), env.error
+    assert "too cut to decide" in env.error.message and "3 of 4 lines" in env.error.message
+    assert env.settle is not None and env.settle.tool == "jobs_queue_list"
+    # Now even the read before is cut: nothing is run that could not be judged.
+    env = await daemon.call("jobs_job_add", {"name": "backup"}, request_id="add-2")
+    assert (env.error.code, env.outcome) == ("OUTPUT_TOO_LARGE", "not_started"), env.error
+    assert len(db.read_text().splitlines()) == 4
+    daemon.daemon.stop()
+
+
+async def test_a_read_back_that_shows_every_line_still_verifies_the_write(short_tmp, nursery) -> None:
+    db = short_tmp / "queue"
+    daemon = await serve(short_tmp, nursery, job_queue_file(db, max_lines=3))
+    env = await daemon.call("jobs_job_add", {"name": "backup"}, request_id="add-1")
+    assert (env.status, env.effect) == ("ok", "changed"), env.error
+    assert (env.fields["before"]["lines_total"], env.fields["after"]["lines_total"]) == (0, 1)
+    daemon.daemon.stop()
+
+
+async def test_lines_of_output_cut_at_the_byte_cap_have_no_total(short_tmp, nursery) -> None:
+    text = SEQ.replace('argv = ["150"]', 'argv = ["200000"]').replace('kind = "lines"',
+                                                                       'kind = "lines"\nmax_lines = 100000')
+    daemon = await serve(short_tmp, nursery, text)
+    env = await daemon.call("num_seq_show", {})
+    assert env.status == "ok", env.error
+    assert env.truncated is True
+    assert env.fields.get("lines_total") is None  # the runner kept a head and a tail: the count is unknown
+    assert "byte cap" in env.narrow
+    daemon.daemon.stop()
+
