@@ -115,3 +115,14 @@ async def test_lines_of_output_cut_at_the_byte_cap_have_no_total(short_tmp, nurs
     assert "byte cap" in env.narrow
     daemon.daemon.stop()
 
+
+
+async def test_counts_match_the_lines_left_after_the_byte_cap_cuts_them(short_tmp, nursery) -> None:
+    text = SEQ.replace('argv = ["150"]', 'argv = ["-f", "line %g of a listing", "100"]\ncap_bytes = 1024')
+    daemon = await serve(short_tmp, nursery, text)
+    env = await daemon.call("num_seq_show", {})
+    assert env.status == "ok", env.error
+    shown = len(env.fields["lines"])
+    assert shown < 100 and env.fields["lines_shown"] == shown and env.fields["lines_total"] == 100
+    assert env.truncated is True and f"fields.lines: {shown} of 100 items kept" in env.narrow
+    daemon.daemon.stop()

@@ -57,3 +57,24 @@ def test_the_cap_holds_even_when_the_words_themselves_are_long() -> None:
     cut = fit_to_cap(env, 1024)
     assert encoded_size(cut) <= 1024
     assert cut.error.code == "FAILED" and cut.truncated
+
+
+def test_a_count_of_shown_items_follows_its_list_when_the_list_is_cut() -> None:
+    lines = [f"line {i} " + "x" * 40 for i in range(100)]
+    env = fit_to_cap(envelope(lines=lines, lines_shown=100, lines_total=150,
+                              after={"lines": lines, "lines_shown": 100}), 2048)
+    assert encoded_size(env) <= 2048
+    assert env.fields["lines_shown"] == len(env.fields["lines"]) < 100
+    assert env.fields["after"]["lines_shown"] == len(env.fields["after"]["lines"]) < 100
+    assert env.fields["lines_total"] == 150  # a total stays the total
+    assert f"fields.lines: {len(env.fields['lines'])} of 100 items kept" in env.narrow
+    assert f"fields.after.lines: {len(env.fields['after']['lines'])} of 100 items kept" in env.narrow
+    assert "c1.1.stdout" in env.narrow
+
+
+def test_a_tools_own_narrow_is_kept_and_the_byte_cap_cut_is_added_to_it() -> None:
+    env = Envelope(call_id="c1", tool="t", status="ok", outcome="done", effect="none", truncated=True,
+                   narrow="the first 100 of 150 lines are shown", fields={"rows": list(range(5000))})
+    cut = fit_to_cap(env, 1024)
+    assert cut.narrow.startswith("the first 100 of 150 lines are shown; then the result was cut to fit the byte cap")
+    assert f"fields.rows: {len(cut.fields['rows'])} of 5000 items kept" in cut.narrow

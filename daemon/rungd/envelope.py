@@ -3,8 +3,11 @@
 One shape for every outcome, so agent code branches on ``status``, ``outcome``, ``effect``
 and ``error.code`` and never parses prose. The model-facing envelope has a byte cap
 (default 4096): when the tool's fields do not fit, ``fit_to_cap`` cuts them down, sets
-``truncated`` and says in ``narrow`` how to ask for less. The full output stays on disk as
-evidence, and the envelope carries its ids.
+``truncated`` and says in ``narrow`` what it cut (``fields.lines: 25 of 100 items kept``) and
+how to ask for less. A count beside a list that says how many of its items are shown
+(``lines_shown`` beside ``lines``: the ``<list>_shown`` convention) is kept equal to what is
+left, so no count in an envelope claims more than it shows. The full output stays on disk
+as evidence, and the envelope carries its ids.
 """
 
 from __future__ import annotations
@@ -96,13 +99,15 @@ def fit_to_cap(envelope: Envelope, cap_bytes: int = DEFAULT_CAP_BYTES) -> Envelo
             return envelope
     fields = _deepcopy(envelope.fields)
     hint = envelope.error.hint if envelope.error else ""
-    narrow = envelope.narrow or _default_narrow(envelope)
+    cuts: dict[str, tuple[int, int, str]] = {}
+    narrow = _narrow(envelope, cuts)
     for _ in range(200):
         candidate = _rebuild(envelope, fields, hint, narrow)
         if encoded_size(candidate) <= cap_bytes:
             return candidate
-        if not _halve_largest(fields):
+        if not _halve_largest(fields, cuts):
             break
+        narrow = _narrow(envelope, cuts)
     while hint and len(hint) > 64:
         hint = _cut_string(hint, len(hint) // 2)
         candidate = _rebuild(envelope, fields, hint, narrow)
@@ -120,10 +125,20 @@ def fit_to_cap(envelope: Envelope, cap_bytes: int = DEFAULT_CAP_BYTES) -> Envelo
     )
 
 
-def _default_narrow(envelope: Envelope) -> str:
+_NARROW_CUTS = 4  # fields named in narrow; more are summed up, so narrow stays short
+
+
+def _narrow(envelope: Envelope, cuts: dict[str, tuple[int, int, str]]) -> str:
+    """The tool's own narrow, if any, then what the byte cap cut and how to ask for less."""
+    named = [f"{path}: {kept} of {had} {unit} kept" for path, (had, kept, unit) in list(cuts.items())[:_NARROW_CUTS]]
+    if len(cuts) > _NARROW_CUTS:
+        named.append(f"{len(cuts) - _NARROW_CUTS} more cut")
+    what = f" ({', '.join(named)})" if named else ""
+    if envelope.narrow:
+        return f"{envelope.narrow}; then the result was cut to fit the byte cap{what}"
     where = (f" the full output is evidence {', '.join(envelope.evidence)}: read it with the evidence request "
              f"(rungctl evidence {envelope.evidence[0]});" if envelope.evidence else "")
-    return f"result cut to fit the byte cap;{where} ask for fewer rows or a narrower filter"
+    return f"result cut to fit the byte cap{what};{where} ask for fewer rows or a narrower filter"
 
 
 def _rebuild(envelope: Envelope, fields: dict[str, Any], hint: str, narrow: str) -> Envelope:
@@ -151,11 +166,16 @@ def _cut_string(text: str, keep: int) -> str:
     return text[:head] + _CUT_MARK + (text[-tail:] if tail else "")
 
 
-def _halve_largest(container: Any) -> bool:
-    """Halve the largest string or list found anywhere inside ``container``, in place."""
-    best: tuple[int, Any, Any] | None = None  # (size, parent, key)
+def _halve_largest(container: Any, cuts: dict[str, tuple[int, int, str]]) -> bool:
+    """Halve the largest string or list found anywhere inside ``container``, in place.
 
-    def visit(parent: Any, key: Any, value: Any) -> None:
+    Records in ``cuts`` each value cut, by path (``fields.after.lines``): its length before
+    the first cut, its length now and the unit. A ``<key>_shown`` count beside a list cut
+    becomes the list's new length.
+    """
+    best: tuple[int, Any, Any, str] | None = None  # (size, parent, key, path)
+
+    def visit(parent: Any, key: Any, value: Any, path: str) -> None:
         nonlocal best
         if isinstance(value, str) and len(value) > 32:
             size = len(value)
@@ -164,22 +184,30 @@ def _halve_largest(container: Any) -> bool:
         else:
             size = 0
         if size and (best is None or size > best[0]):
-            best = (size, parent, key)
+            best = (size, parent, key, path)
         if isinstance(value, dict):
             for k, v in value.items():
-                visit(value, k, v)
+                visit(value, k, v, f"{path}.{k}")
         elif isinstance(value, list):
             for i, v in enumerate(value):
-                visit(value, i, v)
+                visit(value, i, v, f"{path}[{i}]")
 
     for k, v in container.items():
-        visit(container, k, v)
+        visit(container, k, v, f"fields.{k}")
     if best is None:
         return False
-    _, parent, key = best
+    _, parent, key, path = best
     value = parent[key]
+    had = cuts[path][0] if path in cuts else len(value)
     if isinstance(value, str):
         parent[key] = _cut_string(value, len(value) // 2)
-    else:
-        parent[key] = value[: len(value) // 2]
+        cuts[path] = (had, len(value) // 2, "characters")
+        return True
+    kept = len(value) // 2
+    parent[key] = value[:kept]
+    for gone in [p for p in cuts if p.startswith(f"{path}[") and int(p[len(path) + 1:].split("]")[0]) >= kept]:
+        del cuts[gone]  # a cut inside an item no longer shown
+    cuts[path] = (had, kept, "items")
+    if isinstance(parent, dict) and isinstance(parent.get(f"{key}_shown"), int):
+        parent[f"{key}_shown"] = kept
     return True
