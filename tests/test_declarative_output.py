@@ -1,10 +1,14 @@
 """What a tool file's parse makes of a program's output, said truthfully: a listing cut past
-``max_lines`` says so and gives the total, and a read-back too cut to decide never calls a
-write's state unexpected."""
+``max_lines`` says so and gives the total, a read-back too cut to decide never calls a
+write's state unexpected, counts follow the byte cap's cuts, and a program that fails on
+stderr but exits 0 is FAILED with its words, never a changed surface."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+
+import pytest
 
 from rungd.config import load_config
 from rungd.testing import start_daemon, write_config
@@ -125,4 +129,112 @@ async def test_counts_match_the_lines_left_after_the_byte_cap_cuts_them(short_tm
     shown = len(env.fields["lines"])
     assert shown < 100 and env.fields["lines_shown"] == shown and env.fields["lines_total"] == 100
     assert env.truncated is True and f"fields.lines: {shown} of 100 items kept" in env.narrow
+    daemon.daemon.stop()
+
+
+# A program that fails on stderr and still exits 0, as bc does on 1/0.
+DIVIDE = "Runtime error (func=(main), adr=5): Divide by zero"
+HEADING = """[tools.{name}.heading]
+rung = 2
+ruled_out = [{{ rung = 1, fails = "present", why = "no API" }}]
+step_down = [{{ codes = ["SURFACE_CHANGED"], count = 1, to = "stop: a person checks the program" }}]
+"""
+
+
+def quiet_failure_file(*, status: int = 0, stderr: str = DIVIDE, lines: str = 'kind = "lines"',
+                       extra: str = "") -> str:
+    """exit_with as a calculator: one tool parses a number (regex), one a listing (lines)."""
+    argv = [str(status), "--stderr", stderr] if stderr else [str(status)]
+    return (f'[programs.calc]\ncommand = "{FAKES / "exit_with"}"\n\n'
+            + tool("calc_value_show", "calc", argv,
+                   parse="kind = \"regex\"\npattern = '(?P<result>-?[0-9.]+)\\n?\\Z'\nfields = { result = \"string\" }")
+            + HEADING.format(name="calc_value_show")
+            + tool("calc_lines_show", "calc", argv, parse=lines, extra=extra))
+
+
+async def serve_suspending(short_tmp: Path, nursery, text: str):
+    folder = short_tmp / "tools"
+    folder.mkdir(exist_ok=True)
+    (folder / "tools.toml").write_text(text)
+    config = write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n\n[step_down]\nsuspend = true\n')
+    return await start_daemon(nursery, load_config(config))
+
+
+async def test_a_failure_said_only_on_stderr_with_status_0_is_failed_never_surface_changed(short_tmp, nursery) -> None:
+    daemon = await serve_suspending(short_tmp, nursery, quiet_failure_file())
+    for _ in range(2):  # a step-down on one SURFACE_CHANGED would suspend the tool at once
+        env = await daemon.call("calc_value_show", {})
+        assert (env.status, env.error.code, env.outcome, env.next_action) == ("error", "FAILED", "done", "stop"), env.error
+        assert DIVIDE in env.error.hint and "tool file needs updating" not in env.error.hint
+    listing = await daemon.call("calc_lines_show", {})
+    assert (listing.status, listing.error.code) == ("error", "FAILED"), listing.fields
+    assert DIVIDE in listing.error.hint
+    daemon.daemon.stop()
+
+
+async def test_an_empty_listing_the_tool_file_calls_an_answer_stays_an_answer(short_tmp, nursery) -> None:
+    # A not-found status listed in ok_exit: what the program says with it is part of the answer.
+    daemon = await serve(short_tmp, nursery, quiet_failure_file(status=1, stderr="stat: No such file or directory",
+                                                                extra="ok_exit = [0, 1]\n"))
+    env = await daemon.call("calc_lines_show", {})
+    assert (env.status, env.fields["lines"]) == ("ok", []), env.error
+    daemon.daemon.stop()
+
+
+async def test_an_empty_listing_with_warnings_is_an_answer_when_the_file_says_empty_is(short_tmp, nursery) -> None:
+    daemon = await serve(short_tmp, nursery, quiet_failure_file(
+        stderr="Hint: you are not seeing messages of other users", lines='kind = "lines"\nempty = "answer"'))
+    env = await daemon.call("calc_lines_show", {})
+    assert (env.status, env.fields["lines"]) == ("ok", []), env.error
+    daemon.daemon.stop()
+
+
+async def test_no_output_and_nothing_on_stderr_is_still_an_empty_listing(short_tmp, nursery) -> None:
+    daemon = await serve(short_tmp, nursery, quiet_failure_file(stderr=""))
+    env = await daemon.call("calc_lines_show", {})
+    assert (env.status, env.fields["lines"]) == ("ok", []), env.error
+    daemon.daemon.stop()
+
+
+def test_empty_answer_is_refused_where_no_output_cannot_parse(short_tmp) -> None:
+    from rungd.errors import ConfigError
+    from rungd_plugins.declarative import read_tool_file
+
+    folder = short_tmp / "tools"
+    folder.mkdir()
+    (folder / "tools.toml").write_text(quiet_failure_file().replace(
+        'fields = { result = "string" }', 'fields = { result = "string" }\nempty = "answer"'))
+    with pytest.raises(ConfigError, match="only for kind"):
+        read_tool_file(folder / "tools.toml")
+
+
+BC = """[programs.bc]
+command = "bc"
+
+[tools.calc_expr_eval]
+program = "bc"
+stdin_input = "expr"
+stdin_eof = true
+[tools.calc_expr_eval.description]
+DESCRIPTION
+[tools.calc_expr_eval.inputs.expr]
+description = "An expression."
+example = "1+1"
+pattern = "[0-9+*/ ()-]+"
+[tools.calc_expr_eval.parse]
+kind = "regex"
+pattern = '(?P<result>-?[0-9.]+)\\n?\\Z'
+fields = { result = "string" }
+""".replace("DESCRIPTION", DESCRIPTION)
+
+
+async def test_bc_dividing_by_zero_is_failed_with_its_words(short_tmp, nursery) -> None:
+    if shutil.which("bc") is None:
+        pytest.skip("bc is not installed (Debian package bc)")
+    daemon = await serve(short_tmp, nursery, BC)
+    ok = await daemon.call("calc_expr_eval", {"expr": "6*7"})
+    assert (ok.status, ok.fields) == ("ok", {"result": "42"}), ok.error
+    env = await daemon.call("calc_expr_eval", {"expr": "1/0"})
+    assert (env.status, env.error.code) == ("error", "FAILED"), env.error
+    assert "Divide by zero" in env.error.hint
     daemon.daemon.stop()

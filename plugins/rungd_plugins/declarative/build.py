@@ -49,7 +49,13 @@ from rungd.sdk import run as run_program  # the method below is called run too
 
 from rungd_plugins.declarative import exports, imports, programs
 from rungd_plugins.declarative.columns import TYPES
-from rungd_plugins.declarative.parse import check_pattern, check_patterns, left_out, parse_off_loop
+from rungd_plugins.declarative.parse import (
+    check_pattern,
+    check_patterns,
+    failed_quietly,
+    left_out,
+    parse_off_loop,
+)
 from rungd_plugins.declarative.programs import Resolved
 from rungd_plugins.declarative.schema import RELATIVE_TESTS, ExpectSpec, InputSpec, ReadBackSpec, ToolFile, ToolSpec
 from rungd_plugins.declarative.templates import (
@@ -517,6 +523,7 @@ class _ProgramRunner:
                   commits: bool = True) -> tuple[dict[str, Any], Completed]:
         done = await run_program(ctx, dataclasses.replace(self.program(values), commits=commits))
         check_exit(done, self.exit_table, ok=tuple(self.spec.ok_exit))
+        failed_quietly(self.spec.parse, done)  # before the size: a flood on stderr is still its words
         if done.truncated and self.spec.parse.kind not in ("none", "lines"):
             # Parsing the kept head and tail would call a healthy program "changed".
             raise ToolError(

@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 from rungd.sdk import PATTERN_HINT as HINT
-from rungd.sdk import ConfigError, SurfaceChanged
+from rungd.sdk import Completed, ConfigError, Failed, SurfaceChanged
 from rungd.sdk import catastrophic_pattern as catastrophic
 from rungd.sdk import refused_pattern as refused
 
@@ -229,6 +229,30 @@ def left_out(spec: ParseSpec, fields: dict[str, Any]) -> str | None:
         return None
     return f"the first {shown} of {total} {what} are shown (the tool file keeps max_lines = {spec.max_lines})"
 
+def failed_quietly(spec: ParseSpec, done: Completed) -> None:
+    """Refuse a result whose program printed nothing to parse and said why on stderr.
+
+    Some programs report a failure on stderr and still exit 0 (``bc`` on ``1/0``: "Runtime
+    error: Divide by zero"). Empty stdout then is no answer and no new release either: it
+    is the program's failure, quoted. Not for a tool that parses nothing (a write says
+    warnings on stderr and is judged by its read-back), nor one that parses stderr, nor an
+    exit status the tool file lists in ``ok_exit`` besides 0 (the file says that status, with
+    what it prints, is an answer: "1: no such file"), nor a ``lines`` parse that says an
+    empty listing is an answer whatever stderr warns (``empty = "answer"``).
+
+    Raises:
+        Failed: quoting the stderr tail, redacted as all output is; outcome left to the
+            boundary (a write that ran is ``unknown``).
+    """
+    if (spec.kind == "none" or spec.stream != "stdout" or done.exit_status != 0 or done.stdout.strip()
+            or not done.stderr.strip() or (spec.kind == "lines" and spec.empty == "answer")):
+        return
+    raise Failed(
+        "the program exited 0 but printed no result, only words on stderr",
+        hint=f"it said: {done.stderr_tail(300)!r}. If those words name a mistake in the call, fix the inputs; "
+        "if an empty result with such words is normal for this tool, its tool file must say "
+        "parse.empty = \"answer\"",
+    )
 
 
 def _dig(data: dict[str, Any], path: str) -> Any:

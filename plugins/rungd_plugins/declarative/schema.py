@@ -139,7 +139,8 @@ class ExitRule(_Strict):
 
 
 class ParseSpec(_Strict):
-    """How stdout becomes fields. Anything that does not parse is SURFACE_CHANGED."""
+    """How stdout becomes fields. Anything that does not parse is SURFACE_CHANGED; no output
+    at all, with words on stderr and exit status 0, is the program's failure (FAILED)."""
 
     kind: Literal["none", "json", "key_value", "regex", "lines", "columns"] = "none"
     separator: str = ":"
@@ -149,6 +150,17 @@ class ParseSpec(_Strict):
     # Where the program prints what is parsed: some (debconf tools) answer on stderr only.
     # "both" parses stdout, then stderr, as one text.
     stream: Literal["stdout", "stderr", "both"] = "stdout"
+    # What a lines parse of no output at all means when the program (exiting 0) wrote on
+    # stderr: by default FAILED quoting it (bc on 1/0 says "Divide by zero" and exits 0);
+    # "answer": an empty listing, the stderr words being warnings.
+    empty: Literal["failure_if_stderr", "answer"] = "failure_if_stderr"
+
+    @model_validator(mode="after")
+    def _empty_is_a_listing(self) -> ParseSpec:
+        if self.empty == "answer" and self.kind != "lines":
+            raise ValueError("empty = \"answer\" says an empty listing is an answer: only for kind = \"lines\" "
+                             "(other kinds cannot parse fields out of no output)")
+        return self
 
 
 class ConfirmSpec(_Strict):
