@@ -73,7 +73,8 @@ CORE_ERRORS: dict[str, tuple[Retry, NextAction, str]] = {
     "UNEXPECTED_STATE": ("no", "stop", "the read-back moved somewhere the tool did not expect"),
     "INTERRUPTED": ("after_check", "reconcile", "the daemon stopped mid-call; outcome unknown"),
     "LEDGER_UNAVAILABLE": ("yes", "retry_later", "the ledger cannot be written; nothing dispatched"),
-    "FAILED": ("no", "stop", "an exit status no table names; hint is the stderr tail, redacted"),
+    "FAILED": ("no", "stop", "an exit status no table names, or exit 0 with nothing on stdout and words on "
+               "stderr; hint is the stderr tail, redacted"),
     "CONFLICT": ("no", "repair", "a write's precondition failed: what the caller read is no longer true; "
                  "outcome not_started; fields carry the current value"),
     "TOOL_SUSPENDED": ("no", "stop", "the program's surface changed (a step-down observation fired); an operator "
