@@ -599,8 +599,12 @@ def _handler(program: _ProgramRunner, readback: _ReadBack | None, spec: ToolSpec
             cut = left_out(spec.parse, fields)
             narrow = None
             if done.truncated or cut:
-                why = cut or "the output was cut at the byte cap the tool keeps (its line count is unknown)"
-                narrow = f"{why}; ask for less (a narrower input), or read all of it in evidence {done.evidence[0]}"
+                why = [cut] if cut else []
+                if done.truncated:
+                    why.append("the output was cut at the byte cap the tool keeps"
+                               + (" (how many lines it had is unknown)" if spec.parse.kind == "lines" else ""))
+                narrow = (f"{'; '.join(why)}; ask for less (a narrower input), or read all of it in evidence "
+                          f"{done.evidence[0]}")
             return Result(fields=fields, truncated=done.truncated or cut is not None, narrow=narrow,
                           verified_by=f"parsed {spec.parse.kind} output" if spec.parse.kind != "none" else None)
         return await _act_and_verify(ctx, program, readback, values)
