@@ -229,6 +229,7 @@ def left_out(spec: ParseSpec, fields: dict[str, Any]) -> str | None:
         return None
     return f"the first {shown} of {total} {what} are shown (the tool file keeps max_lines = {spec.max_lines})"
 
+
 def failed_quietly(spec: ParseSpec, done: Completed) -> None:
     """Refuse a result whose program printed nothing to parse and said why on stderr.
 
