@@ -474,6 +474,9 @@ class CallContext:
     # The daemon's askpass endpoint (rungd.runner.askpass_server.AskpassEndpoint), or None
     # outside a daemon: then each call makes its own.
     askpass: Any = None
+    # Reads the handler made before acting: (read tool, its inputs, its fields). The settle
+    # read judges by the one with its own tool and inputs (``read_before``).
+    reads_before: list[tuple[str, dict[str, Any], dict[str, Any]]] = dataclasses.field(default_factory=list)
 
     def mark_committed(self) -> None:
         """Record that the effect may have begun: a timeout from now on is ``unknown``."""
@@ -491,6 +494,22 @@ class CallContext:
         """Whether the effect may have begun: past the commit point, or, for a write, once
         its program ran at all (a program may act before the question it is stopped at)."""
         return self.committed or (self.spawned and self.tool.side_effect != "read")
+
+    def note_read_before(self, tool: str, inputs: Mapping[str, Any], fields: Mapping[str, Any]) -> None:
+        """Record a read the handler made before acting, as the read tool ``tool`` with
+        ``inputs`` would answer it (the same fields).
+
+        When the call's outcome becomes unknown, its settle read is judged against this
+        read: a state the read before already showed is not credited to this call.
+        """
+        self.reads_before.append((tool, dict(inputs), dict(fields)))
+
+    def read_before(self, tool: str, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The fields of the last read noted before the act as ``tool`` with ``inputs``, or None."""
+        for noted_tool, noted_inputs, fields in reversed(self.reads_before):
+            if noted_tool == tool and noted_inputs == dict(inputs):
+                return fields
+        return None
 
     def evidence_path(self, label: str) -> tuple[str, Path]:
         """A fresh evidence file for this call: its id (for the envelope) and path."""

@@ -367,7 +367,7 @@ class Dispatcher:
             spec = tool.timing.settle
             if envelope.outcome == "unknown" and spec and spec.at_once and settle and settle["expect"] \
                     and not call.interrupted:
-                envelope = await self._settle_now(call, tool, envelope, settle)
+                envelope = await self._settle_now(call, tool, envelope, settle, ctx)
             with trio.CancelScope(shield=True):  # the end of a call is recorded even at shutdown
                 # The work folder is scratch for this call only: empty or gone before the
                 # caller hears; what the call left in it is removed (in a worker thread: an
@@ -418,10 +418,12 @@ class Dispatcher:
             await preconditions.check(tool, inputs, call.caller, self._read_call)
             return await tool.handler(ctx, inputs)
 
-    async def _settle_now(self, call: Call, tool: Tool, envelope: Envelope, settle: dict[str, Any]) -> Envelope:
+    async def _settle_now(self, call: Call, tool: Tool, envelope: Envelope, settle: dict[str, Any],
+                          ctx: CallContext) -> Envelope:
         """Run a write's settle read at once when its outcome is unknown, and let the read
-        decide: the effect happened (``done``), nothing moved (``not_started``), or the read
-        cannot say and the outcome stays ``unknown`` for reconcile.
+        decide (``outcomes.settled``), compared with the same read made before the act when
+        the handler noted one: a change, a state that was already there, nothing moved, or
+        the read cannot say and the outcome stays ``unknown`` for reconcile.
 
         Cancellation: bounded by the settle tool's own deadline; a daemon that stops
         meanwhile leaves the outcome unknown.
@@ -429,10 +431,13 @@ class Dispatcher:
         read = await self.call(settle["tool"], settle["inputs"], None, call.caller, MAX_WAIT_S)
         if read.status != "ok" or read.truncated:
             return envelope
-        happened = shows(read.fields, settle["expect"])
+        before = ctx.read_before(settle["tool"], settle["inputs"])
+        happened = shows(read.fields, settle["expect"], before)
         if happened is None:
             return envelope
-        return outcomes.settled(envelope, tool, happened=happened, read=read)
+        already = before is not None and shows(before, settle["expect"], before) is True
+        return outcomes.settled(envelope, tool, happened=happened, read=read, before=before, already=already,
+                                committed=ctx.committed)
 
     async def _record_end(self, call: Call, envelope: Envelope, ctx: CallContext) -> None:
         """Record what the runner answered and how the call finished (the caller hears it next)."""

@@ -291,16 +291,42 @@ def still_unknown(first: Envelope, exc: RungdError, tool: Tool) -> Envelope:
 _NOT_KNOWING = frozenset({"TIMEOUT", "INTERRUPTED"})
 
 
-def settled(envelope: Envelope, tool: Tool, *, happened: bool, read: Envelope) -> Envelope:
-    """A write's unknown error once its settle read decided: ``done`` (the effect happened,
-    ``changed``) or ``not_started`` (nothing moved), with ``verified_by`` naming the read.
+def settled(envelope: Envelope, tool: Tool, *, happened: bool, read: Envelope,
+            before: dict[str, Any] | None = None, already: bool = False, committed: bool = True) -> Envelope:
+    """A write's unknown error once its settle read decided, with ``verified_by`` naming the read.
+
+    What the read can credit to this call depends on the read before the act (``before``,
+    when the handler noted one):
+
+    - it shows the effect, and the read before did not: ``done``, ``changed``;
+    - it shows the effect, and so did the read before (``already``): the call cannot be
+      credited with it. ``not_started``, ``none`` when the commit point was never reached
+      and the read did not move; otherwise ``done``, ``no_change``;
+    - it shows the effect and there is no read before: ``done``, ``existing`` (the effect
+      is there; whether this call made it, nothing says, as after a reconcile);
+    - it does not show the effect: ``not_started`` when nothing moved; when the read moved
+      elsewhere since the read before, the outcome stays ``unknown``.
 
     The error stays: it is what went wrong. Only what it means for the effect changes.
     """
     assert envelope.error is not None
+    moved = before is not None and read.fields != before
+    if happened:
+        if before is None:
+            outcome, effect = "done", "existing"
+        elif not already:
+            outcome, effect = "done", "changed"
+        elif not committed and not moved:
+            outcome, effect = "not_started", "none"
+        else:
+            outcome, effect = "done", "no_change"
+    elif moved:
+        return envelope  # something moved, not to the expected state: only a person can say what
+    else:
+        outcome, effect = "not_started", "none"
     code = envelope.error.code
     if code in _NOT_KNOWING:
-        retry, next_action = ("no", "continue") if happened else ("yes", "retry_later")
+        retry, next_action = ("no", "continue") if outcome == "done" else ("yes", "retry_later")
     else:
         # What the code itself asks for, now that "find out first" is answered.
         rule = tool.error_rule(code)
@@ -308,7 +334,7 @@ def settled(envelope: Envelope, tool: Tool, *, happened: bool, read: Envelope) -
         if retry == "after_check" or next_action == "reconcile":
             retry, next_action = "no", "stop"
     settled_envelope = msgspec.structs.replace(
-        envelope, outcome="done" if happened else "not_started", effect="changed" if happened else "none",
+        envelope, outcome=outcome, effect=effect,
         verified_by=f"settle read {read.tool} (call {read.call_id})", settle=None, next_action=next_action,
         error=msgspec.structs.replace(envelope.error, retry=retry),
     )

@@ -126,7 +126,12 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
         else:
             program = _ProgramRunner(runs[name], spec)
             readback = _ReadBack(runs[spec.verify.tool], specs[spec.verify.tool], spec.verify) if spec.verify else None
-            handler = _handler(program, readback, spec)
+            # A settle read other than the read-back is read before the act too, to be judged by.
+            other = spec.settle if spec.settle and spec.settle.expect and spec.settle.at_once and spec.verify and \
+                (spec.settle.tool, spec.settle.inputs) != (spec.verify.tool, spec.verify.inputs) else None
+            settle_read = (_ReadBack(runs[other.tool], specs[other.tool], other)  # type: ignore[arg-type]
+                           if other else None)
+            handler = _handler(program, readback, spec, settle_read)
         built.append(
             Tool(
                 name=name,
@@ -554,6 +559,17 @@ class _ReadBack:
         self.spec = spec
         self.name = spec.tool
 
+    async def read_before(self, ctx: CallContext, values: dict[str, Any]) -> dict[str, Any]:
+        """The read-back's fields before the act, noted on the call: its settle read, when the
+        outcome becomes unknown, is the same read and is judged against them."""
+        fields = await self.read(ctx, values)
+        ctx.note_read_before(self.name, self.inputs(values), fields)
+        return fields
+
+    def inputs(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The read tool's inputs for a call with ``values``."""
+        return {k: substitute(v, values) for k, v in self.spec.inputs.items()}
+
     async def read(self, ctx: CallContext, values: dict[str, Any]) -> dict[str, Any]:
         """The read-back's fields.
 
@@ -562,8 +578,7 @@ class _ReadBack:
                 ``max_lines``: a partial listing cannot show that something is absent, nor
                 is it the read a change is judged by.
         """
-        inputs = {k: substitute(v, values) for k, v in self.spec.inputs.items()}
-        fields, done = await self.runner.run(ctx, inputs, commits=False)
+        fields, done = await self.runner.run(ctx, self.inputs(values), commits=False)
         if done.truncated:
             raise ToolError("OUTPUT_TOO_LARGE", f"the read-back {self.name} printed more than the tool keeps, "
                             "so it cannot show whether the change happened",
@@ -591,7 +606,8 @@ def _matches(fields: dict[str, Any], expected: dict[str, Any], before: dict[str,
     return shows(fields, expected, before) is True
 
 
-def _handler(program: _ProgramRunner, readback: _ReadBack | None, spec: ToolSpec) -> Any:
+def _handler(program: _ProgramRunner, readback: _ReadBack | None, spec: ToolSpec,
+             settle: _ReadBack | None = None) -> Any:
     async def handle(ctx: CallContext, inputs: ToolInputs) -> Result:
         values = inputs.model_dump()
         if readback is None:
@@ -607,17 +623,24 @@ def _handler(program: _ProgramRunner, readback: _ReadBack | None, spec: ToolSpec
                           f"{done.evidence[0]}")
             return Result(fields=fields, truncated=done.truncated or cut is not None, narrow=narrow,
                           verified_by=f"parsed {spec.parse.kind} output" if spec.parse.kind != "none" else None)
-        return await _act_and_verify(ctx, program, readback, values)
+        return await _act_and_verify(ctx, program, readback, values, settle)
 
     return handle
 
 
 async def _act_and_verify(
-    ctx: CallContext, program: _ProgramRunner, readback: _ReadBack, values: dict[str, Any]
+    ctx: CallContext, program: _ProgramRunner, readback: _ReadBack, values: dict[str, Any],
+    settle: _ReadBack | None = None,
 ) -> Result:
-    """Read before, act, poll the read until it shows the expected state, report honestly."""
+    """Read before, act, poll the read until it shows the expected state, report honestly.
+
+    The read before is noted on the call (and so is the settle read's, when the tool names
+    another one), so a settle read after an error credits the call only with what moved.
+    """
     expected = readback.expected(values)
-    before = await readback.read(ctx, values)
+    before = await readback.read_before(ctx, values)
+    if settle is not None:
+        await settle.read_before(ctx, values)
     try:
         output, _ = await program.run(ctx, values)
     except SurfaceChanged:

@@ -109,6 +109,8 @@ class Inventory:
 
     async def set_count(self, ctx: CallContext, inputs: SetCountInputs) -> Result:
         before = await self.read(ctx, inputs.item)
+        # The settle read (inventory_item_show) judges an unknown outcome against this read.
+        ctx.note_read_before("inventory_item_show", {"item": inputs.item}, before)
         program = Program(
             argv=_argv(self.db, "set", inputs.item, str(inputs.count)),
             confirmations=(Confirmation(re.compile(r"^Set \S+ count from \d+ to \d+\? \[y/N\]$"), "y"),),
