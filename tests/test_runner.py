@@ -42,7 +42,8 @@ def quick(env) -> None:
 
 @pytest.mark.parametrize("where", [[], ["--stderr"]])
 async def test_declared_confirmation_is_answered_once(rungd_daemon, where) -> None:
-    env = await run(rungd_daemon, "confirm", *where, confirm=True)
+    # A write: a read answers no confirmation (test_read_tools_answer_nothing.py).
+    env = await run(rungd_daemon, "confirm", *where, tool="fake_write_slow", confirm=True)
     assert env.status == "ok", env.error
     assert "deleted 3" in env.fields["stdout"]
     assert len(env.fields["answered"]) == 1

@@ -276,12 +276,22 @@ async def run(ctx: CallContext, program: Program) -> Completed:
             credential was rejected). The asking program never gets an answer, not even an
             empty one: it is held until its tree is killed.
         PromptUnexpected: it tried to ask on /dev/tty, which it cannot have, whatever its exit.
-        Failed: the program could not be started (not found, not executable).
+        Failed: the program could not be started (not found, not executable), or it is a
+            read (a read tool's, or a write's read before or after its act) that declares a
+            confirmation: answering one lets a program act, so nothing starts.
 
     Cancellation: on cancellation (the call's deadline, or daemon shutdown) the whole tree
     is killed inside a shielded scope before the cancellation propagates; ``ctx.committed``
     tells the caller whether the effect may have begun.
     """
+    if program.confirmations and (ctx.tool.side_effect == "read" or not program.commits):
+        # A read runs ungated, with no request_id and no read-back: an answer that lets its
+        # program act would be a write nothing stands behind.
+        what = f"{ctx.tool.name} is a read" if ctx.tool.side_effect == "read" else "a read before or after the act"
+        raise Failed(f"{what}, but its program declares a confirmation to answer; nothing was run",
+                     hint="this is a bug in the plugin: a read answers no confirmation; a tool whose program "
+                     "acts on an answer is a write (side_effect other than read) with a read-back",
+                     outcome="not_started")
     # Every credential the program gets from the start is looked up before anything starts:
     # a program run without one may take its absence as an answer.
     credentials = {var: credential(ctx, name) for var, name in program.env_credentials.items()}

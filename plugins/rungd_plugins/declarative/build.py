@@ -272,6 +272,13 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
     check_patterns(path, key, spec)
     if spec.parse.kind == "regex" and not spec.parse.pattern:
         raise fail("parse.pattern", "a regex parser needs a pattern with named groups")
+    if spec.side_effect == "read" and spec.confirm:
+        # A read runs ungated and without a request_id: an answer that lets its program act
+        # would be a write no gate, ledger key or read-back stands behind.
+        raise fail("confirm", "a read tool answers no confirmation: answering one lets the program act. "
+                              "Hint: if the program changes something, declare the tool a write "
+                              "(side_effect = \"reversible\", \"visible\" or \"irreversible\") with a "
+                              "[tools.NAME.verify] read-back; otherwise drop the confirm entry")
     if spec.commit_point == "confirmation" and not spec.confirm:
         raise fail("commit_point", "'confirmation' needs a [[...confirm]] entry to answer")
     if spec.side_effect != "read" and spec.verify is None and spec.import_ is None:
