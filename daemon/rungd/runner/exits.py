@@ -11,7 +11,7 @@ from rungd.contract import ErrorRule
 from rungd.errors import AuthRequired, Failed, PromptUnexpected, ToolError
 from rungd.runner.limits import Limits
 from rungd.runner.program import Completed, Program
-from rungd.runner.questions import CREDENTIAL_QUESTION, TERMINAL_REQUIRED
+from rungd.runner.questions import CREDENTIAL_NEEDED, CREDENTIAL_QUESTION, TERMINAL_REQUIRED
 
 
 def check_exit(done: Completed, table: Mapping[int, ErrorRule], *, ok: tuple[int, ...] = (0,)) -> None:
@@ -46,15 +46,19 @@ def check_terminal(done: Completed, program: Program, tty: tuple[str, str] | Non
             if it said it tried (from the watch).
 
     Raises:
-        AuthRequired: it wanted a terminal for a credential (its question, or its failure,
-            says so).
-        PromptUnexpected: it tried to ask something else on /dev/tty.
+        AuthRequired: it wanted a terminal for a credential (its question, its failure, or
+            what it printed just before, says so).
+        PromptUnexpected: it tried to ask something else on /dev/tty, or did not say what for.
     """
     program_name = program.argv[0]
     if tty is not None:
         words, question = tty
         shown = question or words
-        if CREDENTIAL_QUESTION.search(question) or TERMINAL_REQUIRED.search(words):
+        # What it printed last, on either stream: a statement that it needs a credential.
+        recent = "\n".join([*done.stderr.splitlines()[-10:], *done.stdout.splitlines()[-10:]])
+        if CREDENTIAL_QUESTION.search(question) or TERMINAL_REQUIRED.search(words) \
+                or CREDENTIAL_NEEDED.search(recent):
+            shown = question if CREDENTIAL_QUESTION.search(question) else words
             raise AuthRequired(
                 f"{program_name} tried to ask for a credential on /dev/tty: {shown!r}",
                 hint=f"it said: {words!r}; the operator must provide the credential to rungd for this "
@@ -62,8 +66,12 @@ def check_terminal(done: Completed, program: Program, tty: tuple[str, str] | Non
                 fields={"question": shown})
         raise PromptUnexpected(
             f"{program_name} tried to ask on /dev/tty, which rungd gives no program: {shown!r}",
-            hint=f"it said: {words!r}; nothing answered it, whatever its exit status; the tool's author "
-            "must pass the answer as an argument or an option that skips the question",
+            hint=f"it said: {words!r}"
+            f"{f' after asking {question!r}' if question else ', and not what it wanted to ask'}; "
+            "nothing answered it, whatever its exit status. The tool's author must pass the answer as an "
+            "argument or an option that skips the question; if it wanted a credential, give it one it reads "
+            "without a terminal (a credential file, askpass or a credential prompt) or make it say so "
+            "(gpg: --status-fd 2)",
             fields={"question": shown})
     last_words = [line for line in done.stderr.splitlines() if line.strip()][-3:]
     if done.exit_status != 0 and TERMINAL_REQUIRED.search("\n".join(last_words)):

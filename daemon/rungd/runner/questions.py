@@ -11,9 +11,25 @@ from __future__ import annotations
 import re
 
 # Failures of programs that wanted a terminal for a password: the call needs a credential.
+# sudo "a terminal is required to read the password", "no tty present"; git "could not read
+# Username", "terminal prompts disabled"; gpg through its agent, whose pinentry finds no
+# terminal for the passphrase: "error creating passphrase: Operation cancelled", "signing
+# failed: Inappropriate ioctl for device", "problem with the agent: Inappropriate ioctl for
+# device" (ENOTTY: the agent uses a terminal for nothing but the passphrase).
 TERMINAL_REQUIRED = re.compile(
-    r"terminal is required|no tty present|could not read (username|password)|terminal prompts disabled",
+    r"terminal is required|no tty present|could not read (username|password)|terminal prompts disabled"
+    r"|error creating pass ?phrase"
+    r"|\b(sign\w*|decrypt\w*|pass ?phrase|pinentry|agent)\b[^\n]*: inappropriate ioctl for device",
     re.IGNORECASE,
+)
+
+# A program's own statement, before it reached for /dev/tty, that it needs a credential: gpg's
+# status lines (--status-fd) "[GNUPG:] NEED_PASSPHRASE ...", "[GNUPG:] GET_HIDDEN ...", and
+# gpg 1's "You need a passphrase to unlock the secret key". The words "cannot open /dev/tty"
+# alone do not say what for: gpg prints them for a passphrase and for "Continue? (Y/n)" alike.
+CREDENTIAL_NEEDED = re.compile(
+    r"^\[GNUPG:\] (NEED_PASSPHRASE\w*|GET_HIDDEN)\b|\bneeds? an? (pass ?phrase|password|pin)\b",
+    re.IGNORECASE | re.MULTILINE,
 )
 
 # A quiet program blocked on stdin after printing this is asking for a secret.
