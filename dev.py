@@ -53,7 +53,7 @@ def ensure_venv() -> None:
 # compiles the launcher (the tests run both launchers). Installed by `test` when it runs as root on
 # Debian; elsewhere the tests that need them say so.
 TEST_PACKAGES = ("git", "procps", "openssh-client", "systemd", "sudo", "cron", "zip", "unzip", "sqlite3", "bc",
-                 "openssl", "man-db", "strace", "gcc", "libc6-dev")
+                 "openssl", "man-db", "strace", "gcc", "libc6-dev", "gpg", "gpg-agent", "pinentry-curses")
 
 
 def ensure_test_packages() -> None:
