@@ -179,7 +179,7 @@ async def check_tool_file(path: Path, tools: set[str] | None = None) -> list[Rec
     """
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise CheckError(f"{path}: cannot read the tool file: {exc}; "
                          "hint: run `rungd check-config` on a config that loads it") from None
     names = [n for n in raw.get("tools", {}) if tools is None or n in tools]

@@ -239,6 +239,39 @@ def plugin_settings(config: Config, plugin: str, model: type[SettingsT], example
                           f"example: {example}") from None
 
 
+def not_utf8(data: bytes, exc: UnicodeDecodeError) -> str:
+    """Where a file stops being UTF-8, for an error message: ``line 3, byte 0xff``.
+
+    Every file rungd reads as text (the config, tool files, the credentials file) is TOML,
+    and TOML is UTF-8: a file saved as Latin-1 fails here rather than loading mangled.
+    """
+    line = data.count(b"\n", 0, exc.start) + 1
+    return f"not valid UTF-8 (line {line}, byte 0x{data[exc.start]:02x})"
+
+
+UTF8_HINT = "hint: save it as UTF-8 (e.g. iconv -f latin1 -t utf-8 FILE)"
+
+
+def read_toml(path: Path, label: str | None = None) -> dict[str, Any]:
+    """Read ``path`` as a UTF-8 TOML document.
+
+    Args:
+        path: the file.
+        label: how the message names it (default: the path).
+
+    Raises:
+        ConfigError: the file is not UTF-8 or not TOML; the message names it and where.
+        OSError: it cannot be read at all; the caller knows best what to say.
+    """
+    data = path.read_bytes()
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{label or path}: {not_utf8(data, exc)}; {UTF8_HINT}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{label or path}: not valid TOML: {exc}") from None
+
+
 def load_config(path: Path | None = None) -> Config:
     """Load and validate a config file, or the embedded default when ``path`` is None.
 
@@ -246,8 +279,9 @@ def load_config(path: Path | None = None) -> Config:
     socket path either way, so a client and a daemon started side by side agree.
 
     Raises:
-        ConfigError: the file is missing, not TOML, or does not validate. The message names
-            the file, the key and a valid example.
+        ConfigError: the file is missing, not UTF-8, not TOML, or does not validate. The
+            message names the file, the key and a valid example.
+        OSError: the file exists but cannot be read (``rungd.ctl.cli.read_config`` says so).
     """
     if path is None and os.environ.get(CONFIG_ENV):
         path = Path(os.environ[CONFIG_ENV])
@@ -258,11 +292,9 @@ def load_config(path: Path | None = None) -> Config:
         source = path
         base = path.resolve().parent
     try:
-        raw = tomllib.loads(source.read_text(encoding="utf-8"))
+        raw = read_toml(source)
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file; hint: pass --config PATH to an existing file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     label = str(source) if path is not None else f"{source} (embedded default)"
     try:
         config = Config.model_validate({**raw, "source": label})

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import os
 import stat
-import tomllib
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
+from rungd.config import read_toml
 from rungd.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -36,7 +35,8 @@ class CredentialStore:
         hooks: the plugins' hooks, asked last.
 
     Raises:
-        ConfigError: the file is readable by others than the daemon, or is not TOML.
+        ConfigError: the file is readable by others than the daemon, cannot be read, or is
+            not UTF-8 TOML.
     """
 
     def __init__(self, file: Path | None, hooks: Hooks | None = None) -> None:
@@ -56,7 +56,11 @@ class CredentialStore:
         if directory:
             path = Path(directory) / name
             if path.is_file():
-                return path.read_text(encoding="utf-8").rstrip("\n")
+                try:
+                    return path.read_bytes().decode("utf-8").rstrip("\n")
+                except UnicodeDecodeError:  # no byte quoted, no position: they are the secret's
+                    raise ConfigError(f"$CREDENTIALS_DIRECTORY/{name}: not valid UTF-8; "
+                                      "hint: a credential is text; store a binary one base64-encoded") from None
         from_env = os.environ.get(ENV_PREFIX + name.upper().replace("-", "_"))
         if from_env is not None:
             return from_env
@@ -76,9 +80,11 @@ def _read_file(path: Path) -> dict[str, str]:
             f"hint: chmod 600 {path}"
         )
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"credentials.file: {path} is not valid TOML: {exc}") from None
+        data = read_toml(path, f"credentials.file: {path}")
+    except OSError as exc:
+        raise ConfigError(f"credentials.file: {path}: cannot read it: {exc.strerror or exc}; "
+                          "hint: it must be readable by the user rungd runs as (chmod 600, chown to that user)"
+                          ) from None
     bad = [k for k, v in data.items() if not isinstance(v, str)]
     if bad:
         raise ConfigError(f"credentials.file: {path}: values must be strings; check {', '.join(bad)}")

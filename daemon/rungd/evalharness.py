@@ -115,7 +115,7 @@ def load_tasks(path: Path) -> list[Task]:
     """
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise EvalError(f"{path}: cannot read the task file: {exc}; "
                         "hint: examples/tasks/demo.toml shows the format") from None
     tasks, seen = [], set()

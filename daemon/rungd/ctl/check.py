@@ -65,7 +65,7 @@ def _targets(ctx: Context) -> tuple[list[Path], set[str] | None, list[tuple[str,
     for path in files:
         try:
             in_files.update(dict.fromkeys(tomllib.loads(path.read_text(encoding="utf-8")).get("tools", {}), path))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise UsageError(f"{path}: cannot read the tool file: {exc}; hint: rungd check-config names the problem")
     try:
         served = Hooks.load(config).collect_tools(config)
@@ -98,7 +98,7 @@ def _targets(ctx: Context) -> tuple[list[Path], set[str] | None, list[tuple[str,
 def _tool_names(path: Path) -> list[str]:
     try:
         return list(tomllib.loads(path.read_text(encoding="utf-8")).get("tools", {}))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"{path}: cannot read the tool file: {exc}; hint: rungd check-config names the problem") from None
 
 

@@ -32,13 +32,20 @@ def read_tool_file(path: Path) -> Loaded:
     """Read, validate and build one tool file.
 
     Raises:
-        ConfigError: naming the file, the key and the problem: an unknown key with the
-            closest valid ones, or a scaffold placeholder still in place.
+        ConfigError: naming the file, the key and the problem: unreadable, not UTF-8, not
+            TOML, an unknown key with the closest valid ones, or a scaffold placeholder.
     """
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
+        raw = tomllib.loads(data.decode("utf-8"))
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}; "
+                          "hint: the user rungd runs as must be able to read every tool file") from None
+    except UnicodeDecodeError as exc:
+        # TOML is UTF-8; a file saved in another encoding is named, never loaded mangled.
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}: not valid UTF-8 (line {line}, byte 0x{data[exc.start]:02x}); "
+                          "hint: save it as UTF-8 (e.g. iconv -f latin1 -t utf-8 FILE)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     unfilled = [key for key, _ in _placeholders(raw)]

@@ -1,0 +1,91 @@
+"""What an operator meets when a file or path is wrong: one line naming the file, path or
+key, a hint, and the documented exit status (2 for a bad config, 1 for a path serve cannot
+use), from ``rungd check-config`` and ``rungd serve`` alike."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rungd import main as rungd_main
+from rungd.config import embedded_configs, load_config
+from rungd.credentials import CredentialStore
+from rungd.daemon import Daemon
+from rungd.errors import ConfigError
+from rungd.testing import write_config
+
+NOT_UTF8 = b"# caf\xe9\n[program]\n"  # Latin-1, as an editor on an old host saves it
+
+
+@pytest.fixture(autouse=True)
+def _no_log_handlers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # rungd.main points the "rungd" logger at stdout; in-process that would outlive capsys.
+    monkeypatch.setattr(rungd_main, "setup_logging", lambda *a, **k: None)
+
+
+def rungd(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """Run ``rungd ARGS`` in this process: its exit status and its stderr, asserted one line."""
+    status = rungd_main.main(list(args))
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "unexpected failure" not in err, err
+    assert err.count("\n") == 1 and err.startswith("rungd: "), err
+    return status, err
+
+
+def with_tools(folder: Path, body: str = "") -> Path:
+    tools = folder / "tools"
+    tools.mkdir()
+    shutil.copy(embedded_configs() / "tools" / "host.toml", tools / "host.toml")
+    return write_config(folder, f'[plugins]\ntool_dirs = ["{tools}"]\n{body}', demo_plugins=False)
+
+
+@pytest.mark.parametrize("command", ["check-config", "serve"])
+def test_a_tool_file_not_in_utf8_is_named_with_its_line_and_exits_2(short_tmp, capsys, command) -> None:
+    config = with_tools(short_tmp)
+    (short_tmp / "tools" / "bin.toml").write_bytes(b"\n" + NOT_UTF8)
+    status, err = rungd(capsys, command, "--config", str(config))
+    assert status == 2
+    assert f"{short_tmp / 'tools' / 'bin.toml'}: not valid UTF-8 (line 2, byte 0xe9)" in err and "hint:" in err
+
+
+@pytest.mark.parametrize("command", ["check-config", "serve"])
+def test_a_config_not_in_utf8_is_named_and_exits_2(short_tmp, capsys, command) -> None:
+    config = short_tmp / "rungd.toml"
+    config.write_bytes(b"[server]\n" + NOT_UTF8)
+    status, err = rungd(capsys, command, "--config", str(config))
+    assert status == 2
+    assert f"{config}: not valid UTF-8 (line 2, byte 0xe9)" in err and "iconv" in err
+
+
+def test_a_credentials_file_not_in_utf8_or_unreadable_is_named(short_tmp) -> None:
+    creds = short_tmp / "credentials.toml"
+    creds.write_bytes(b'pw = "s\xe9cret"\n')
+    creds.chmod(0o600)
+    with pytest.raises(ConfigError, match=rf"credentials.file: {creds}: not valid UTF-8 \(line 1, byte 0xe9\)"):
+        CredentialStore(creds)
+    creds.unlink()
+    creds.mkdir(mode=0o700)  # a folder where the file should be: read fails with EISDIR
+    with pytest.raises(ConfigError, match=rf"credentials.file: {creds}: cannot read it: Is a directory; hint:"):
+        CredentialStore(creds)
+
+
+def test_a_credential_from_systemd_not_in_utf8_is_named_without_its_bytes(short_tmp, monkeypatch) -> None:
+    (short_tmp / "pw").write_bytes(b"s\xe9cret")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(short_tmp))
+    with pytest.raises(ConfigError) as caught:
+        CredentialStore(None).get("pw", "some_tool")
+    assert str(caught.value).startswith("$CREDENTIALS_DIRECTORY/pw: not valid UTF-8; hint:")
+    assert "e9" not in str(caught.value)
+
+
+def test_a_reload_that_meets_a_file_not_in_utf8_logs_its_name(short_tmp, caplog) -> None:
+    daemon = Daemon(load_config(with_tools(short_tmp)))
+    bad = short_tmp / "tools" / "bin.toml"
+    bad.write_bytes(NOT_UTF8)
+    with caplog.at_level(logging.ERROR, logger="rungd"):
+        daemon.reload()
+    assert f"reload failed, nothing changed: {bad}: not valid UTF-8" in caplog.text
+    assert set(daemon.tools) == {"host_disk_usage_show"}
