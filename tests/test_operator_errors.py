@@ -16,6 +16,7 @@ from rungd.credentials import CredentialStore
 from rungd.daemon import Daemon
 from rungd.errors import ConfigError
 from rungd.testing import write_config
+from tests.conftest import TEST_PLUGINS
 
 NOT_UTF8 = b"# caf\xe9\n[program]\n"  # Latin-1, as an editor on an old host saves it
 
@@ -89,3 +90,26 @@ def test_a_reload_that_meets_a_file_not_in_utf8_logs_its_name(short_tmp, caplog)
         daemon.reload()
     assert f"reload failed, nothing changed: {bad}: not valid UTF-8" in caplog.text
     assert set(daemon.tools) == {"host_disk_usage_show"}
+
+
+def test_two_tool_files_defining_one_tool_are_both_named(short_tmp, capsys) -> None:
+    config = with_tools(short_tmp)
+    first, second = short_tmp / "tools" / "host.toml", short_tmp / "tools" / "host_copy.toml"
+    shutil.copy(first, second)
+    status, err = rungd(capsys, "check-config", "--config", str(config))
+    assert status == 2
+    assert f"tool 'host_disk_usage_show' is defined by two tool files: {first} and {second}" in err
+    assert "rename [tools.host_disk_usage_show]" in err and "plugins.disable" not in err
+
+
+def test_a_tool_file_clashing_with_a_python_plugin_is_not_fixed_by_disabling_every_tool_file(short_tmp, capsys) -> None:
+    tools = short_tmp / "tools"
+    tools.mkdir()
+    (tools / "echo.toml").write_text((embedded_configs() / "tools" / "host.toml").read_text()
+                                     .replace("host_disk_usage_show", "test_text_echo"))
+    config = write_config(short_tmp, f'[plugins]\ntool_dirs = ["{tools}"]\n'
+                                     f'files = ["{TEST_PLUGINS / "echo_tools.py"}"]\n', demo_plugins=False)
+    status, err = rungd(capsys, "check-config", "--config", str(config))
+    assert status == 2
+    assert "'test_text_echo' is registered by two plugins" in err
+    assert "rename [tools.test_text_echo] in its tool file" in err and "would drop every tool file" in err

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "rungd.plugins"
 FILE_PREFIX = "file:"
+# The built-in plugin that turns every tool file in plugins.tool_dirs into tools.
+DECLARATIVE = "declarative"
 log = logging.getLogger(__name__)
 
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
@@ -265,9 +267,15 @@ class Hooks:
                     raise PluginError(f"plugin {_plugin!r} registered {tool!r}, which is not a rungd.sdk.Tool")
                 if tool.name in tools:
                     first = tools[tool.name].plugin
+                    if first == _plugin:
+                        raise PluginError(f"plugin {_plugin!r} registered the tool {tool.name!r} twice; "
+                                          "hint: a tool's name is unique: fix the plugin")
+                    hint = "rename the tool in one of them, or list the one that should not offer it in plugins.disable"
+                    if DECLARATIVE in (first, _plugin):
+                        hint = (f"rename [tools.{tool.name}] in its tool file (disabling {DECLARATIVE!r} would drop "
+                                f"every tool file), or disable the other plugin (plugins.disable)")
                     raise PluginError(
-                        f"tool {tool.name!r} is registered by two plugins: {first!r} and {_plugin!r}; "
-                        "hint: disable one of them (plugins.disable) or rename the tool"
+                        f"tool {tool.name!r} is registered by two plugins: {first!r} and {_plugin!r}; hint: {hint}"
                     )
                 tools[tool.name] = RegisteredTool(tool, _plugin)
 

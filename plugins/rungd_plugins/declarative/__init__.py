@@ -137,6 +137,15 @@ def tool_files(tool_dirs: tuple[Path, ...]) -> list[Path]:
 
 @hookimpl
 def rungd_register_tools(register: Callable[[Tool], None], settings: PluginSettings) -> None:
+    # Every tool file registers through this one plugin, so only here are two files told
+    # apart: the host would see "declarative" twice.
+    defined_in: dict[str, Path] = {}
     for path in tool_files(settings.tool_dirs):
         for tool in read_tool_file(path).tools:
+            if tool.name in defined_in:
+                raise ConfigError(
+                    f"tool {tool.name!r} is defined by two tool files: {defined_in[tool.name]} and {path}; "
+                    f"hint: rename [tools.{tool.name}] in one of them, or remove one file from the tool folder"
+                )
+            defined_in[tool.name] = path
             register(tool)
