@@ -26,6 +26,11 @@ def _no_log_handlers(monkeypatch: pytest.MonkeyPatch) -> None:
     # rungd.main points the "rungd" logger at stdout; in-process that would outlive capsys.
     monkeypatch.setattr(rungd_main, "setup_logging", lambda *a, **k: None)
 
+    async def served(daemon: Daemon) -> None:  # a config these tests refuse must never get here
+        raise AssertionError("serve got past loading the config")
+
+    monkeypatch.setattr(rungd_main, "run_until_signalled", served)
+
 
 def rungd(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     """Run ``rungd ARGS`` in this process: its exit status and its stderr, asserted one line."""
@@ -113,3 +118,24 @@ def test_a_tool_file_clashing_with_a_python_plugin_is_not_fixed_by_disabling_eve
     assert status == 2
     assert "'test_text_echo' is registered by two plugins" in err
     assert "rename [tools.test_text_echo] in its tool file" in err and "would drop every tool file" in err
+
+
+@pytest.mark.parametrize(("body", "key", "guess"), [
+    ("[plugins.settings.gti_repo]\n", "plugins.settings.gti_repo: no plugin named 'gti_repo'", "did you mean git_repo?"),
+    ('[plugins]\ndisable = ["gitrepo"]\n', "plugins.disable: no plugin named 'gitrepo'", "did you mean git_repo?"),
+])
+@pytest.mark.parametrize("command", ["check-config", "serve"])
+def test_a_misspelled_plugin_name_is_refused_with_the_closest(short_tmp, capsys, command, body, key, guess) -> None:
+    config = write_config(short_tmp, body, demo_plugins=False)
+    status, err = rungd(capsys, command, "--config", str(config))
+    assert status == 2
+    assert f"{config}: key {key}; hint: {guess}" in err and "systemd_service" in err
+    assert not (short_tmp / "state").exists()  # refused before serve made anything
+
+
+def test_plugin_names_from_modules_and_files_are_known(short_tmp, capsys) -> None:
+    config = write_config(short_tmp, f'[plugins]\nfiles = ["{TEST_PLUGINS / "settings_probe.py"}"]\n'
+                                     'disable = ["file:settings_probe", "demo"]\n'
+                                     '[plugins.settings.settings_probe]\n[plugins.settings.ledgerbook]\n')
+    assert rungd_main.main(["check-config", "--config", str(config)]) == 0
+    assert capsys.readouterr().out.startswith("config ok")

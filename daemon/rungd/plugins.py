@@ -18,7 +18,9 @@ one broken observer from touching the others or the result.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
+import importlib.metadata
 import importlib.util
 import logging
 import sys
@@ -119,9 +121,12 @@ def make_plugin_manager(config: Config) -> pluggy.PluginManager:
     """A fresh plugin manager with every enabled plugin loaded and checked.
 
     Raises:
+        ConfigError: ``plugins.disable`` or ``plugins.settings`` names a plugin that does not
+            exist (usually a misspelling, which would otherwise be ignored in silence).
         PluginError: a module or file cannot be imported, or a plugin implements a hook
             that does not exist (usually a misspelling).
     """
+    _check_plugin_names(config)
     pm = pluggy.PluginManager("rungd")
     pm.add_hookspecs(hookspecs)
     for name in config.plugins.disable:
@@ -150,6 +155,42 @@ def make_plugin_manager(config: Config) -> pluggy.PluginManager:
     _drop_demo_only(pm, config)
     _check_hooks(pm)
     return pm
+
+
+def plugin_names(config: Config) -> set[str]:
+    """Every name a plugin can have under ``config``: the ``rungd.plugins`` entry points
+    installed (disabled ones included), ``plugins.modules``, and ``plugins.files`` by stem.
+
+    Known only here, where plugins are found, not when the config file is parsed: an entry
+    point comes from what is installed.
+    """
+    names = {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    names |= set(config.plugins.modules)
+    names |= {path.stem for path in config.plugins.files}
+    return names
+
+
+def _check_plugin_names(config: Config) -> None:
+    """Refuse a plugin name in ``plugins.disable`` or ``plugins.settings`` that is no plugin's.
+
+    A misspelled ``disable`` would leave the plugin running, and a misspelled settings table
+    would leave it unconfigured, both in silence.
+
+    Raises:
+        ConfigError: naming the key, the closest names and the plugins that exist.
+    """
+    known = plugin_names(config)
+    named = [("plugins.disable", settings_name(name)) for name in config.plugins.disable]
+    named += [(f"plugins.settings.{name}", name) for name in config.plugins.settings]
+    for key, name in named:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+        guess = f"did you mean {' or '.join(close)}? " if close else ""
+        raise ConfigError(
+            f"{config.source}: key {key}: no plugin named {name!r}; hint: {guess}the plugins here are "
+            f"{', '.join(sorted(known))} (installed entry points, plugins.modules, plugins.files by file name)"
+        )
 
 
 def _drop_demo_only(pm: pluggy.PluginManager, config: Config) -> None:
