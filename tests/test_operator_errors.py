@@ -139,3 +139,33 @@ def test_plugin_names_from_modules_and_files_are_known(short_tmp, capsys) -> Non
                                      '[plugins.settings.settings_probe]\n[plugins.settings.ledgerbook]\n')
     assert rungd_main.main(["check-config", "--config", str(config)]) == 0
     assert capsys.readouterr().out.startswith("config ok")
+
+
+def test_the_socket_is_explicit_then_environment_then_default(short_tmp, monkeypatch) -> None:
+    from rungd.ctl.app import build_parser
+    from rungd.ctl.registry import Context
+
+    config = write_config(short_tmp)
+    ours, exported = short_tmp / "rungd.sock", Path("/elsewhere/rungd.sock")
+    monkeypatch.setenv("RUNGD_SOCKET", str(exported))
+    monkeypatch.delenv("RUNGD_CONFIG", raising=False)
+
+    def socket(*argv: str) -> Path | None:
+        return Context(build_parser().parse_args([*argv, "tools"])).socket_path()
+
+    assert load_config(config).server.socket == ours  # rungd serve --config: the file's socket
+    assert socket("--config", str(config)) == ours
+    assert socket("--socket", "/given.sock", "--config", str(config)) == Path("/given.sock")
+    monkeypatch.setenv("RUNGD_CONFIG", str(config))  # the environment's config: RUNGD_SOCKET wins
+    assert load_config().server.socket == exported and socket() == exported
+    monkeypatch.delenv("RUNGD_SOCKET")
+    assert socket() == ours
+
+
+async def test_rungctl_with_config_reaches_its_daemon_whatever_rungd_socket_says(rungd_daemon, short_tmp) -> None:
+    from tests.test_ctl_cli import ctl
+
+    done = await ctl("--config", str(rungd_daemon.config.source), "tools",
+                     env={"RUNGD_SOCKET": str(short_tmp / "other.sock"), "RUNGD_CONFIG": ""})
+    assert done.returncode == 0, done.stderr
+    assert b"inventory_item_show" in done.stdout

@@ -275,14 +275,19 @@ def read_toml(path: Path, label: str | None = None) -> dict[str, Any]:
 def load_config(path: Path | None = None) -> Config:
     """Load and validate a config file, or the embedded default when ``path`` is None.
 
-    ``$RUNGD_CONFIG`` names a file when ``path`` is None; ``$RUNGD_SOCKET`` overrides the
-    socket path either way, so a client and a daemon started side by side agree.
+    What is said explicitly beats the environment, which beats the default. The socket is:
+    the socket of ``path`` when one is given (``--config``); else ``$RUNGD_SOCKET``; else the
+    socket of the file ``$RUNGD_CONFIG`` names; else the embedded default's. So an exported
+    ``RUNGD_SOCKET`` never sends ``rungctl --config /etc/rungd/rungd.toml approve`` to
+    another daemon, and a client and a daemon started side by side without ``--config``
+    still agree.
 
     Raises:
         ConfigError: the file is missing, not UTF-8, not TOML, or does not validate. The
             message names the file, the key and a valid example.
         OSError: the file exists but cannot be read (``rungd.ctl.cli.read_config`` says so).
     """
+    explicit = path is not None
     if path is None and os.environ.get(CONFIG_ENV):
         path = Path(os.environ[CONFIG_ENV])
     if path is None:
@@ -301,7 +306,7 @@ def load_config(path: Path | None = None) -> Config:
     except pydantic.ValidationError as exc:
         raise ConfigError(_explain(label, exc)) from None
     config = _resolve_paths(config, base, source.resolve().parent)
-    if os.environ.get(SOCKET_ENV):
+    if not explicit and os.environ.get(SOCKET_ENV):
         config = config.model_copy(
             update={"server": config.server.model_copy(update={"socket": Path(os.environ[SOCKET_ENV])})}
         )

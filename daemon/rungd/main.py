@@ -33,7 +33,8 @@ exit status:
 
 environment:
   RUNGD_CONFIG   config file to use when --config is not given
-  RUNGD_SOCKET   socket path; overrides the config's
+  RUNGD_SOCKET   socket path when --config is not given (it overrides the socket of
+                 $RUNGD_CONFIG or of the embedded default; --config's own wins)
   RUNGD_DEBUG=1  print the traceback of an unexpected failure
 """
 

@@ -34,8 +34,8 @@ def _options(suppress: bool) -> argparse.ArgumentParser:
     extra = {"default": argparse.SUPPRESS} if suppress else {}
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument("--json", action="store_true", help="machine-readable output", **extra)
-    parent.add_argument("--socket", type=Path, help="daemon socket (default: the config's, else $RUNGD_SOCKET or "
-                        "./var/rungd.sock)", **extra)
+    parent.add_argument("--socket", type=Path, help="daemon socket (default: --config's; else $RUNGD_SOCKET; else "
+                        "$RUNGD_CONFIG's; else ./var/rungd.sock)", **extra)
     parent.add_argument("--config", type=Path, help="the daemon's config file (default: $RUNGD_CONFIG, else the "
                         "embedded default)", **extra)
     return parent

@@ -42,7 +42,8 @@ exit status:
 
 environment:
   RUNGD_CONFIG   config file to use when --config is not given
-  RUNGD_SOCKET   socket path; overrides the config's
+  RUNGD_SOCKET   socket path when neither --socket nor --config is given (it overrides
+                 the socket of $RUNGD_CONFIG or of the embedded default)
   RUNGD_DEBUG=1  print the traceback of an unexpected failure
 """
 
@@ -90,8 +91,11 @@ class Context:
         return self._config
 
     def socket_path(self) -> Path | None:
-        """``--socket``; else the socket of ``--config`` or ``$RUNGD_CONFIG``; else None
-        (the client's default: ``$RUNGD_SOCKET`` or ``./var/rungd.sock``)."""
+        """``--socket``; else the socket of ``--config``; else ``$RUNGD_SOCKET``; else the
+        socket of ``$RUNGD_CONFIG``; else None (the client's default, ``./var/rungd.sock``).
+
+        Explicit beats environment beats default: ``load_config`` lets ``$RUNGD_SOCKET``
+        replace the socket of ``$RUNGD_CONFIG`` but never that of ``--config``."""
         if self.args.socket:
             return self.args.socket
         if self.args.config or os.environ.get(CONFIG_ENV):
