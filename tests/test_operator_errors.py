@@ -5,6 +5,7 @@ use), from ``rungd check-config`` and ``rungd serve`` alike."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -169,3 +170,25 @@ async def test_rungctl_with_config_reaches_its_daemon_whatever_rungd_socket_says
                      env={"RUNGD_SOCKET": str(short_tmp / "other.sock"), "RUNGD_CONFIG": ""})
     assert done.returncode == 0, done.stderr
     assert b"inventory_item_show" in done.stdout
+
+
+async def test_empty_tools_and_pending_say_so_on_stderr_and_json_stays_empty(short_tmp, nursery) -> None:
+    from rungd.testing import start_daemon
+    from tests.test_ctl_cli import ctl
+
+    # Access for another uid only: this caller (the uid the daemon runs as) sees no tool.
+    running = await start_daemon(nursery, load_config(write_config(short_tmp, "[access]\nuids = [54321]\n")))
+    sock = str(running.socket)
+    tools = await ctl("--socket", sock, "tools")
+    assert tools.returncode == 0 and tools.stdout == b""
+    assert tools.stderr.decode() == (
+        f"no tools you may call: rungd sees you as uid {os.getuid()} (gid {os.getgid()}); its config's [access] "
+        "decides who may call which tool (an empty [access] allows only the uid rungd runs as); "
+        "`rungd check-config` lists the tools it offers\n")
+    pending = await ctl("--socket", sock, "pending")
+    assert pending.returncode == 0 and pending.stdout == b""
+    assert pending.stderr.decode().startswith("no calls held for approval")
+    for command in ("tools", "pending"):
+        as_json = await ctl("--socket", sock, command, "--json")
+        assert (as_json.returncode, as_json.stdout.strip(), as_json.stderr) == (0, b"[]", b"")
+    running.daemon.stop()

@@ -97,6 +97,13 @@ def tools(ctx: Context) -> int:
     if ctx.json:
         print(as_json(found))
         return EXIT_OK
+    if not found:
+        # Said on stderr, so stdout stays the (empty) list a script counts.
+        me = ctx.client.hello()
+        print(f"no tools you may call: rungd sees you as uid {me.uid} (gid {me.gid}); its config's [access] "
+              "decides who may call which tool (an empty [access] allows only the uid rungd runs as); "
+              "`rungd check-config` lists the tools it offers", file=sys.stderr)
+        return EXIT_OK
     width = max((len(t.name) for t in found), default=0)
     for t in found:
         print(f"{t.name:<{width}}  {t.side_effect:12}  {t.summary}")
@@ -215,6 +222,9 @@ def pending(ctx: Context) -> int:
     if ctx.json:
         print(as_json(held))
         return EXIT_OK
+    if not held:
+        print("no calls held for approval that you may see (operators see every one, others their own)",
+              file=sys.stderr)
     for h in held:
         # The tool name comes after the fixed-width columns: a long one moves only free text.
         print(f"{h.call_id}  {h.gate:9} uid={h.caller_uid:<6} age={h.age_s:>6.0f}s expires_in={h.expires_in_s:>5.0f}s"
