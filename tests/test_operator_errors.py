@@ -192,3 +192,59 @@ async def test_empty_tools_and_pending_say_so_on_stderr_and_json_stays_empty(sho
         as_json = await ctl("--socket", sock, command, "--json")
         assert (as_json.returncode, as_json.stdout.strip(), as_json.stderr) == (0, b"[]", b"")
     running.daemon.stop()
+
+
+def socket_config(folder: Path, socket: Path) -> Path:
+    config = folder / "rungd.toml"
+    config.write_text(f'[server]\nsocket = "{socket}"\n[state]\ndir = "{folder / "state"}"\n')
+    return config
+
+
+@pytest.mark.parametrize("command", ["check-config", "serve"])
+def test_a_socket_folder_that_is_a_file_is_named_before_anything_is_made(short_tmp, capsys, command) -> None:
+    (short_tmp / "afile").write_text("")
+    config = socket_config(short_tmp, short_tmp / "afile" / "rungd.sock")
+    status, err = rungd(capsys, command, "--config", str(config))
+    assert status == 1
+    assert (f"{config}: key server.socket: {short_tmp / 'afile'} is a regular file, not a folder, "
+            "so it cannot hold the socket; hint:") in err
+    assert not (short_tmp / "state").exists()
+
+
+def test_a_file_at_the_socket_path_is_refused_and_never_deleted(short_tmp, capsys) -> None:
+    from rungd.server import bind_unix_socket
+
+    precious = short_tmp / "notes.txt"
+    precious.write_text("keep me")
+    status, err = rungd(capsys, "check-config", "--config", str(socket_config(short_tmp, precious)))
+    assert status == 1 and f"{precious} exists and is a regular file, not a socket" in err
+    with pytest.raises(FileExistsError, match="not a socket"):
+        bind_unix_socket(precious, 0o660, None)
+    assert precious.read_text() == "keep me"
+
+
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as another uid")
+def test_a_socket_folder_this_user_may_not_write_is_named_with_the_user(short_tmp) -> None:
+    from rungd.preflight import check_paths
+
+    short_tmp.chmod(0o755)  # nobody may look, not write
+    (short_tmp / "run").mkdir(mode=0o755)
+    (short_tmp / "state").mkdir()
+    (short_tmp / "state").chmod(0o777)
+    config = load_config(socket_config(short_tmp, short_tmp / "run" / "rungd.sock"))
+    missing = load_config(socket_config(short_tmp, short_tmp / "gone" / "rungd.sock"))
+    os.seteuid(NOBODY)
+    try:
+        report, later = check_paths(config), check_paths(missing)
+    finally:
+        os.seteuid(0)
+    assert len(report.problems) == 1 and not report.notes
+    assert report.problems[0].startswith(f"{config.source}: key server.socket: user nobody (uid {NOBODY}) may not "
+                                         f"create files in {short_tmp / 'run'} (mode 0755, owner uid 0)")
+    # A folder not there yet (systemd's RuntimeDirectory= makes it) is a note for check-config.
+    assert not later.problems and len(later.notes) == 1
+    assert f"{short_tmp / 'gone'} does not exist, and user nobody (uid {NOBODY}) may not create it" in later.notes[0]
+    assert check_paths(config).problems == []  # root may

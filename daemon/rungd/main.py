@@ -18,6 +18,7 @@ from rungd.ctl.cli import fail, read_config, unexpected, version
 from rungd.daemon import Daemon, run_until_signalled
 from rungd.errors import ConfigError, PluginError
 from rungd.journal import make_handler
+from rungd.preflight import check_paths
 from rungd.server import SocketInUse
 from rungd_ledgers import LedgerUnavailable
 
@@ -28,7 +29,9 @@ EXIT_RUNTIME = 1
 EXIT_CODES = """\
 exit status:
   0  ok (serve: stopped by SIGTERM or SIGINT)
-  1  the daemon could not run or failed (socket in use, a path it cannot use)
+  1  the daemon could not run or failed: the socket is in use, or a path of the
+     config it cannot use (check-config checks server.socket's folder and state.dir
+     for the user running it)
   2  the configuration or a plugin is not valid, or cannot be read
 
 environment:
@@ -88,7 +91,17 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, PluginError) as exc:
         fail("rungd", str(exc))
         return EXIT_CONFIG
+    # The config loads; now whether this host lets serve use its paths, before serve makes
+    # any folder. check-config only notes a folder systemd makes before the daemon starts.
+    paths = check_paths(config)
+    fatal = paths.problems if args.command == "check-config" else paths.problems + paths.notes
+    if fatal:
+        for problem in fatal:
+            fail("rungd", problem)
+        return EXIT_RUNTIME
     if args.command == "check-config":
+        for note in paths.notes:
+            fail("rungd", f"note: {note}")
         print(f"config ok: {config.source}")
         print(f"socket:    {config.server.socket}")
         print(f"state:     {config.state_dir}")

@@ -79,12 +79,23 @@ def bind_unix_socket(path: Path, mode: int, group: str | None) -> trio.socket.So
 
     Raises:
         SocketInUse: a daemon is already listening there.
-        OSError: the folder cannot be created or the path is too long.
+        FileExistsError: something that is not a socket is at ``path``; it is left alone.
+        OSError: the folder cannot be created (NotADirectoryError naming the file in the
+            way) or the path is too long.
     """
     if len(os.fsencode(path)) + 10 > MAX_SOCKET_PATH:  # room for the staging name below
         raise OSError(errno.ENAMETOOLONG, f"socket path is too long for a Unix socket (keep it under "
                       f"{MAX_SOCKET_PATH - 10} bytes): {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        # mkdir's own words ("File exists: /x/afile") would hide that a file is in the way.
+        raise NotADirectoryError(errno.ENOTDIR, "the socket's folder is not a folder (a file is in the way)",
+                                 str(path.parent)) from None
+    if path.exists() and not path.is_socket():
+        # Never unlink what is not a socket: a config pointing at the wrong path must not
+        # delete a file there.
+        raise FileExistsError(errno.EEXIST, "something that is not a socket is at the socket path", str(path))
     if path.exists():
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
