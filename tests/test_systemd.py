@@ -88,8 +88,9 @@ def test_unit_verifies_with_execstart_pointing_at_this_install(tmp_path: Path) -
     shipped = UNIT.read_text()
     copy = shipped.replace(f"={INSTALLED} ", f"={this_rungd()} ")
     changed = [(a, b) for a, b in zip(shipped.splitlines(), copy.splitlines(), strict=True) if a != b]
-    # Only the command lines change: ExecStartPre checks the config, ExecStart serves it.
-    assert [a.split("=")[0] for a, _ in changed] == ["ExecStartPre", "ExecStart"], changed
+    # Only the command lines change: ExecStartPre and the first ExecReload check the config,
+    # ExecStart serves it.
+    assert [a.split("=")[0] for a, _ in changed] == ["ExecStartPre", "ExecStart", "ExecReload"], changed
     (tmp_path / "rungd.service").write_text(copy)
     result = verify(tmp_path / "rungd.service")
     # verify exits 0 on some warnings (an unknown key, say): any output at all is a failure.
@@ -140,6 +141,27 @@ def test_unit_and_example_config_agree() -> None:
         assert re.search(rf"^[ug]\s+{group}\s", sysusers, re.MULTILINE), group
     assert config["gates"]["operator_groups"] == ["rungd-operators"]
     assert config["access"]["groups"] == ["rungd-callers"]
+
+
+def test_reload_checks_the_config_before_it_signals() -> None:
+    # systemd runs ExecReload= lines in order and stops at the first that fails, so a config
+    # or tool file that does not load fails `systemctl reload` instead of a silent SIGHUP.
+    unit = unit_settings(UNIT.read_text())
+    assert unit["ExecReload"] == [*unit["ExecStartPre"], "/bin/kill -HUP $MAINPID"]
+    assert unit["ExecStartPre"] == [f"{INSTALLED} check-config --config /etc/rungd/rungd.toml"]
+    # On restart systemd stops the old daemon before ExecStartPre: nothing keeps serving.
+    assert "old daemon keeps" not in UNIT.read_text()
+
+
+async def test_the_reload_check_passes_beside_the_daemon_it_checks(rungd_daemon, capsys, monkeypatch) -> None:
+    # ExecReload's check-config runs while the daemon serves: its live socket and state
+    # folder must not count against it.
+    from rungd import main as rungd_main
+
+    monkeypatch.setattr(rungd_main, "setup_logging", lambda *a, **k: None)
+    assert rungd_daemon.socket.is_socket()
+    status = await trio.to_thread.run_sync(rungd_main.main, ["check-config", "--config", str(rungd_daemon.config.source)])
+    assert status == 0, capsys.readouterr().err
 
 
 def test_every_missing_hardening_directive_says_why() -> None:
