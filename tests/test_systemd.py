@@ -164,6 +164,30 @@ async def test_the_reload_check_passes_beside_the_daemon_it_checks(rungd_daemon,
     assert status == 0, capsys.readouterr().err
 
 
+def test_every_doc_gives_the_config_one_mode() -> None:
+    # rungctl --config must read the config as any operator or caller: 0644, no secret in it.
+    readme = (ROOT / "README.md").read_text()
+    installs = re.findall(r"install -m (\d+)(?: -g \S+)? configs/rungd\.example\.toml", readme + UNIT.read_text())
+    assert installs and set(installs) == {"0644"}, installs
+    assert "(mode 0644: it holds no secret)" in EXAMPLE.read_text()
+    assert re.search(r"^d\s+/etc/rungd\s+0755 root root", TMPFILES.read_text(), re.MULTILINE)
+
+
+def test_docs_say_what_running_a_tool_as_another_user_needs_under_the_unit() -> None:
+    # The code (declarative/programs.py check_user) loads `user =` only with CAP_SETUID and
+    # CAP_SETGID; the unit empties the bounding set and sets NoNewPrivileges, so sudo fails.
+    unit = unit_settings(UNIT.read_text())
+    assert unit["NoNewPrivileges"] == ["yes"] and unit["CapabilityBoundingSet"] == [""]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    guide = " ".join((ROOT / "plugins" / "README.md").read_text().split())
+    assert "not there yet" not in readme and "sudo -u` in a tool file is the way" not in readme
+    for text in (readme, guide, " ".join(UNIT.read_text().split())):
+        assert "CapabilityBoundingSet=CAP_SETUID CAP_SETGID" in text
+        assert "AmbientCapabilities=CAP_SETUID CAP_SETGID" in text
+    assert "`NoNewPrivileges=yes` stops every setuid program" in readme
+    assert "narrow sudo rule" not in (ROOT / "configs" / "examples" / "apt.toml").read_text()
+
+
 def test_every_missing_hardening_directive_says_why() -> None:
     text = UNIT.read_text()
     for directive in ("ProtectControlGroups", "PrivateUsers", "MemoryDenyWriteExecute", "ProtectProc"):

@@ -60,6 +60,6 @@ def read_config(path: Path | None) -> Config:
         where = exc.filename or path or os.environ.get(CONFIG_ENV) or "the config"
         raise ConfigError(
             f"{where}: cannot read it: {exc.strerror or exc}; hint: run as a user who may read it "
-            "(see `ls -l` on it; the daemon's config is usually readable by group rungd), "
+            "(see `ls -l` on it; the install guide makes /etc/rungd/rungd.toml 0644: it holds no secret), "
             "or pass --config to a readable copy"
         ) from None
