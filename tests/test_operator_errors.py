@@ -122,7 +122,8 @@ def test_a_tool_file_clashing_with_a_python_plugin_is_not_fixed_by_disabling_eve
 
 
 @pytest.mark.parametrize(("body", "key", "guess"), [
-    ("[plugins.settings.gti_repo]\n", "plugins.settings.gti_repo: no plugin named 'gti_repo'", "did you mean git_repo?"),
+    ("[plugins.settings.gti_repo]\n", "plugins.settings.gti_repo: no plugin named 'gti_repo'",
+     "did you mean git_repo?"),
     ('[plugins]\ndisable = ["gitrepo"]\n', "plugins.disable: no plugin named 'gitrepo'", "did you mean git_repo?"),
 ])
 @pytest.mark.parametrize("command", ["check-config", "serve"])

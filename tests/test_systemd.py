@@ -160,7 +160,8 @@ async def test_the_reload_check_passes_beside_the_daemon_it_checks(rungd_daemon,
 
     monkeypatch.setattr(rungd_main, "setup_logging", lambda *a, **k: None)
     assert rungd_daemon.socket.is_socket()
-    status = await trio.to_thread.run_sync(rungd_main.main, ["check-config", "--config", str(rungd_daemon.config.source)])
+    argv = ["check-config", "--config", str(rungd_daemon.config.source)]
+    status = await trio.to_thread.run_sync(rungd_main.main, argv)
     assert status == 0, capsys.readouterr().err
 
 
