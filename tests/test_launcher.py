@@ -252,6 +252,32 @@ async def test_a_program_runs_as_the_user_and_groups_it_was_given(launcher) -> N
     assert said == {"-u": ["65534"], "-g": ["65534"], "-G": ["65534", "4"]}
 
 
+class _WithAmbientCapabilities(launch.Launcher):
+    """The compiled launcher run as uid 65534 holding CAP_SETUID and CAP_SETGID as ambient
+    capabilities: a daemon given them (AmbientCapabilities=) to run tools as other users."""
+
+    def command(self) -> list[str]:
+        return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=+setuid,+setgid",
+                "--ambient-caps=+setuid,+setgid", *super().command()]
+
+
+@pytest.mark.parametrize("user", [None, (65533, 65533, [65533])])
+async def test_a_program_never_holds_the_capabilities_the_daemon_runs_users_with(user) -> None:
+    # An ambient set survives exec, and a switch from one non-root user to another keeps it:
+    # a program run as postgres once held CAP_SETUID, and could make itself root.
+    if os.getuid() != 0 or shutil.which("setpriv") is None or launch.compiled_launcher() is None:
+        pytest.skip("needs root, setpriv and the compiled launcher (a Python one as uid 65534 cannot read "
+                    "this interpreter)")
+    launcher = _WithAmbientCapabilities(None, compiled=True)
+    try:
+        status, out = await run_to_end(launcher, ["/bin/cat", "/proc/self/status"], {}, user=user)
+    finally:
+        launcher.close()
+    caps = dict(line.split(":\t", 1) for line in out.decode().splitlines() if line.startswith("Cap"))
+    assert status == 0 and caps["CapInh"] == "00000000000000c0"  # the launcher did hold them
+    assert (caps["CapAmb"], caps["CapPrm"], caps["CapEff"]) == ("0000000000000000",) * 3
+
+
 @pytest.mark.parametrize("argv, env", [
     (["/bin/echo", "a\0b"], {}),
     (["/bin/true"], {"A=B": "c"}),

@@ -258,8 +258,8 @@ def _spawn_error(program: Program, exc: OSError) -> RungdError:
 
 # What the launcher was doing when a start failed, when it was not the exec itself.
 _STEPS = {"chdir": "entering its working folder", "cgroup": "joining the call's cgroup",
-          "user": "switching to the tool's user", "limits": "applying the tool's limits",
-          "start": "making its process"}
+          "user": "switching to the tool's user", "capabilities": "dropping the daemon's capabilities",
+          "limits": "applying the tool's limits", "start": "making its process"}
 
 
 async def run(ctx: CallContext, program: Program) -> Completed:

@@ -45,6 +45,10 @@
 #define CLONE_PARENT 0x00008000
 #endif
 #define CLONE_INTO_CGROUP_ 0x200000000ULL
+#ifndef PR_CAP_AMBIENT
+#define PR_CAP_AMBIENT 47
+#define PR_CAP_AMBIENT_CLEAR_ALL 4
+#endif
 
 #define MAX_FDS 250
 #define MAX_BODY (64u << 20)   /* launcher.MAX_BODY: the daemon never sends more */
@@ -317,6 +321,12 @@ static void become(struct request *r, int *fds, int sock_fd, int join_cgroup) {
         if (setgroups(r->ngroups, r->groups) < 0 || setregid(r->gid, r->gid) < 0
             || setreuid(r->uid, r->uid) < 0) goto failed;
     }
+    /* Capabilities the daemon was given to switch users (AmbientCapabilities=) are not the
+     * program's: an ambient set survives exec, and setuid from one non-root user to another
+     * keeps it, so a program run as postgres would hold CAP_SETUID. EINVAL: a kernel without
+     * ambient capabilities (before 4.3) has none to pass on. */
+    where = "capabilities";
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL) goto failed;
     where = "limits";
     if (r->flags & F_LIMITS) {
         for (int i = 0; i < 6; i++) {

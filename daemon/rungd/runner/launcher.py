@@ -94,6 +94,7 @@ _SYS_CLONE3 = 435  # the same number on every architecture (new system calls are
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220, "ppc64le": 120, "s390x": 120}.get(platform.machine())
 _CLONE_STACK_FIRST = platform.machine() == "s390x"
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _RLIMITS = (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC,
             resource.RLIMIT_FSIZE, resource.RLIMIT_CORE)
 
@@ -420,6 +421,11 @@ def _exec(spec: dict, fds: list[int], join_cgroup: int) -> None:  # pragma: no c
             os.setgroups(groups)
             os.setregid(gid, gid)
             os.setreuid(uid, uid)
+        # Capabilities the daemon was given to switch users are not the program's (launcher.c
+        # says why); EINVAL: a kernel without ambient capabilities has none to pass on.
+        where = "capabilities"
+        if _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:
+            raise OSError(ctypes.get_errno(), "ambient capabilities")
         where = "limits"
         if spec["limits"] is not None:
             apply_limits(spec["limits"])

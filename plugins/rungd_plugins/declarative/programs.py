@@ -663,8 +663,8 @@ def check_user(path: Path, key: str, user: str) -> None:
         return
     if not (_has_capability(_CAP_SETUID) and _has_capability(_CAP_SETGID)):
         raise ConfigError(f"{path}: key {key}: running a program as {user!r} needs rungd to run as root or "
-                          "hold CAP_SETUID and CAP_SETGID (systemd drop-in: CapabilityBoundingSet=CAP_SETUID CAP_SETGID and "
-                          "AmbientCapabilities=CAP_SETUID CAP_SETGID); "
+                          "hold CAP_SETUID and CAP_SETGID (systemd drop-in: CapabilityBoundingSet=CAP_SETUID "
+                          "CAP_SETGID and AmbientCapabilities=CAP_SETUID CAP_SETGID); "
                           f"it runs as uid {os.geteuid()} without them")
 
 
