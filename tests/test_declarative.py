@@ -621,3 +621,14 @@ def test_an_input_allowed_a_slash_names_a_subfolder_and_never_walks_out() -> Non
             inside_path("/srv/repos/{repo}", {"repo": walk}, frozenset({"repo"}))
     with pytest.raises(BadInput):
         inside_path("/srv/repos/{repo}", {"repo": "group/project"})  # not allowed a slash
+
+
+def test_an_editors_lock_file_in_the_tool_folder_is_not_a_tool_file(short_tmp: Path) -> None:
+    # Emacs leaves .#stock.toml, a symlink to nowhere, while a tool file is edited: it once
+    # failed check-config, start-up and every reload.
+    from rungd_plugins.declarative import tool_files
+
+    folder = tool_dir(short_tmp)
+    (folder / ".#stock.toml").symlink_to("root@host.1234:1700000000")
+    (folder / ".hidden.toml").write_text("not = [toml")
+    assert [path.name for path in tool_files((folder,))] == ["stock.toml"]

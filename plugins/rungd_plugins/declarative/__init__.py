@@ -122,7 +122,8 @@ def _unwrap(annotation: Any) -> Any:
 
 
 def tool_files(tool_dirs: tuple[Path, ...]) -> list[Path]:
-    """Every ``*.toml`` in ``tool_dirs``, each folder sorted by name.
+    """Every ``*.toml`` in ``tool_dirs``, each folder sorted by name; hidden ones left out (an
+    editor's lock file, ``.#host.toml``, is no tool file, and must not fail a reload).
 
     Raises:
         ConfigError: a folder in ``plugins.tool_dirs`` does not exist.
@@ -131,7 +132,7 @@ def tool_files(tool_dirs: tuple[Path, ...]) -> list[Path]:
     for folder in tool_dirs:
         if not folder.is_dir():
             raise ConfigError(f"plugins.tool_dirs: {folder} is not a folder")
-        files.extend(sorted(folder.glob("*.toml")))
+        files.extend(sorted(path for path in folder.glob("*.toml") if not path.name.startswith(".")))
     return files
 
 
