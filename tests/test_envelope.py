@@ -78,3 +78,11 @@ def test_a_tools_own_narrow_is_kept_and_the_byte_cap_cut_is_added_to_it() -> Non
     cut = fit_to_cap(env, 1024)
     assert cut.narrow.startswith("the first 100 of 150 lines are shown; then the result was cut to fit the byte cap")
     assert f"fields.rows: {len(cut.fields['rows'])} of 5000 items kept" in cut.narrow
+
+
+def test_a_field_named_like_a_list_item_is_cut_without_a_crash() -> None:
+    # "a[b" beside a list "a": the cut's bookkeeping once read "b" as an index and raised,
+    # on the error path out of the call's task.
+    cut = fit_to_cap(envelope(**{"a": ["x" * 10] * 4000, "a[b": "y" * 4500, "k" * 500: ["z" * 20] * 300}), 4096)
+    assert cut.truncated and encoded_size(cut) <= 4096
+    assert "..." in cut.narrow and len(cut.narrow) < 600  # a long key is named short

@@ -135,6 +135,8 @@ async def test_timeout_before_the_commit_point_is_not_started(rungd_daemon) -> N
     env = await run(rungd_daemon, "busy", "--mode", "sleep", "--seconds", "30", tool="fake_write_short")
     assert (env.error.code, env.outcome, env.error.retry) == ("TIMEOUT", "not_started", "yes")
     assert env.settle is None
+    # Decided by the settle read: the hint says what it showed, not "may or may not have happened".
+    assert "shows nothing moved and the effect absent" in env.error.hint and "may or may not" not in env.error.hint
 
 
 async def test_double_forked_grandchild_holding_stdout_is_killed(rungd_daemon) -> None:

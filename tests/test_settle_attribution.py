@@ -67,7 +67,7 @@ async def daemon_for(short_tmp: Path, nursery, name: str, text: str):
 
 @pytest.mark.skipif(not shutil.which("cp") or not shutil.which("sha256sum"),
                     reason="needs cp and sha256sum (coreutils)")
-async def test_a_copy_stopped_at_its_unanswered_question_over_an_equal_file_never_started(short_tmp, nursery) -> None:
+async def test_a_copy_stopped_at_its_unanswered_question_over_an_equal_file_changed_nothing(short_tmp, nursery) -> None:
     root = short_tmp / "files"
     root.mkdir()
     (root / "template.txt").write_text("template v2\n")
@@ -78,7 +78,10 @@ async def test_a_copy_stopped_at_its_unanswered_question_over_an_equal_file_neve
     env = await daemon.call("files_template_install", {}, request_id="cp-1")
     assert env.error is not None and env.error.code == "PROMPT_UNEXPECTED", env
     assert (root / "installed.txt").stat().st_mtime_ns == before  # cp did not act
-    assert (env.outcome, env.effect) == ("not_started", "none"), env
+    # cp ran (to its question): what it did before asking, only the reads can say, and they
+    # show the state as asked, before and after. Never "changed".
+    assert (env.outcome, env.effect) == ("done", "no_change"), env
+    assert "already as asked before the act, unchanged" in env.error.hint
     daemon.daemon.stop()
 
 

@@ -130,7 +130,8 @@ _NARROW_CUTS = 4  # fields named in narrow; more are summed up, so narrow stays 
 
 def _narrow(envelope: Envelope, cuts: dict[str, tuple[int, int, str]]) -> str:
     """The tool's own narrow, if any, then what the byte cap cut and how to ask for less."""
-    named = [f"{path}: {kept} of {had} {unit} kept" for path, (had, kept, unit) in list(cuts.items())[:_NARROW_CUTS]]
+    named = [f"{_short(path)}: {kept} of {had} {unit} kept"
+             for path, (had, kept, unit) in list(cuts.items())[:_NARROW_CUTS]]
     if len(cuts) > _NARROW_CUTS:
         named.append(f"{len(cuts) - _NARROW_CUTS} more cut")
     what = f" ({', '.join(named)})" if named else ""
@@ -164,6 +165,20 @@ def _cut_string(text: str, keep: int) -> str:
     head = (keep * 2) // 3
     tail = keep - head
     return text[:head] + _CUT_MARK + (text[-tail:] if tail else "")
+
+
+def _short(path: str, most: int = 60) -> str:
+    """A cut's path as narrow names it: a key from a program's output may be long."""
+    return path if len(path) <= most else path[: most - 3] + "..."
+
+
+def _index_below(inner: str, path: str) -> int | None:
+    """The list index ``inner`` names right below ``path`` (``fields.a[3].b`` below
+    ``fields.a``: 3), or None (a key may hold "[" too: ``fields.a[b``)."""
+    if not inner.startswith(path + "["):
+        return None
+    index = inner[len(path) + 1:].split("]", 1)[0]
+    return int(index) if index.isdigit() else None
 
 
 def _halve_largest(container: Any, cuts: dict[str, tuple[int, int, str]]) -> bool:
@@ -205,7 +220,7 @@ def _halve_largest(container: Any, cuts: dict[str, tuple[int, int, str]]) -> boo
         return True
     kept = len(value) // 2
     parent[key] = value[:kept]
-    for gone in [p for p in cuts if p.startswith(f"{path}[") and int(p[len(path) + 1:].split("]")[0]) >= kept]:
+    for gone in [p for p in cuts if (index := _index_below(p, path)) is not None and index >= kept]:
         del cuts[gone]  # a cut inside an item no longer shown
     cuts[path] = (had, kept, "items")
     if isinstance(parent, dict) and isinstance(parent.get(f"{key}_shown"), int):

@@ -400,9 +400,12 @@ class Dispatcher:
                     raise outcomes.interrupted_error(ctx, settle)
                 raise outcomes.timeout_error(tool, ctx, settle)
             return outcomes.ok_envelope(call, tool, result, ctx)
-        except RungdError as exc:
-            return outcomes.error_envelope(call, exc, tool=tool, ctx=ctx, settle=settle)
-        except Exception as exc:  # a bug in a handler must not take the daemon down
+        except Exception as exc:  # a bug in a handler, or in shaping its error, must not take the daemon down
+            if isinstance(exc, RungdError):
+                try:
+                    return outcomes.error_envelope(call, exc, tool=tool, ctx=ctx, settle=settle)
+                except Exception as shaping:  # the error's own fields could not be shaped
+                    exc = shaping
             log.exception("tool %s crashed in call %s", tool.name, call.call_id)
             crash = outcomes.crash_error(tool, ctx, settle, exc)
             return outcomes.error_envelope(call, crash, tool=tool, ctx=ctx, settle=settle)
@@ -437,7 +440,7 @@ class Dispatcher:
             return envelope
         already = before is not None and shows(before, settle["expect"], before) is True
         return outcomes.settled(envelope, tool, happened=happened, read=read, before=before, already=already,
-                                committed=ctx.committed)
+                                acted=ctx.may_have_acted(), watched=settle["expect"].keys())
 
     async def _record_end(self, call: Call, envelope: Envelope, ctx: CallContext) -> None:
         """Record what the runner answered and how the call finished (the caller hears it next)."""

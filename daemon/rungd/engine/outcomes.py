@@ -18,6 +18,7 @@ frozen envelope, cut to the tool's byte cap once, here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -292,7 +293,8 @@ _NOT_KNOWING = frozenset({"TIMEOUT", "INTERRUPTED"})
 
 
 def settled(envelope: Envelope, tool: Tool, *, happened: bool, read: Envelope,
-            before: dict[str, Any] | None = None, already: bool = False, committed: bool = True) -> Envelope:
+            before: dict[str, Any] | None = None, already: bool = False, acted: bool = True,
+            watched: Iterable[str] | None = None) -> Envelope:
     """A write's unknown error once its settle read decided, with ``verified_by`` naming the read.
 
     What the read can credit to this call depends on the read before the act (``before``,
@@ -300,30 +302,40 @@ def settled(envelope: Envelope, tool: Tool, *, happened: bool, read: Envelope,
 
     - it shows the effect, and the read before did not: ``done``, ``changed``;
     - it shows the effect, and so did the read before (``already``): the call cannot be
-      credited with it. ``not_started``, ``none`` when the commit point was never reached
-      and the read did not move; otherwise ``done``, ``no_change``;
+      credited with it. ``not_started``, ``none`` when its program never ran and the read
+      did not move; otherwise ``done``, ``no_change``;
     - it shows the effect and there is no read before: ``done``, ``existing`` (the effect
       is there; whether this call made it, nothing says, as after a reconcile);
     - it does not show the effect: ``not_started`` when nothing moved; when the read moved
       elsewhere since the read before, the outcome stays ``unknown``.
 
-    The error stays: it is what went wrong. Only what it means for the effect changes.
+    "Moved" looks at the ``watched`` fields (the settle's expected ones), when given: a
+    field that changes on every read (a timestamp, a counter) moves nothing. ``acted``:
+    whether the call's program may have acted (it ran: evidence, not its declared commit
+    point). The error stays: it is what went wrong; its hint now says what the read showed.
     """
     assert envelope.error is not None
-    moved = before is not None and read.fields != before
+    keys = list(watched) if watched is not None else list(set(read.fields) | set(before or {}))
+    moved = before is not None and any(read.fields.get(key) != before.get(key) for key in keys)
+    name = f"the settle read {read.tool}"
     if happened:
         if before is None:
             outcome, effect = "done", "existing"
+            said = f"{name} shows the effect in place; whether this call made it, nothing shows. Do not repeat it"
         elif not already:
             outcome, effect = "done", "changed"
-        elif not committed and not moved:
+            said = f"{name} shows the effect, which the read before the act did not: it happened. Do not repeat it"
+        elif not acted and not moved:
             outcome, effect = "not_started", "none"
+            said = f"{name} shows the state as it was before, already as asked, and the program never ran"
         else:
             outcome, effect = "done", "no_change"
+            said = f"{name} shows the state already as asked before the act, unchanged: nothing more to do"
     elif moved:
         return envelope  # something moved, not to the expected state: only a person can say what
     else:
         outcome, effect = "not_started", "none"
+        said = f"{name} shows nothing moved and the effect absent: it did not happen; the request_id is free again"
     code = envelope.error.code
     if code in _NOT_KNOWING:
         retry, next_action = ("no", "continue") if outcome == "done" else ("yes", "retry_later")
@@ -336,7 +348,7 @@ def settled(envelope: Envelope, tool: Tool, *, happened: bool, read: Envelope,
     settled_envelope = msgspec.structs.replace(
         envelope, outcome=outcome, effect=effect,
         verified_by=f"settle read {read.tool} (call {read.call_id})", settle=None, next_action=next_action,
-        error=msgspec.structs.replace(envelope.error, retry=retry),
+        error=msgspec.structs.replace(envelope.error, retry=retry, hint=said),
     )
     return fit_to_cap(settled_envelope, tool.cap_bytes)
 

@@ -288,10 +288,12 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         # A read runs ungated, with no request_id and no read-back: an answer that lets its
         # program act would be a write nothing stands behind.
         what = f"{ctx.tool.name} is a read" if ctx.tool.side_effect == "read" else "a read before or after the act"
-        raise Failed(f"{what}, but its program declares a confirmation to answer; nothing was run",
+        # This read ran nothing; the call did, if this is a read-back after its act: then the
+        # boundary decides the outcome (unknown), as for any failure after the commit point.
+        raise Failed(f"{what}, but its program declares a confirmation to answer; this program was not run",
                      hint="this is a bug in the plugin: a read answers no confirmation; a tool whose program "
                      "acts on an answer is a write (side_effect other than read) with a read-back",
-                     outcome="not_started")
+                     outcome=None if ctx.may_have_acted() else "not_started")
     # Every credential the program gets from the start is looked up before anything starts:
     # a program run without one may take its absence as an answer.
     credentials = {var: credential(ctx, name) for var, name in program.env_credentials.items()}

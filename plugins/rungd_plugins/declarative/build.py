@@ -8,6 +8,7 @@ file, regexes compile, the program exists and is executable, writes have a read-
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import string
@@ -33,6 +34,7 @@ from rungd.sdk import (
     Program,
     Result,
     RuledOut,
+    RungdError,
     Session,
     SettleSpec,
     StepDown,
@@ -647,7 +649,10 @@ async def _act_and_verify(
     expected = readback.expected(values)
     before = await readback.read_before(ctx, values)
     if settle is not None:
-        await settle.read_before(ctx, values)
+        # Only for judging a settle after an error: a settle read that cannot answer now (a
+        # listing cut at max_lines, a failure) must not stop the write it would judge.
+        with contextlib.suppress(RungdError):
+            await settle.read_before(ctx, values)
     try:
         output, _ = await program.run(ctx, values)
     except SurfaceChanged:
