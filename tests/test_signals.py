@@ -3,8 +3,11 @@ or ignored on purpose, and SIGHUP reloads tool files without dropping a held app
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -80,3 +83,28 @@ def test_sighup_applies_access_and_says_which_other_sections_wait_for_a_restart(
         assert "reload: [server] changed in" in said and "apply at the next start only" in said  # ...and says so
     finally:
         daemon.stop()
+
+
+def test_sighup_reads_the_config_as_start_did_rungd_socket_and_all(short_tmp: Path) -> None:
+    # Started with $RUNGD_CONFIG and $RUNGD_SOCKET: a reload that read the file as if given
+    # by --config dropped $RUNGD_SOCKET and warned of a [server] change nobody made.
+    daemon = DaemonProcess(short_tmp, f'[plugins]\nfiles = ["{TEST_PLUGINS / "echo_tools.py"}"]\n')
+    socket, log = short_tmp / "elsewhere.sock", short_tmp / "daemon.log"
+    env = dict(os.environ, RUNGD_CONFIG=str(daemon.config), RUNGD_SOCKET=str(socket))
+    with open(log, "wb") as output:
+        proc = subprocess.Popen([sys.executable, "-m", "rungd.main", "serve"], env=env, stdout=output, stderr=output)
+    try:
+        deadline = time.monotonic() + 30
+        while not socket.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGHUP)
+        while "reloaded" not in log.read_text():
+            assert time.monotonic() < deadline + 10, log.read_text()
+            time.sleep(0.05)
+        with Client(socket) as client:
+            assert client.call("test_text_echo", {"text": "still here"}).status == "ok"
+        assert "changed in" not in log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -47,6 +47,8 @@ class Daemon:
 
     Args:
         config: the validated configuration.
+        config_path: what it was loaded from (``load_config``'s argument), for a reload to
+            read it the same way; left out, the file ``config.source`` names.
 
     Raises:
         PluginError: a plugin failed to load, misspelled a hook, or two plugins registered
@@ -54,8 +56,13 @@ class Daemon:
         ConfigError: a tool file or the credentials file is invalid.
     """
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, config_path: Path | None | object = ...) -> None:
         self.config = config
+        # How a reload reads the config again: as at start (``--config``'s path, or None for
+        # $RUNGD_CONFIG or the embedded default, so $RUNGD_SOCKET applies as it did then).
+        # Not said (a Daemon made from a Config): the file it names, if any.
+        self._config_path = config_path if config_path is not ... else \
+            None if config.source.endswith("(embedded default)") else Path(config.source)
         self.hooks = Hooks.load(config)
         self.pm = self.hooks.pm
         self.tools = self.hooks.collect_tools(config)
@@ -203,8 +210,7 @@ class Daemon:
         that fails to load leaves everything as it was, and the journal says why.
         """
         try:
-            config = self.config if self.config.source.endswith("(embedded default)") else \
-                load_config(Path(self.config.source))
+            config = load_config(self._config_path)  # type: ignore[arg-type]
             hooks = Hooks.load(config)
             tools = hooks.collect_tools(config)
             check_gates([reg.tool for reg in tools.values()], config)
