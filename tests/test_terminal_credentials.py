@@ -80,3 +80,16 @@ async def test_gpg_reaching_for_dev_tty_without_saying_why_stays_prompt_unexpect
                          "loopback", "--quick-gen-key", "someone@example.com")
     assert env.error is not None and env.error.code == "PROMPT_UNEXPECTED", env
     assert "not what it wanted to ask" in env.error.hint and "credential" in env.error.hint
+
+
+def test_ordinary_output_about_passwords_is_no_statement_that_a_credential_is_needed() -> None:
+    # A listing that mentions a password reset, then a question on /dev/tty: a question,
+    # not AUTH_REQUIRED (only stderr and status lines state what the program needs).
+    from rungd.errors import PromptUnexpected
+    from rungd.runner.exits import check_terminal
+    from rungd.runner.program import Completed, Program
+
+    done = Completed(exit_status=1, stdout="alice needs a password reset\n", stderr="", truncated=False,
+                     stdout_bytes=29, stderr_bytes=0, answered=[], evidence=[])
+    with pytest.raises(PromptUnexpected):
+        check_terminal(done, Program(argv=("/usr/bin/tool",)), ("cannot open '/dev/tty'", "Continue? (Y/n)"))

@@ -54,8 +54,10 @@ def check_terminal(done: Completed, program: Program, tty: tuple[str, str] | Non
     if tty is not None:
         words, question = tty
         shown = question or words
-        # What it printed last, on either stream: a statement that it needs a credential.
-        recent = "\n".join([*done.stderr.splitlines()[-10:], *done.stdout.splitlines()[-10:]])
+        # What it said last: a statement that it needs a credential, on stderr, or a status
+        # line on stdout (gpg --status-fd 1); never ordinary output ("needs a password reset").
+        status = [line for line in done.stdout.splitlines()[-10:] if line.startswith("[GNUPG:]")]
+        recent = "\n".join([*done.stderr.splitlines()[-10:], *status])
         if CREDENTIAL_QUESTION.search(question) or TERMINAL_REQUIRED.search(words) \
                 or CREDENTIAL_NEEDED.search(recent):
             shown = question if CREDENTIAL_QUESTION.search(question) else words
