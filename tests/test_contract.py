@@ -55,6 +55,8 @@ def test_definition_joins_the_six_slots_and_is_strict() -> None:
         ({"name": "web", "mode": "fast", "note": "a\x00b"}, "note", "NUL"),
         ({"name": "web", "mode": "fast", "note": "\u202eecnalab-tes"}, "note", "U+202E, an invisible character"),
         ({"name": "web", "mode": "fast", "note": "set\u200b-balance"}, "note", "U+200B, an invisible character"),
+        ({"name": "web", "mode": "fast", "note": "report.txt\U000e0031"}, "note", "U+E0031, an invisible character"),
+        ({"name": "web", "mode": "fast", "note": "a\u3164b"}, "note", "U+3164, an invisible character"),
         ({"name": "web", "mode": "fast", "note": "x" * 5000}, "note", "at most 4096"),
         ({"name": "web", "mode": "-rf"}, "mode", "start with '-'"),
         ({"name": "WEB", "mode": "fast"}, "name", "pattern"),
@@ -120,3 +122,11 @@ def test_a_multiline_field_takes_line_breaks_and_still_refuses_other_controls() 
         Text(body="x\x1b[31m")
     with pytest.raises(pydantic.ValidationError, match=r"U\+2067, an invisible character"):
         Text(body="line one\n\u2067hidden\u2069")  # Trojan Source: text that shows another order
+
+
+def test_an_input_published_under_its_alias_is_taken_by_that_name() -> None:
+    class Aliased(ToolInputs):
+        source: Annotated[str, Field(alias="from", description="Where from.", examples=["a"])]
+
+    tool = Tool(name="svc_copy_show", description=TOOL.description, inputs=Aliased, outputs={}, handler=handler)
+    assert tool.validate({"from": "a"}).source == "a"

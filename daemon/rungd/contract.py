@@ -597,6 +597,8 @@ class Tool:
         every error it describes, and a frame can hold tens of thousands of names.
         """
         unknown = raw.keys() - self.inputs.model_fields.keys()
+        if unknown:  # an input published under its alias is no stranger
+            unknown -= {field.alias for field in self.inputs.model_fields.values() if field.alias}
         if unknown:
             some = unknown if len(unknown) <= 100 else itertools.islice(unknown, 100)
             named = sorted(map(repr, some))[:3]
