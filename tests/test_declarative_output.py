@@ -238,3 +238,16 @@ async def test_bc_dividing_by_zero_is_failed_with_its_words(short_tmp, nursery) 
     assert (env.status, env.error.code) == ("error", "FAILED"), env.error
     assert "Divide by zero" in env.error.hint
     daemon.daemon.stop()
+
+
+def test_a_hint_points_at_the_stdout_evidence_the_parse_read() -> None:
+    from rungd.sdk import Completed
+    from rungd_plugins.declarative.build import _evidence_of
+
+    def done(*evidence: str) -> Completed:
+        return Completed(exit_status=0, stdout="", stderr="", truncated=True, stdout_bytes=0, stderr_bytes=0,
+                         answered=[], evidence=list(evidence))
+
+    assert _evidence_of(done("c1.1.stderr", "c1.2.stdout")) == "c1.2.stdout"  # stderr spoke first
+    assert _evidence_of(done("c1.1.stderr")) == "c1.1.stderr"
+    assert "could not hold it" in _evidence_of(done())  # never an IndexError in the error path

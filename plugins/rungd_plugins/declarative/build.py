@@ -543,7 +543,7 @@ class _ProgramRunner:
             raise ToolError(
                 "OUTPUT_TOO_LARGE",
                 f"the program printed {done.stdout_bytes} bytes, more than the tool keeps to parse",
-                hint=f"narrow the request; the full output is in evidence {done.evidence[0]}",
+                hint=f"narrow the request; the full output is in evidence {_evidence_of(done)}",
             )
         # Off the loop and bounded: a pattern can hold the interpreter lock while it backtracks.
         return await parse_off_loop(self.spec.parse, _parsed_text(self.spec.parse.stream, done),
@@ -591,12 +591,12 @@ class _ReadBack:
         if done.truncated:
             raise ToolError("OUTPUT_TOO_LARGE", f"the read-back {self.name} printed more than the tool keeps, "
                             "so it cannot show whether the change happened",
-                            hint=f"narrow the read-back; its full output is in evidence {done.evidence[0]}")
+                            hint=f"narrow the read-back; its full output is in evidence {_evidence_of(done)}")
         if (cut := left_out(self.runner.spec.parse, fields)) is not None:
             raise ToolError("OUTPUT_TOO_LARGE", f"the read-back {self.name} is too cut to decide whether the "
                             f"change happened: {cut}",
                             hint=f"the operator must raise max_lines of {self.name} in the tool file or narrow "
-                            f"its inputs; its full output is in evidence {done.evidence[0]}")
+                            f"its inputs; its full output is in evidence {_evidence_of(done)}")
         return fields
 
     def expected(self, values: dict[str, Any]) -> dict[str, Any]:
@@ -609,6 +609,14 @@ class _ReadBack:
             else:
                 bound[field] = substitute(value, values)
         return bound
+
+
+def _evidence_of(done: Completed) -> str:
+    """The evidence a hint points at: the stdout the parse read (stderr's may come first)."""
+    for evidence_id in done.evidence:
+        if evidence_id.endswith(".stdout"):
+            return evidence_id
+    return done.evidence[0] if done.evidence else "(none: the state folder could not hold it)"
 
 
 def _matches(fields: dict[str, Any], expected: dict[str, Any], before: dict[str, Any] | None = None) -> bool:
@@ -629,7 +637,7 @@ def _handler(program: _ProgramRunner, readback: _ReadBack | None, spec: ToolSpec
                     why.append("the output was cut at the byte cap the tool keeps"
                                + (" (how many lines it had is unknown)" if spec.parse.kind == "lines" else ""))
                 narrow = (f"{'; '.join(why)}; ask for less (a narrower input), or read all of it in evidence "
-                          f"{done.evidence[0]}")
+                          f"{_evidence_of(done)}")
             return Result(fields=fields, truncated=done.truncated or cut is not None, narrow=narrow,
                           verified_by=f"parsed {spec.parse.kind} output" if spec.parse.kind != "none" else None)
         return await _act_and_verify(ctx, program, readback, values, settle)
