@@ -199,3 +199,16 @@ def test_calls_running_at_once_are_bounded_per_caller_and_in_all() -> None:
         slots.take(tool, 0)
     slots.release(tool, 1000)
     slots.take(tool, 1000)  # a slot freed is a slot to take
+
+
+def test_a_flood_of_made_up_names_is_counted_in_bounded_memory() -> None:
+    from rungd.engine.rejections import Rejections
+
+    rejections = Rejections()
+    assert rejections.leave_out(1000, "UNKNOWN_TOOL", "name_0")
+    for i in range(1, 5000):
+        assert not rejections.leave_out(1000, "UNKNOWN_TOOL", f"name_{i}")
+    assert len(rejections._left_out[1000].tools) == 101  # 100 names, then "(other names)"
+    summary = rejections.summary(1000)
+    assert summary.startswith("5000 more refused calls of uid 1000") and "'(other names)' x4900" in summary
+    assert rejections.summary(1000) is None  # said once

@@ -18,6 +18,7 @@ BURST = 100  # refusals of one caller recorded one by one before the pace counts
 RATE = 10.0  # then this many a second
 SUMMARY_AFTER_S = 10.0  # the refusals left out are summed up this long after the first
 _NAMED = 5  # codes and tool names a summary names, the most frequent first
+_DISTINCT = 100  # tool names counted apart per summary; the rest together
 
 
 @dataclasses.dataclass
@@ -53,7 +54,9 @@ class Rejections:
             left = self._left_out[uid] = _LeftOut(since=time.time())
         left.count += 1
         left.codes[code] += 1
-        left.tools[tool[:64]] += 1
+        name = tool[:64]
+        # Distinct names are bounded too: a flood of made-up ones must not grow a counter.
+        left.tools[name if name in left.tools or len(left.tools) < _DISTINCT else "(other names)"] += 1
         return first
 
     def summary(self, uid: int) -> str | None:
