@@ -87,3 +87,11 @@ def test_health_says_in_one_line_when_the_ledger_cannot_be_read(short_tmp: Path)
 def test_sparkline_scales_to_the_busiest_hour_and_fits_its_width() -> None:
     assert sparkline([0, 1, 8]) == " ▁█"
     assert len(sparkline(list(range(168)), width=48)) == 42  # 4 hours a bar
+
+
+def test_records_of_no_tool_are_no_tools_row(short_tmp: Path) -> None:
+    # A summary of refused calls (and a retention record) names no tool: no "" row.
+    folder = write_ledger(short_tmp, [*_call(7, 100, 0.01),
+                                      {"ago": 50, "event": "rejected", "call_id": "", "tool": "", "caller_uid": 5,
+                                       "note": "300 more refused calls of uid 5 in 3 s, not recorded one by one"}])
+    assert list(compute(folder, NOW - 3600, now=NOW)["tools"]) == [TOOL]

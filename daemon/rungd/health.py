@@ -84,8 +84,8 @@ def compute(folder: Path, since: float, *, tool: str | None = None, now: float |
     held: dict[str, float] = {}
     for block in records(folder):
         for r in block:
-            if tool is not None and r.tool != tool:
-                continue
+            if (tool is not None and r.tool != tool) or not r.tool:
+                continue  # no tool's: a retention record, a summary of refused calls
             event = r.event
             if event == "received":
                 received[r.call_id] = r.time
