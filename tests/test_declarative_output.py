@@ -251,3 +251,22 @@ def test_a_hint_points_at_the_stdout_evidence_the_parse_read() -> None:
     assert _evidence_of(done("c1.1.stderr", "c1.2.stdout")) == "c1.2.stdout"  # stderr spoke first
     assert _evidence_of(done("c1.1.stderr")) == "c1.1.stderr"
     assert "could not hold it" in _evidence_of(done())  # never an IndexError in the error path
+
+
+async def test_a_flood_on_stderr_leaves_a_small_stdout_whole_and_parsed(short_tmp, nursery, fake_program) -> None:
+    # Once one flag told of both streams: warnings flooding stderr made a one-line answer on
+    # stdout OUTPUT_TOO_LARGE ("printed more than the tool keeps").
+    noisy = fake_program("noisy", """
+        import sys
+        for i in range(20000):
+            sys.stderr.write(f"warning {i}: deprecated option\\n")
+        print("used: 42")
+        """)
+    text = (f'[programs.noisy]\ncommand = "{noisy}"\n\n'
+            + tool("disk_usage_show", "noisy", [], parse='kind = "regex"\npattern = "^used: (?P<used>\\\\d+)$"\n'
+                   'fields = { used = "integer" }'))
+    daemon = await serve(short_tmp, nursery, text)
+    env = await daemon.call("disk_usage_show", {})
+    assert env.status == "ok", env.error
+    assert env.fields == {"used": 42} and env.truncated is False
+    daemon.daemon.stop()

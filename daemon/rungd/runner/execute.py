@@ -344,6 +344,8 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         stdout=stdout.text(),
         stderr=stderr.text(),
         truncated=stdout.truncated or stderr.truncated,
+        stdout_cut=stdout.truncated,
+        stderr_cut=stderr.truncated,
         stdout_bytes=stdout.total,
         stderr_bytes=stderr.total,
         answered=watch.answered,

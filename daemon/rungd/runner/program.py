@@ -71,11 +71,14 @@ class Completed:
     exit_status: int
     stdout: str
     stderr: str
-    truncated: bool
+    truncated: bool  # either stream was cut to its kept head and tail
     stdout_bytes: int
     stderr_bytes: int
     answered: list[str]
     evidence: list[str]
+    # Which: a flood on stderr leaves a small stdout whole, and a parse of it honest.
+    stdout_cut: bool = False
+    stderr_cut: bool = False
 
     def stderr_tail(self, chars: int = 400) -> str:
         return self.stderr[-chars:].strip()

@@ -538,7 +538,7 @@ class _ProgramRunner:
         done = await run_program(ctx, dataclasses.replace(self.program(values), commits=commits))
         check_exit(done, self.exit_table, ok=tuple(self.spec.ok_exit))
         failed_quietly(self.spec.parse, done)  # before the size: a flood on stderr is still its words
-        if done.truncated and self.spec.parse.kind not in ("none", "lines"):
+        if _cut(done, self.spec.parse.stream) and self.spec.parse.kind not in ("none", "lines"):
             # Parsing the kept head and tail would call a healthy program "changed".
             raise ToolError(
                 "OUTPUT_TOO_LARGE",
@@ -547,7 +547,12 @@ class _ProgramRunner:
             )
         # Off the loop and bounded: a pattern can hold the interpreter lock while it backtracks.
         return await parse_off_loop(self.spec.parse, _parsed_text(self.spec.parse.stream, done),
-                                    whole=not done.truncated), done
+                                    whole=not _cut(done, self.spec.parse.stream)), done
+
+
+def _cut(done: Completed, stream: str) -> bool:
+    """Whether the output a tool parses (``stream``) was cut to its kept head and tail."""
+    return {"stdout": done.stdout_cut, "stderr": done.stderr_cut}.get(stream, done.truncated)
 
 
 def _parsed_text(stream: str, done: Completed) -> str:
@@ -588,7 +593,7 @@ class _ReadBack:
                 is it the read a change is judged by.
         """
         fields, done = await self.runner.run(ctx, self.inputs(values), commits=False)
-        if done.truncated:
+        if _cut(done, self.runner.spec.parse.stream):
             raise ToolError("OUTPUT_TOO_LARGE", f"the read-back {self.name} printed more than the tool keeps, "
                             "so it cannot show whether the change happened",
                             hint=f"narrow the read-back; its full output is in evidence {_evidence_of(done)}")
@@ -629,16 +634,16 @@ def _handler(program: _ProgramRunner, readback: _ReadBack | None, spec: ToolSpec
         values = inputs.model_dump()
         if readback is None:
             fields, done = await program.run(ctx, values)
-            cut = left_out(spec.parse, fields)
+            cut, clipped = left_out(spec.parse, fields), _cut(done, spec.parse.stream)
             narrow = None
-            if done.truncated or cut:
+            if clipped or cut:
                 why = [cut] if cut else []
-                if done.truncated:
+                if clipped:
                     why.append("the output was cut at the byte cap the tool keeps"
                                + (" (how many lines it had is unknown)" if spec.parse.kind == "lines" else ""))
                 narrow = (f"{'; '.join(why)}; ask for less (a narrower input), or read all of it in evidence "
                           f"{_evidence_of(done)}")
-            return Result(fields=fields, truncated=done.truncated or cut is not None, narrow=narrow,
+            return Result(fields=fields, truncated=clipped or cut is not None, narrow=narrow,
                           verified_by=f"parsed {spec.parse.kind} output" if spec.parse.kind != "none" else None)
         return await _act_and_verify(ctx, program, readback, values, settle)
 
