@@ -206,3 +206,9 @@ def test_names_with_controls_are_refused_at_the_protocol() -> None:
                                                             "request_id": name}))
     protocol.decode_request(msgspec.msgpack.encode({"type": "call", "tool": "inventory_item_show", "inputs": {},
                                                     "request_id": "ünï-7"}))
+
+
+async def test_lint_with_no_daemon_says_it_can_lint_offline(short_tmp: Path) -> None:
+    done = await ctl("--socket", str(short_tmp / "absent.sock"), "lint")
+    assert done.returncode == 3
+    assert "rungctl lint --offline" in one_line(done)

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from rungd import definitions
-from rungd.client import Client, RequestRejected
+from rungd.client import Client, ConnectFailed, RequestRejected
 from rungd.ctl.registry import (
     EXIT_OK,
     CommandFailed,
@@ -301,7 +301,11 @@ def lint(ctx: Context) -> int:
             wanted = {n.strip() for n in ctx.args.tools.split(",")}
             defs = [d for d in defs if d.name in wanted]
     else:
-        defs, known = _chosen_definitions(ctx)
+        try:
+            defs, known = _chosen_definitions(ctx)
+        except ConnectFailed as exc:  # linting needs no daemon: say how
+            raise ConnectFailed(f"{exc}; or lint without a daemon: rungctl lint --offline [--config FILE] "
+                                "loads the config's plugins here", exc.path, exc.reason) from None
     findings = lint_definitions(defs, known_tools=known)
     print(lint_json(findings) if ctx.json else lint_text(findings, len(defs)))
     return lint_exit_status(findings)
