@@ -95,3 +95,12 @@ def test_records_of_no_tool_are_no_tools_row(short_tmp: Path) -> None:
                                       {"ago": 50, "event": "rejected", "call_id": "", "tool": "", "caller_uid": 5,
                                        "note": "300 more refused calls of uid 5 in 3 s, not recorded one by one"}])
     assert list(compute(folder, NOW - 3600, now=NOW)["tools"]) == [TOOL]
+
+
+def test_a_refusal_counts_as_a_call_but_not_in_latency(short_tmp: Path) -> None:
+    refused = [{"ago": 60, "event": "received", "call_id": "c9", "tool": TOOL},
+               {"ago": 60, "event": "rejected", "call_id": "c9", "tool": TOOL, "outcome": "not_started",
+                "code": "BAD_INPUT"}]
+    folder = write_ledger(short_tmp, [*_call(7, 100, 0.5), *refused])
+    row = compute(folder, NOW - 3600, now=NOW)["tools"][TOOL]
+    assert row["calls"] == 2 and row["latency_ms"]["count"] == 1 and row["latency_ms"]["p50"] >= 400

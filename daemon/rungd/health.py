@@ -105,7 +105,7 @@ def compute(folder: Path, since: float, *, tool: str | None = None, now: float |
                 t.outcomes[r.outcome or "none"] += 1
                 t.codes[r.code or "ok"] += 1
                 start = received.pop(r.call_id, None)
-                if start is not None:
+                if start is not None and event == "finished":  # a refusal's 0 ms is no call's latency
                     t.latencies.append((r.time - start) * 1000)
                 bucket = int((r.time - since) // 3600)
                 if 0 <= bucket < hours:

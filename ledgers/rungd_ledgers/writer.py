@@ -176,8 +176,8 @@ class Ledger:
                 fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise LedgerUnavailable(
-                    f"{folder} is open in another Ledger (this process or another); "
-                    "only one writer may hold a ledger, close the other one first"
+                    f"{folder} is held by another writer (another rungd on the same state folder, or a tool "
+                    "writing it); only one may write a ledger: stop the other one first"
                 ) from None
             files = ledger_files(folder)
             repair = _repair_torn_tail(files[-1], dir_fd) if files else None

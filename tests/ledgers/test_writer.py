@@ -236,7 +236,7 @@ def test_unreadable_last_record_refuses_to_open(folder: Path) -> None:
 
 def test_a_second_writer_is_refused_while_the_first_holds_the_folder(folder: Path) -> None:
     with Ledger.open(folder):
-        with pytest.raises(LedgerUnavailable, match="another Ledger"):
+        with pytest.raises(LedgerUnavailable, match="held by another writer"):
             Ledger.open(folder)
     with Ledger.open(folder) as again:
         assert again.last_seq == 0

@@ -50,6 +50,8 @@ def recover(audit: Audit, tools: Mapping[str, Tool]) -> list[str]:
             index.apply(ledger.append(event, held.call_id, held.tool, request_id=held.request_id,
                                       note="the daemon restarted while the call waited for approval", **fields))
         recovered.append(held.call_id)
+        log.warning("a call held for approval expired at start-up (it never ran; its caller may repeat it)",
+                    extra={"call_id": held.call_id, "tool": held.tool})
     unfinished = index.unfinished()
     if not unfinished:
         return recovered
