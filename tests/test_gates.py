@@ -114,6 +114,24 @@ async def test_a_repeat_of_a_held_request_says_it_waits_for_approval_not_that_it
     daemon.daemon.stop()
 
 
+async def test_a_caller_withdraws_its_own_held_call_but_never_approves_it(nursery, short_tmp) -> None:
+    daemon = await daemon_for(nursery, short_tmp, config_toml())
+    held = await daemon.call("fake_records_delete", CONFIRM, request_id="g8", wait_s=0.1)
+    with pytest.raises(RequestRejected) as caught:
+        await daemon.run(Client.approve, held.call_id)
+    assert caught.value.code == "DENIED" and "withdraw" in caught.value.hint
+    decision = await daemon.run(lambda c: c.deny(held.call_id, "asked for the wrong table"))
+    assert decision.verdict == "denied"
+    done = await daemon.run(Client.wait, held.call_id, 10)
+    assert (done.error.code, done.outcome) == ("GATE_DENIED", "not_started")
+    assert "its caller withdrew the call" in done.error.message and "asked for the wrong table" in done.error.message
+    denied = [r for r in iter_records(daemon.config.state_dir / "ledger")
+              if r.call_id == held.call_id and r.event == "denied"]
+    assert denied[0].note == "withdrawn by its caller: asked for the wrong table"
+    assert "dispatched" not in ledger_events(daemon, held.call_id)
+    daemon.daemon.stop()
+
+
 async def test_denied_call_never_runs(nursery, short_tmp) -> None:
     daemon = await daemon_for(nursery, short_tmp, config_toml())
     held = await daemon.call("fake_records_delete", CONFIRM, request_id="g2", wait_s=0.1)

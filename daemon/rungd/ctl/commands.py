@@ -249,7 +249,7 @@ def approve(ctx: Context) -> int:
     return _decided(ctx, ctx.client.approve(ctx.args.call_id, signature))
 
 
-@command("deny", "deny a held call (operators only)", CALL_ID,
+@command("deny", "deny a held call (operators), or withdraw your own", CALL_ID,
          arg("--reason", default="", help="why; the caller reads it, and the ledger keeps it"))
 def deny(ctx: Context) -> int:
     """Deny a held call; it never runs, and its caller gets GATE_DENIED with your reason."""

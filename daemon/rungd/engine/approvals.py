@@ -95,6 +95,9 @@ class Approvals:
                 return GateDenied("the daemon stopped before the approved call could start; it did not run",
                                   hint="call again with the same request_id once rungd is back")
             return None
+        if verdict == "denied" and held.withdrawn:
+            return GateDenied(f"its caller withdrew the call before anyone decided: {held.reason or 'no reason given'}",
+                              hint="it never ran; call again with a new request_id if the change is still wanted")
         if verdict == "denied":
             return GateDenied(f"an operator denied the call: {held.reason or 'no reason given'}",
                               hint="do not retry this change; ask the operator what to do instead")
@@ -109,20 +112,22 @@ class Approvals:
 
     async def decide(self, call_id: str, caller: Caller, *, approve: bool, signature: str | None = None,
                      reason: str = "") -> Verdict:
-        """Record an operator's approval or denial of a held call and let it go on.
+        """Record an operator's approval or denial of a held call and let it go on; or the
+        caller's own denial of its call (a withdrawal: it asked for the wrong thing).
 
         Raises:
             UnknownCall: no such call, or one this caller may not see (a non-operator
                 learns nothing about other callers' calls).
-            Denied: the caller is not an operator, or is the one who made the call, or
-                signed it with their own key.
+            Denied: the caller is not an operator (and not withdrawing its own call), or
+                approves its own call, or signed it with their own key.
             GateDenied: the call is not held, the daemon is stopping, or the signature
                 gate refused the signature.
             LedgerUnavailable: the decision could not be recorded; nothing changed.
         """
         operator = is_operator(caller, self._config)
         call = self._calls.visible(call_id, caller if not operator else None)
-        if not operator:
+        withdrawn = not approve and caller.uid == call.caller.uid  # nothing ran: no authority needed
+        if not operator and not withdrawn:
             raise Denied(f"uid {caller.uid} is not an operator", hint="operators are set in gates.operator_*")
         held = call.held
         if held is None or held.verdict is not None or held.expires <= time.time():
@@ -130,8 +135,9 @@ class Approvals:
         if self.closed:
             raise GateDenied("rungd is stopping and starts nothing new",
                              hint="the call expires; the caller may repeat it once rungd is back")
-        if caller.uid == call.caller.uid:
-            raise Denied("nobody may approve or deny their own call", hint="ask another operator")
+        if approve and caller.uid == call.caller.uid:
+            raise Denied("nobody may approve their own call",
+                         hint="ask another operator; you may withdraw it (deny) if you no longer want it")
         if approve and call.gate == "signature" and not signature:
             raise GateDenied("this call needs a signed approval", hint="rungctl approve CALL_ID --key KEYFILE")
         # Claim the decision before the first await: a second operator, or the expiry,
@@ -140,7 +146,8 @@ class Approvals:
         verdict: Verdict = "approved" if approve else "denied"
         try:
             principal = await self._signer(call, signature) if approve and call.gate == "signature" else None
-            note = f"signed by {principal}" if principal else (reason or None)
+            note = f"signed by {principal}" if principal else \
+                f"withdrawn by its caller{': ' + reason if reason else ''}" if withdrawn else (reason or None)
             await self._record(verdict, call, request_id=call.request_id, approver_uid=caller.uid, note=note)
         except BaseException:
             held.verdict = None  # nothing was decided: the call still waits, until its TTL
@@ -148,6 +155,7 @@ class Approvals:
         else:
             held.verdict = verdict
             held.reason = reason
+            held.withdrawn = withdrawn
         finally:
             held.decided.set()  # wake the holder either way: it decides what a failure means
         return verdict

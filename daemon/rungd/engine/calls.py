@@ -43,6 +43,7 @@ class Held:
     decided: trio.Event = dataclasses.field(default_factory=trio.Event)
     verdict: str | None = None  # deciding | approved | denied
     reason: str = ""
+    withdrawn: bool = False  # denied by its own caller, not by an operator
 
     def seconds_left(self) -> int:
         return max(0, int(self.expires - time.time()))
