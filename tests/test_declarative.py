@@ -632,3 +632,15 @@ def test_an_editors_lock_file_in_the_tool_folder_is_not_a_tool_file(short_tmp: P
     (folder / ".#stock.toml").symlink_to("root@host.1234:1700000000")
     (folder / ".hidden.toml").write_text("not = [toml")
     assert [path.name for path in tool_files((folder,))] == ["stock.toml"]
+
+
+def test_an_anchored_pattern_is_shown_as_written_and_still_holds_the_whole_value() -> None:
+    # A model read '^(?:^[a-z]{1,20}$)$' in the schema and in BAD_INPUT for the author's
+    # '^[a-z]{1,20}$'; an unanchored pattern is still held to the whole value.
+    from rungd_plugins.declarative.build import whole_match
+
+    assert whole_match("^[a-z]{1,20}$") == "^[a-z]{1,20}$"
+    assert whole_match("[a-z0-9._-]+") == "^(?:[a-z0-9._-]+)$"
+    assert whole_match("^web|db$") == "^(?:^web|db$)$"  # an alternation is anchored as a whole
+    import re
+    assert not re.search(whole_match("[a-z0-9._-]+"), "/etc/shadow")

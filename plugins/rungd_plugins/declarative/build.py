@@ -391,6 +391,8 @@ def whole_match(pattern: str | None) -> str | None:
         return None
     flags = _FLAGS.match(pattern)
     head, body = (flags.group(0), pattern[flags.end():]) if flags else ("", pattern)
+    if body.startswith("^") and body.endswith("$") and not body.endswith("\\$") and "|" not in body:
+        return pattern  # already whole, as written: the schema and errors show the author's pattern
     return f"{head}^(?:{body})$"
 
 
