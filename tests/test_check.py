@@ -8,6 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import trio
 
 from rungd.check import check_files
@@ -110,3 +111,19 @@ async def test_a_file_with_several_programs_gets_every_one_replaced(short_tmp: P
     # Stand-ins ran, not /bin/cat: the missing program and the hang were seen as their fixtures say.
     assert receipt.passed, receipt.problems
     assert receipt.line().startswith("PASS mp_item_show  fixtures=6 stableCodes=6 secretHits=0")
+
+
+@pytest.mark.parametrize("expected", [
+    5, "on", {"equals": 3}, {"present": True}, {"present": False}, {"absent": True}, {"contains": "web"},
+    {"lacks": "web"}, {"before_plus": 1}, {"greater_than_before": True}, {"less_than_before": True},
+    {"differs_from_before": True},
+])
+def test_a_read_back_is_given_a_before_and_an_after_its_expectation_tells_apart(expected) -> None:
+    # Relative expectations ("before_plus = 1") once made rungctl check skip the write, the
+    # tool most worth checking.
+    from rungd import expectations
+    from rungd.check import _before_and_after
+
+    before, after = _before_and_after(expected)
+    assert expectations.judge({"f": after}, {"f": expected}, {"f": before}) is True
+    assert expectations.judge({"f": before}, {"f": expected}, {"f": before}) is not True

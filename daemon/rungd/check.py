@@ -48,6 +48,7 @@ from typing import Any
 import msgspec
 import trio
 
+from rungd import expectations
 from rungd.client import ClientError
 from rungd.config import load_config
 from rungd.envelope import Envelope
@@ -365,8 +366,9 @@ class _Plan:
         if verify is not None:
             target = self.specs[verify["tool"]]
             expect = {k: _substitute(v, inputs) for k, v in verify.get("expect", {}).items()}
-            after = sample_text(target.get("parse", {}), expect)
-            before = sample_text(target.get("parse", {}), {k: _other(v) for k, v in expect.items()})
+            pairs = {k: _before_and_after(v) for k, v in expect.items()}
+            after = sample_text(target.get("parse", {}), {k: pair[1] for k, pair in pairs.items()})
+            before = sample_text(target.get("parse", {}), {k: pair[0] for k, pair in pairs.items()})
             roles[verify["tool"]] = {"before": before, "after": after}
         return {"fixture": "", "target": name, "roles": roles,
                 "secret_env": [CHECK_SECRET_ENV, *spec.get("credentials", {}),
@@ -550,6 +552,34 @@ def _other(value: Any) -> Any:
     if isinstance(value, int):
         return value + 1
     return "x" if str(value) != "x" else "y"
+
+
+def _before_and_after(expected: Any) -> tuple[Any, Any]:
+    """A field's value before a change and after it, such that ``expected`` (a literal or a
+    test of ``rungd.expectations``) holds after and not before; a relative test ("greater
+    than before") compares the two.
+
+    Raises:
+        CannotSynthesize: a test no stand-in value is made for (``matches``: its pattern).
+    """
+    test = expectations.test_of(expected)
+    if test is None:
+        return _other(expected), expected
+    name, arg = test
+    pairs: dict[str, tuple[Any, Any]] = {
+        "equals": (_other(arg), arg),
+        "present": ("", "sample") if arg else ("sample", ""),
+        "absent": ("sample", "") if arg else ("", "sample"),
+        "contains": ("other", arg),
+        "lacks": (arg, "other"),
+        "before_plus": (1, 1 + arg) if isinstance(arg, int) else (1, 2),
+        "greater_than_before": (1, 2),
+        "less_than_before": (2, 1),
+        "differs_from_before": ("a", "b"),
+    }
+    if name not in pairs:
+        raise CannotSynthesize(f"a read-back that expects {name} = {arg!r}: no stand-in value is made for it")
+    return pairs[name]
 
 
 def _toml(data: dict[str, Any]) -> str:
