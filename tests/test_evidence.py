@@ -303,6 +303,9 @@ async def test_rungctl_evidence_prints_a_slice_says_what_was_cut_and_all_reassem
     lines = await ctl("evidence", evidence_id, "--lines", "2:1", "--socket", sock)
     assert lines.stdout == truth.splitlines(keepends=True)[1]
     assert "--lines 3:" in lines.stderr.decode()
+    past = await ctl("evidence", evidence_id, "--lines", "999999:5", "--socket", sock)
+    assert past.returncode == 0 and past.stdout == b""
+    assert f"line 999999 is past the end: it has {len(truth.splitlines())}" in past.stderr.decode()
 
     found = await ctl("evidence", evidence_id, "--grep", "needle", "--json", "--socket", sock)
     assert json.loads(found.stdout)["matches"] == 3

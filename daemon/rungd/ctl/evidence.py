@@ -40,6 +40,8 @@ def _status(ctx: Context, part: EvidenceSlice) -> str:
     what = (f"{part.matches} matching line(s), searched to byte {part.end}" if ctx.args.grep is not None
             else f"bytes {part.offset}-{part.end}")
     line = f"[{part.evidence_id}: {what} of {part.size} bytes, {part.lines} lines"
+    if not part.text and ctx.args.grep is None and part.first_line is not None and part.first_line > part.lines:
+        line += f"; line {part.first_line} is past the end: it has {part.lines}"
     if part.truncated:
         line += "; cut at the reply cap" if ctx.args.grep is None else "; cut (reply cap or search time)"
     if part.next is None:
