@@ -270,3 +270,20 @@ async def test_a_flood_on_stderr_leaves_a_small_stdout_whole_and_parsed(short_tm
     assert env.status == "ok", env.error
     assert env.fields == {"used": 42} and env.truncated is False
     daemon.daemon.stop()
+
+
+async def test_a_narrow_never_promises_output_the_evidence_did_not_keep(short_tmp, nursery) -> None:
+    # 20 MB of lines: evidence keeps 16 MiB, and the narrow once said all of it was there.
+    text = '[programs.seq]\ncommand = "seq"\n\n' + tool("num_big_show", "seq", ["3000000"], parse='kind = "lines"')
+    daemon = await serve(short_tmp, nursery, text)
+    env = await daemon.call("num_big_show", {})
+    assert env.status == "ok" and env.truncated, env.error
+    assert "up to the evidence cap (the rest was not kept)" in env.narrow and "full output" not in env.narrow
+    daemon.daemon.stop()
+
+
+async def test_a_narrow_says_the_full_output_is_kept_when_it_is(short_tmp, nursery) -> None:
+    daemon = await serve(short_tmp, nursery, SEQ)
+    env = await daemon.call("num_seq_show", {})
+    assert env.truncated and "its full output is in evidence" in env.narrow
+    daemon.daemon.stop()

@@ -346,6 +346,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         truncated=stdout.truncated or stderr.truncated,
         stdout_cut=stdout.truncated,
         stderr_cut=stderr.truncated,
+        evidence_cut=stdout.evidence_cut or stderr.evidence_cut,
         stdout_bytes=stdout.total,
         stderr_bytes=stderr.total,
         answered=watch.answered,

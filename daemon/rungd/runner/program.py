@@ -79,6 +79,9 @@ class Completed:
     # Which: a flood on stderr leaves a small stdout whole, and a parse of it honest.
     stdout_cut: bool = False
     stderr_cut: bool = False
+    # The evidence holds less than the program printed (its cap, or a full disk): "the full
+    # output is in evidence" would not be true.
+    evidence_cut: bool = False
 
     def stderr_tail(self, chars: int = 400) -> str:
         return self.stderr[-chars:].strip()

@@ -130,6 +130,11 @@ class Stream:
             self._evidence.close()
 
     @property
+    def evidence_cut(self) -> bool:
+        """Whether the evidence file holds less than the stream said (its cap, a full disk)."""
+        return self.clean_total > self._evidence_written
+
+    @property
     def truncated(self) -> bool:
         return self.clean_total > len(self.head) + len(self.tail)
 

@@ -545,7 +545,7 @@ class _ProgramRunner:
             raise ToolError(
                 "OUTPUT_TOO_LARGE",
                 f"the program printed {done.stdout_bytes} bytes, more than the tool keeps to parse",
-                hint=f"narrow the request; the full output is in evidence {_evidence_of(done)}",
+                hint=f"narrow the request; {_kept(done)}",
             )
         # Off the loop and bounded: a pattern can hold the interpreter lock while it backtracks.
         return await parse_off_loop(self.spec.parse, _parsed_text(self.spec.parse.stream, done),
@@ -598,12 +598,12 @@ class _ReadBack:
         if _cut(done, self.runner.spec.parse.stream):
             raise ToolError("OUTPUT_TOO_LARGE", f"the read-back {self.name} printed more than the tool keeps, "
                             "so it cannot show whether the change happened",
-                            hint=f"narrow the read-back; its full output is in evidence {_evidence_of(done)}")
+                            hint=f"narrow the read-back; {_kept(done)}")
         if (cut := left_out(self.runner.spec.parse, fields)) is not None:
             raise ToolError("OUTPUT_TOO_LARGE", f"the read-back {self.name} is too cut to decide whether the "
                             f"change happened: {cut}",
                             hint=f"the operator must raise max_lines of {self.name} in the tool file or narrow "
-                            f"its inputs; its full output is in evidence {_evidence_of(done)}")
+                            f"its inputs; {_kept(done)}")
         return fields
 
     def expected(self, values: dict[str, Any]) -> dict[str, Any]:
@@ -626,6 +626,13 @@ def _evidence_of(done: Completed) -> str:
     return done.evidence[0] if done.evidence else "(none: the state folder could not hold it)"
 
 
+def _kept(done: Completed) -> str:
+    """Where the whole output is, said as far as it is true: evidence has a cap too."""
+    if done.evidence_cut:
+        return f"its output is in evidence {_evidence_of(done)} up to the evidence cap (the rest was not kept)"
+    return f"its full output is in evidence {_evidence_of(done)}"
+
+
 def _matches(fields: dict[str, Any], expected: dict[str, Any], before: dict[str, Any] | None = None) -> bool:
     return shows(fields, expected, before) is True
 
@@ -643,8 +650,7 @@ def _handler(program: _ProgramRunner, readback: _ReadBack | None, spec: ToolSpec
                 if clipped:
                     why.append("the output was cut at the byte cap the tool keeps"
                                + (" (how many lines it had is unknown)" if spec.parse.kind == "lines" else ""))
-                narrow = (f"{'; '.join(why)}; ask for less (a narrower input), or read all of it in evidence "
-                          f"{_evidence_of(done)}")
+                narrow = f"{'; '.join(why)}; ask for less (a narrower input), or read it: {_kept(done)}"
             return Result(fields=fields, truncated=clipped or cut is not None, narrow=narrow,
                           verified_by=f"parsed {spec.parse.kind} output" if spec.parse.kind != "none" else None)
         return await _act_and_verify(ctx, program, readback, values, settle)
