@@ -14,8 +14,11 @@ import resource
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -694,3 +697,38 @@ async def test_nothing_is_answered_once_the_call_is_decided_not_even_in_the_kill
     # SIGTERM came in the grace period; the question it asked then got no answer: its helper
     # was closed on (it then holds until the kill, or gives up with nothing).
     assert report.read_bytes() in (b"asked;", b"asked;got:")
+
+
+def test_the_daemon_keeps_ambient_capabilities_for_its_launcher_alone(short_tmp) -> None:
+    # Given CAP_SETUID and CAP_SETGID (to run tools as their users), the daemon's threads
+    # passed them to every child but the tools' programs: ssh-keygen, a regex parse's child.
+    if os.getuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv")
+    from rungd.client import Client
+    from rungd.testing import write_config
+    from tests.conftest import TEST_PLUGINS
+
+    config = write_config(short_tmp, f'[plugins]\nfiles = ["{TEST_PLUGINS / "fake_tools.py"}"]\n')
+    daemon = subprocess.Popen(["setpriv", "--inh-caps=+setuid,+setgid", "--ambient-caps=+setuid,+setgid",
+                               sys.executable, "-m", "rungd.main", "serve", "--config", str(config)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not (short_tmp / "rungd.sock").exists():
+            assert daemon.poll() is None and time.monotonic() < deadline, "the daemon did not start"
+            time.sleep(0.05)
+        with Client(short_tmp / "rungd.sock") as client:
+            ran = client.call("fake_run", {"program": "argv_echo", "args": ["x"]})  # its launcher runs now
+            assert ran.status == "ok", ran.error
+
+        def ambient(status: Path) -> str:
+            return next(line.split()[1] for line in status.read_text().splitlines() if line.startswith("CapAmb:"))
+
+        threads = {ambient(task / "status") for task in Path(f"/proc/{daemon.pid}/task").iterdir()}
+        launchers = [p for p in psutil.Process(daemon.pid).children()
+                     if any("launcher" in part for part in p.cmdline())]
+        assert threads == {"0000000000000000"}  # no thread: no child of theirs gets them
+        assert [ambient(Path(f"/proc/{p.pid}/status")) for p in launchers] == ["00000000000000c0"]
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=20)

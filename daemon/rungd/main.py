@@ -19,6 +19,7 @@ from rungd.daemon import Daemon, run_until_signalled
 from rungd.errors import ConfigError, PluginError
 from rungd.journal import make_handler
 from rungd.preflight import check_paths
+from rungd.runner import launch
 from rungd.server import SocketInUse
 from rungd_ledgers import LedgerUnavailable
 
@@ -83,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.command != "check-config":
+        # Before any thread: capabilities given to run tools as their users are the launcher's.
+        launch.keep_ambient_for_launcher()
     # The demo prints a walkthrough; the daemon's own log would only interleave with it.
     setup_logging(args.verbose, quiet=args.command == "demo")
     try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import ctypes
 import errno
 import functools
 import hashlib
@@ -37,7 +38,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import trio
@@ -55,6 +56,42 @@ _REDATE_S = 10.0  # a kept cgroup is dated again this long after it last was (sw
 _SEND_TIMEOUT_S = 5.0  # the launcher reads at once; one that does not is stuck, and replaced
 _PID_TIMEOUT_S = 5.0  # the new process says its pid before anything else
 _FS, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+
+
+# Ambient capabilities (a daemon given CAP_SETUID and CAP_SETGID to run tools as their
+# users): kept for the launcher alone. Capability sets are per thread, and a thread's new
+# threads and children inherit them: cleared in the daemon's one thread at start, they are
+# in no worker thread and no child (ssh-keygen, a regex parse), and raised only around the
+# launcher's start, which clears them again in every program it makes.
+_PR_CAP_AMBIENT, _IS_SET, _RAISE, _CLEAR_ALL = 47, 1, 2, 4
+_AMBIENT: tuple[int, ...] = ()
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def keep_ambient_for_launcher() -> tuple[int, ...]:
+    """Take the ambient capabilities this process was started with out of it, keeping them
+    for its launcher. Call once at start, while the process has one thread.
+
+    Returns:
+        The capabilities kept (numbers), none where there were none or the kernel has no
+        ambient set.
+    """
+    global _AMBIENT
+    held = tuple(cap for cap in range(64) if _libc.prctl(_PR_CAP_AMBIENT, _IS_SET, cap, 0, 0) == 1)
+    if held and _libc.prctl(_PR_CAP_AMBIENT, _CLEAR_ALL, 0, 0, 0) == 0:
+        _AMBIENT = held
+    return _AMBIENT
+
+
+@contextlib.contextmanager
+def _ambient_for_the_launcher() -> Iterator[None]:
+    """The kept ambient capabilities, in this thread only, while the launcher is started."""
+    raised = [cap for cap in _AMBIENT if _libc.prctl(_PR_CAP_AMBIENT, _RAISE, cap, 0, 0) == 0]
+    try:
+        yield
+    finally:
+        if raised:
+            _libc.prctl(_PR_CAP_AMBIENT, _CLEAR_ALL, 0, 0, 0)
 
 
 def _encode(text: str | bytes | os.PathLike[str]) -> bytes:
@@ -464,12 +501,14 @@ class Launcher:
         if self._process is not None and self._process.poll() is None:
             return
         self._stop_process()
+        command = self.command()  # asks the compiled launcher its source first: no capability for that
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            process = subprocess.Popen(
-                [*self.command(), str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                env={}, cwd="/", start_new_session=True)
+            with _ambient_for_the_launcher():
+                process = subprocess.Popen(
+                    [*command, str(theirs.fileno())],
+                    pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    env={}, cwd="/", start_new_session=True)
         except BaseException:
             ours.close()
             raise
