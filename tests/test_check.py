@@ -127,3 +127,24 @@ def test_a_read_back_is_given_a_before_and_an_after_its_expectation_tells_apart(
     before, after = _before_and_after(expected)
     assert expectations.judge({"f": after}, {"f": expected}, {"f": before}) is True
     assert expectations.judge({"f": before}, {"f": expected}, {"f": before}) is not True
+
+
+def test_a_question_to_a_program_fed_its_input_on_stdin_is_not_expected_to_wait() -> None:
+    # bc reads the expression it is given on stdin: a question it asked would read that, so
+    # the check once failed such a tool for not answering PROMPT_UNEXPECTED.
+    from rungd.check import _judge
+    from rungd.envelope import Envelope
+
+    answered = Envelope(call_id="c1", tool="t", status="ok", outcome="done", effect="none")
+    assert _judge("question", {"stdin_input": "expression"}, answered, acted=False, write=False) == []
+    assert _judge("question", {}, answered, acted=False, write=False) == ["expected PROMPT_UNEXPECTED, got ok"]
+
+
+def test_a_failing_stand_in_exits_with_a_status_the_tool_does_not_call_success(short_tmp: Path) -> None:
+    # crontab -l lists 1 ("no crontab") as an answer: a stand-in failing with 1 read as ok.
+    from rungd.check import _Plan
+
+    raw = {"program": {"command": "true"},
+           "tools": {"t_x_show": {"argv": [], "ok_exit": [0, 1, 2], "parse": {"kind": "lines"}}}}
+    plan = _Plan(short_tmp / "t.toml", raw, short_tmp, hangs=False)
+    assert plan._script("t_x_show", raw["tools"]["t_x_show"], {})["fail_status"] == 3

@@ -370,7 +370,11 @@ class _Plan:
             after = sample_text(target.get("parse", {}), {k: pair[1] for k, pair in pairs.items()})
             before = sample_text(target.get("parse", {}), {k: pair[0] for k, pair in pairs.items()})
             roles[verify["tool"]] = {"before": before, "after": after}
+        ok = set(spec.get("ok_exit", [0]))
         return {"fixture": "", "target": name, "roles": roles,
+                # A failing stand-in exits with a status the tool does not call success
+                # (crontab -l lists 1, "no crontab", as an answer).
+                "fail_status": next(status for status in range(1, 126) if status not in ok),
                 "secret_env": [CHECK_SECRET_ENV, *spec.get("credentials", {}),
                                *(var for program in self._programs(self.raw)
                                  for var in program.get("credentials", {}))],
@@ -487,6 +491,10 @@ def _judge(fixture: str, spec: dict[str, Any], env: Envelope, acted: bool, write
         "hang": "TIMEOUT", "hang_before": "TIMEOUT", "hang_after": "TIMEOUT",
         "question": "PROMPT_UNEXPECTED", "noop": "UNEXPECTED_STATE",
     }.get(fixture)
+    if fixture == "question" and spec.get("stdin_input"):
+        # Its stdin carries the declared input, then ends: a question reads that, never
+        # waits, so no PROMPT_UNEXPECTED can come (what it made of it, the result says).
+        expected = None
     if expected is not None and code != expected:
         problems.append(f"expected {expected}, got {code or env.status}")
     if fixture in ("missing", "secret") and env.status != "error":
