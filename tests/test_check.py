@@ -138,13 +138,3 @@ def test_a_question_to_a_program_fed_its_input_on_stdin_is_not_expected_to_wait(
     answered = Envelope(call_id="c1", tool="t", status="ok", outcome="done", effect="none")
     assert _judge("question", {"stdin_input": "expression"}, answered, acted=False, write=False) == []
     assert _judge("question", {}, answered, acted=False, write=False) == ["expected PROMPT_UNEXPECTED, got ok"]
-
-
-def test_a_failing_stand_in_exits_with_a_status_the_tool_does_not_call_success(short_tmp: Path) -> None:
-    # crontab -l lists 1 ("no crontab") as an answer: a stand-in failing with 1 read as ok.
-    from rungd.check import _Plan
-
-    raw = {"program": {"command": "true"},
-           "tools": {"t_x_show": {"argv": [], "ok_exit": [0, 1, 2], "parse": {"kind": "lines"}}}}
-    plan = _Plan(short_tmp / "t.toml", raw, short_tmp, hangs=False)
-    assert plan._script("t_x_show", raw["tools"]["t_x_show"], {})["fail_status"] == 3

@@ -262,7 +262,7 @@ BEHAVIOUR: dict[str, str] = {
     "question": f"say({QUESTION!r})\nsys.stdin.readline()\nsay(me.get('ok', ''))\nsys.exit(0)",
     "flood": "line = 'flood ' * 15 + '\\n'\nfor _ in range(80000):\n    sys.stdout.write(line)\nsys.stdout.flush()\n"
              "sys.exit(0)",
-    "secret": "secrets()\nsys.exit(SCRIPT.get('fail_status', 1))",
+    "secret": "secrets()\nsys.exit(1)",
     "acts_dies": "confirm()\nACTED.touch()\nos.kill(os.getpid(), signal.SIGKILL)",
     "noop": "confirm()\nsay(me.get('ok', ''))\nsys.exit(0)",
     "empty": "sys.exit(0)",
