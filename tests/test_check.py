@@ -138,3 +138,16 @@ def test_a_question_to_a_program_fed_its_input_on_stdin_is_not_expected_to_wait(
     answered = Envelope(call_id="c1", tool="t", status="ok", outcome="done", effect="none")
     assert _judge("question", {"stdin_input": "expression"}, answered, acted=False, write=False) == []
     assert _judge("question", {}, answered, acted=False, write=False) == ["expected PROMPT_UNEXPECTED, got ok"]
+
+
+def test_a_file_whose_checked_copy_does_not_load_is_one_error_not_a_crash(short_tmp: Path) -> None:
+    # Raised inside the check's nurseries, it once came out as an ExceptionGroup: rungctl
+    # said "unexpected failure" instead of what is wrong with the file.
+    from rungd.check import CheckError, run_check
+
+    tool_file = short_tmp / "bad.toml"
+    tool_file.write_text('[program]\ncommand = "echo"\n\n[tools.bad_x_show]\nargv = []\nuser = "Not A User"\n'
+                         '[tools.bad_x_show.description]\ndoes = "x."\nuse_when = "x."\ndo_not_use_when = "x."\n'
+                         'returns = "x."\non_error = "x."\nif_unknown = "x."\n', encoding="utf-8")
+    with pytest.raises(CheckError, match="the checked copy does not load"):
+        run_check([tool_file])

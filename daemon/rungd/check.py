@@ -136,9 +136,18 @@ def run_check(paths: Iterable[Path], tools: set[str] | None = None) -> list[Rece
     """Check every tool (or only ``tools``) of each tool file; blocking, for the CLI.
 
     Raises:
-        CheckError: a file cannot be read or has none of the tools asked for.
+        CheckError: a file cannot be read, has none of the tools asked for, or its checked
+            copy does not load (the first such, out of the nurseries' exception groups).
     """
-    return trio.run(check_files, list(paths), tools)
+    try:
+        return trio.run(check_files, list(paths), tools)
+    except BaseExceptionGroup as group:
+        matched, _ = group.split(CheckError)
+        if matched is None:
+            raise
+        while isinstance(matched, BaseExceptionGroup):
+            matched = matched.exceptions[0]
+        raise matched from None
 
 
 async def check_files(paths: list[Path], tools: set[str] | None = None) -> list[Receipt]:
