@@ -189,6 +189,9 @@ class Config(_Section):
     step_down: StepDownConfig = StepDownConfig()
     limits: LimitsConfig = LimitsConfig()
     source: str = Field("<embedded default>", exclude=True)
+    # load_config's argument (None: $RUNGD_CONFIG or the embedded default), so a reload reads
+    # the config the same way, $RUNGD_SOCKET and all.
+    loaded_from: Path | None = Field(None, exclude=True)
 
     @property
     def state_dir(self) -> Path:
@@ -287,7 +290,7 @@ def load_config(path: Path | None = None) -> Config:
             message names the file, the key and a valid example.
         OSError: the file exists but cannot be read (``rungd.ctl.cli.read_config`` says so).
     """
-    explicit = path is not None
+    explicit, loaded_from = path is not None, path
     if path is None and os.environ.get(CONFIG_ENV):
         path = Path(os.environ[CONFIG_ENV])
     if path is None:
@@ -302,7 +305,7 @@ def load_config(path: Path | None = None) -> Config:
         raise ConfigError(f"{source}: no such file; hint: pass --config PATH to an existing file") from None
     label = str(source) if path is not None else f"{source} (embedded default)"
     try:
-        config = Config.model_validate({**raw, "source": label})
+        config = Config.model_validate({**raw, "source": label, "loaded_from": loaded_from})
     except pydantic.ValidationError as exc:
         raise ConfigError(_explain(label, exc)) from None
     config = _resolve_paths(config, base, source.resolve().parent)

@@ -47,8 +47,6 @@ class Daemon:
 
     Args:
         config: the validated configuration.
-        config_path: what it was loaded from (``load_config``'s argument), for a reload to
-            read it the same way; left out, the file ``config.source`` names.
 
     Raises:
         PluginError: a plugin failed to load, misspelled a hook, or two plugins registered
@@ -56,13 +54,8 @@ class Daemon:
         ConfigError: a tool file or the credentials file is invalid.
     """
 
-    def __init__(self, config: Config, *, config_path: Path | None | object = ...) -> None:
+    def __init__(self, config: Config) -> None:
         self.config = config
-        # How a reload reads the config again: as at start (``--config``'s path, or None for
-        # $RUNGD_CONFIG or the embedded default, so $RUNGD_SOCKET applies as it did then).
-        # Not said (a Daemon made from a Config): the file it names, if any.
-        self._config_path = config_path if config_path is not ... else \
-            None if config.source.endswith("(embedded default)") else Path(config.source)
         self.hooks = Hooks.load(config)
         self.pm = self.hooks.pm
         self.tools = self.hooks.collect_tools(config)
@@ -210,7 +203,7 @@ class Daemon:
         that fails to load leaves everything as it was, and the journal says why.
         """
         try:
-            config = load_config(self._config_path)  # type: ignore[arg-type]
+            config = load_config(self.config.loaded_from)  # as at start: $RUNGD_SOCKET and all
             hooks = Hooks.load(config)
             tools = hooks.collect_tools(config)
             check_gates([reg.tool for reg in tools.values()], config)

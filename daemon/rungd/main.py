@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.verbose, quiet=args.command == "demo")
     try:
         config = read_config(args.config)
-        daemon = Daemon(config, config_path=args.config)
+        daemon = Daemon(config)
     except (ConfigError, PluginError) as exc:
         fail("rungd", str(exc))
         return EXIT_CONFIG
