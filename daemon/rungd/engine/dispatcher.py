@@ -29,7 +29,7 @@ import trio
 
 from rungd.audit import Audit
 from rungd.config import Config
-from rungd.contract import CallContext, Caller, Tool, ToolInputs, shows
+from rungd.contract import CallContext, Caller, Tool, ToolInputs
 from rungd.credentials import CredentialStore
 from rungd.envelope import Envelope
 from rungd.errors import Busy, ReconcileRequired, RungdError
@@ -434,13 +434,8 @@ class Dispatcher:
         read = await self.call(settle["tool"], settle["inputs"], None, call.caller, MAX_WAIT_S)
         if read.status != "ok" or read.truncated:
             return envelope
-        before = ctx.read_before(settle["tool"], settle["inputs"])
-        happened = shows(read.fields, settle["expect"], before)
-        if happened is None:
-            return envelope
-        already = before is not None and shows(before, settle["expect"], before) is True
-        return outcomes.settled(envelope, tool, happened=happened, read=read, before=before, already=already,
-                                acted=ctx.may_have_acted(), watched=settle["expect"].keys())
+        return outcomes.settled(envelope, tool, read=read, expect=settle["expect"],
+                                before=ctx.read_before(settle["tool"], settle["inputs"]), acted=ctx.may_have_acted())
 
     async def _record_end(self, call: Call, envelope: Envelope, ctx: CallContext) -> None:
         """Record what the runner answered and how the call finished (the caller hears it next)."""

@@ -18,12 +18,11 @@ frozen envelope, cut to the tool's byte cap once, here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
-from rungd.contract import CallContext, Result, Tool
+from rungd.contract import CallContext, Result, Tool, shows
 from rungd.envelope import DEFAULT_CAP_BYTES, Envelope, ErrorInfo, Settle, fit_to_cap
 from rungd.errors import Failed, Interrupted, NextAction, Outcome, Retry, RungdError, ToolError, ToolTimeout
 from rungd.protocol import ProtocolError
@@ -292,16 +291,16 @@ def still_unknown(first: Envelope, exc: RungdError, tool: Tool) -> Envelope:
 _NOT_KNOWING = frozenset({"TIMEOUT", "INTERRUPTED"})
 
 
-def settled(envelope: Envelope, tool: Tool, *, happened: bool, read: Envelope,
-            before: dict[str, Any] | None = None, already: bool = False, acted: bool = True,
-            watched: Iterable[str] | None = None) -> Envelope:
-    """A write's unknown error once its settle read decided, with ``verified_by`` naming the read.
+def settled(envelope: Envelope, tool: Tool, *, read: Envelope, expect: dict[str, Any],
+            before: dict[str, Any] | None, acted: bool) -> Envelope:
+    """A write's unknown error once its settle read decides, with ``verified_by`` naming the
+    read; unchanged when the read cannot say (``shows`` is None) or moved elsewhere.
 
     What the read can credit to this call depends on the read before the act (``before``,
     when the handler noted one):
 
     - it shows the effect, and the read before did not: ``done``, ``changed``;
-    - it shows the effect, and so did the read before (``already``): the call cannot be
+    - it shows the effect, and so did the read before: the call cannot be
       credited with it. ``not_started``, ``none`` when its program never ran and the read
       did not move; otherwise ``done``, ``no_change``;
     - it shows the effect and there is no read before: ``done``, ``existing`` (the effect
@@ -309,14 +308,17 @@ def settled(envelope: Envelope, tool: Tool, *, happened: bool, read: Envelope,
     - it does not show the effect: ``not_started`` when nothing moved; when the read moved
       elsewhere since the read before, the outcome stays ``unknown``.
 
-    "Moved" looks at the ``watched`` fields (the settle's expected ones), when given: a
-    field that changes on every read (a timestamp, a counter) moves nothing. ``acted``:
+    "Moved" looks at the fields ``expect`` names: one that changes on every read (a
+    timestamp, a counter) moves nothing. ``acted``:
     whether the call's program may have acted (it ran: evidence, not its declared commit
     point). The error stays: it is what went wrong; its hint now says what the read showed.
     """
     assert envelope.error is not None
-    keys = list(watched) if watched is not None else list(set(read.fields) | set(before or {}))
-    moved = before is not None and any(read.fields.get(key) != before.get(key) for key in keys)
+    happened = shows(read.fields, expect, before)
+    if happened is None:
+        return envelope
+    already = before is not None and shows(before, expect, before) is True
+    moved = before is not None and any(read.fields.get(key) != before.get(key) for key in expect)
     name = f"the settle read {read.tool}"
     if happened:
         if before is None:
