@@ -245,8 +245,8 @@ def test_a_hint_points_at_the_stdout_evidence_the_parse_read() -> None:
     from rungd_plugins.declarative.build import _evidence_of
 
     def done(*evidence: str) -> Completed:
-        return Completed(exit_status=0, stdout="", stderr="", truncated=True, stdout_bytes=0, stderr_bytes=0,
-                         answered=[], evidence=list(evidence))
+        return Completed(exit_status=0, stdout="", stderr="", stdout_bytes=0, stderr_bytes=0, answered=[],
+                         evidence=list(evidence), stdout_cut=True)
 
     assert _evidence_of(done("c1.1.stderr", "c1.2.stdout")) == "c1.2.stdout"  # stderr spoke first
     assert _evidence_of(done("c1.1.stderr")) == "c1.1.stderr"

@@ -89,7 +89,7 @@ def test_ordinary_output_about_passwords_is_no_statement_that_a_credential_is_ne
     from rungd.runner.exits import check_terminal
     from rungd.runner.program import Completed, Program
 
-    done = Completed(exit_status=1, stdout="alice needs a password reset\n", stderr="", truncated=False,
-                     stdout_bytes=29, stderr_bytes=0, answered=[], evidence=[])
+    done = Completed(exit_status=1, stdout="alice needs a password reset\n", stderr="", stdout_bytes=29,
+                     stderr_bytes=0, answered=[], evidence=[])
     with pytest.raises(PromptUnexpected):
         check_terminal(done, Program(argv=("/usr/bin/tool",)), ("cannot open '/dev/tty'", "Continue? (Y/n)"))

@@ -343,7 +343,6 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         exit_status=proc.returncode if proc.returncode is not None else -signal.SIGKILL,
         stdout=stdout.text(),
         stderr=stderr.text(),
-        truncated=stdout.truncated or stderr.truncated,
         stdout_cut=stdout.truncated,
         stderr_cut=stderr.truncated,
         evidence_cut=stdout.evidence_cut or stderr.evidence_cut,

@@ -71,17 +71,22 @@ class Completed:
     exit_status: int
     stdout: str
     stderr: str
-    truncated: bool  # either stream was cut to its kept head and tail
     stdout_bytes: int
     stderr_bytes: int
     answered: list[str]
     evidence: list[str]
-    # Which: a flood on stderr leaves a small stdout whole, and a parse of it honest.
+    # Which stream was cut to its kept head and tail: a flood on stderr leaves a small
+    # stdout whole, and a parse of it honest.
     stdout_cut: bool = False
     stderr_cut: bool = False
     # The evidence holds less than the program printed (its cap, or a full disk): "the full
     # output is in evidence" would not be true.
     evidence_cut: bool = False
+
+    @property
+    def truncated(self) -> bool:
+        """Either stream was cut to its kept head and tail."""
+        return self.stdout_cut or self.stderr_cut
 
     def stderr_tail(self, chars: int = 400) -> str:
         return self.stderr[-chars:].strip()
