@@ -6,8 +6,9 @@ and ``error.code`` and never parses prose. The model-facing envelope has a byte 
 ``truncated`` and says in ``narrow`` what it cut (``fields.lines: 25 of 100 items kept``) and
 how to ask for less. A count beside a list that says how many of its items are shown
 (``lines_shown`` beside ``lines``: the ``<list>_shown`` convention) is kept equal to what is
-left, so no count in an envelope claims more than it shows. The full output stays on disk
-as evidence, and the envelope carries its ids.
+left, so no count in an envelope claims more than it shows. The output stays on disk as
+evidence (up to the evidence cap, whose file says what it did not keep), and the envelope
+carries its ids.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def fit_to_cap(envelope: Envelope, cap_bytes: int = DEFAULT_CAP_BYTES) -> Envelo
             return envelope
     fields = _deepcopy(envelope.fields)
     hint = envelope.error.hint if envelope.error else ""
-    cuts: dict[str, tuple[int, int, str]] = {}
+    cuts: dict[_Path, tuple[int, int, str]] = {}
     narrow = _narrow(envelope, cuts)
     for _ in range(200):
         candidate = _rebuild(envelope, fields, hint, narrow)
@@ -128,16 +129,16 @@ def fit_to_cap(envelope: Envelope, cap_bytes: int = DEFAULT_CAP_BYTES) -> Envelo
 _NARROW_CUTS = 4  # fields named in narrow; more are summed up, so narrow stays short
 
 
-def _narrow(envelope: Envelope, cuts: dict[str, tuple[int, int, str]]) -> str:
+def _narrow(envelope: Envelope, cuts: dict[_Path, tuple[int, int, str]]) -> str:
     """The tool's own narrow, if any, then what the byte cap cut and how to ask for less."""
-    named = [f"{_short(path)}: {kept} of {had} {unit} kept"
+    named = [f"{_named(path)}: {kept} of {had} {unit} kept"
              for path, (had, kept, unit) in list(cuts.items())[:_NARROW_CUTS]]
     if len(cuts) > _NARROW_CUTS:
         named.append(f"{len(cuts) - _NARROW_CUTS} more cut")
     what = f" ({', '.join(named)})" if named else ""
     if envelope.narrow:
         return f"{envelope.narrow}; then the result was cut to fit the byte cap{what}"
-    where = (f" the full output is evidence {', '.join(envelope.evidence)}: read it with the evidence request "
+    where = (f" the output rungd kept is evidence {', '.join(envelope.evidence)}: read it with the evidence request "
              f"(rungctl evidence {envelope.evidence[0]});" if envelope.evidence else "")
     return f"result cut to fit the byte cap{what};{where} ask for fewer rows or a narrower filter"
 
@@ -167,30 +168,27 @@ def _cut_string(text: str, keep: int) -> str:
     return text[:head] + _CUT_MARK + (text[-tail:] if tail else "")
 
 
-def _short(path: str, most: int = 60) -> str:
-    """A cut's path as narrow names it: a key from a program's output may be long."""
-    return path if len(path) <= most else path[: most - 3] + "..."
+
+# Where a value sits in the fields: its keys and list indexes, from the top.
+_Path = tuple[str | int, ...]
 
 
-def _index_below(inner: str, path: str) -> int | None:
-    """The list index ``inner`` names right below ``path`` (``fields.a[3].b`` below
-    ``fields.a``: 3), or None (a key may hold "[" too: ``fields.a[b``)."""
-    if not inner.startswith(path + "["):
-        return None
-    index = inner[len(path) + 1:].split("]", 1)[0]
-    return int(index) if index.isdigit() else None
+def _named(path: _Path, most: int = 60) -> str:
+    """A cut's path as narrow names it (``fields.after.lines``), short: a key from a
+    program's output may be long."""
+    text = "fields" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path)
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
-def _halve_largest(container: Any, cuts: dict[str, tuple[int, int, str]]) -> bool:
+def _halve_largest(container: Any, cuts: dict[_Path, tuple[int, int, str]]) -> bool:
     """Halve the largest string or list found anywhere inside ``container``, in place.
 
-    Records in ``cuts`` each value cut, by path (``fields.after.lines``): its length before
-    the first cut, its length now and the unit. A ``<key>_shown`` count beside a list cut
-    becomes the list's new length.
+    Records in ``cuts`` each value cut, by path: its length before the first cut, its length
+    now and the unit. A ``<key>_shown`` count beside a list cut becomes the list's new length.
     """
-    best: tuple[int, Any, Any, str] | None = None  # (size, parent, key, path)
+    best: tuple[int, Any, Any, _Path] | None = None  # (size, parent, key, path)
 
-    def visit(parent: Any, key: Any, value: Any, path: str) -> None:
+    def visit(parent: Any, key: Any, value: Any, path: _Path) -> None:
         nonlocal best
         if isinstance(value, str) and len(value) > 32:
             size = len(value)
@@ -202,13 +200,13 @@ def _halve_largest(container: Any, cuts: dict[str, tuple[int, int, str]]) -> boo
             best = (size, parent, key, path)
         if isinstance(value, dict):
             for k, v in value.items():
-                visit(value, k, v, f"{path}.{k}")
+                visit(value, k, v, (*path, k))
         elif isinstance(value, list):
             for i, v in enumerate(value):
-                visit(value, i, v, f"{path}[{i}]")
+                visit(value, i, v, (*path, i))
 
     for k, v in container.items():
-        visit(container, k, v, f"fields.{k}")
+        visit(container, k, v, (k,))
     if best is None:
         return False
     _, parent, key, path = best
@@ -220,7 +218,8 @@ def _halve_largest(container: Any, cuts: dict[str, tuple[int, int, str]]) -> boo
         return True
     kept = len(value) // 2
     parent[key] = value[:kept]
-    for gone in [p for p in cuts if (index := _index_below(p, path)) is not None and index >= kept]:
+    depth = len(path)  # below a list, the next part of a path is an index
+    for gone in [inner for inner in cuts if inner[:depth] == path and len(inner) > depth and inner[depth] >= kept]:
         del cuts[gone]  # a cut inside an item no longer shown
     cuts[path] = (had, kept, "items")
     if isinstance(parent, dict) and isinstance(parent.get(f"{key}_shown"), int):
