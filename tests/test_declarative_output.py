@@ -10,31 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from rungd.config import load_config
-from rungd.testing import start_daemon, write_config
+from rungd.testing import STUB_DESCRIPTION, serve_tool_file
 from tests.conftest import FAKES
-
-DESCRIPTION = """does = "Testing."
-use_when = "testing."
-do_not_use_when = "not testing."
-returns = "lines."
-on_error = "stop."
-if_unknown = "ask."
-"""
 
 
 def tool(name: str, program: str, argv: list[str], *, parse: str, extra: str = "") -> str:
     """One tool of a tool file: ``parse`` is the body of its parse table."""
     quoted = ", ".join(f'"{word}"' for word in argv)
     return (f'[tools.{name}]\nprogram = "{program}"\nargv = [{quoted}]\n{extra}\n'
-            f"[tools.{name}.description]\n{DESCRIPTION}\n[tools.{name}.parse]\n{parse}\n")
+            f"[tools.{name}.description]\n{STUB_DESCRIPTION}\n[tools.{name}.parse]\n{parse}\n")
 
 
 async def serve(short_tmp: Path, nursery, text: str):
-    folder = short_tmp / "tools"
-    folder.mkdir(exist_ok=True)
-    (folder / "tools.toml").write_text(text)
-    return await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
+    return await serve_tool_file(nursery, short_tmp, text)
 
 
 SEQ = '[programs.seq]\ncommand = "seq"\n\n' + tool("num_seq_show", "seq", ["150"], parse='kind = "lines"')
@@ -120,7 +108,6 @@ async def test_lines_of_output_cut_at_the_byte_cap_have_no_total(short_tmp, nurs
     daemon.daemon.stop()
 
 
-
 async def test_counts_match_the_lines_left_after_the_byte_cap_cuts_them(short_tmp, nursery) -> None:
     text = SEQ.replace('argv = ["150"]', 'argv = ["-f", "line %g of a listing", "100"]\ncap_bytes = 1024')
     daemon = await serve(short_tmp, nursery, text)
@@ -153,18 +140,15 @@ def quiet_failure_file(*, status: int = 0, stderr: str = DIVIDE, lines: str = 'k
 
 
 async def serve_suspending(short_tmp: Path, nursery, text: str):
-    folder = short_tmp / "tools"
-    folder.mkdir(exist_ok=True)
-    (folder / "tools.toml").write_text(text)
-    config = write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n\n[step_down]\nsuspend = true\n')
-    return await start_daemon(nursery, load_config(config))
+    return await serve_tool_file(nursery, short_tmp, text, config="\n[step_down]\nsuspend = true\n")
 
 
 async def test_a_failure_said_only_on_stderr_with_status_0_is_failed_never_surface_changed(short_tmp, nursery) -> None:
     daemon = await serve_suspending(short_tmp, nursery, quiet_failure_file())
     for _ in range(2):  # a step-down on one SURFACE_CHANGED would suspend the tool at once
         env = await daemon.call("calc_value_show", {})
-        assert (env.status, env.error.code, env.outcome, env.next_action) == ("error", "FAILED", "done", "stop"), env.error
+        got = (env.status, env.error.code, env.outcome, env.next_action)
+        assert got == ("error", "FAILED", "done", "stop"), env.error
         assert DIVIDE in env.error.hint and "tool file needs updating" not in env.error.hint
     listing = await daemon.call("calc_lines_show", {})
     assert (listing.status, listing.error.code) == ("error", "FAILED"), listing.fields
@@ -225,7 +209,7 @@ pattern = "[0-9+*/ ()-]+"
 kind = "regex"
 pattern = '(?P<result>-?[0-9.]+)\\n?\\Z'
 fields = { result = "string" }
-""".replace("DESCRIPTION", DESCRIPTION)
+""".replace("DESCRIPTION", STUB_DESCRIPTION)
 
 
 async def test_bc_dividing_by_zero_is_failed_with_its_words(short_tmp, nursery) -> None:

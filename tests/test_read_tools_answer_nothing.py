@@ -14,7 +14,7 @@ import trio
 
 from rungd.config import load_config
 from rungd.errors import ConfigError
-from rungd.testing import write_config
+from rungd.testing import STUB_DESCRIPTION, write_config
 from rungd_plugins.declarative import read_tool_file
 
 COPY_AS_READ = """
@@ -27,13 +27,7 @@ argv = ["-i", "{root}/src.txt", "{root}/dst.txt"]
 pattern = "overwrite"
 answer = "y"
 [tools.files_copy_show.description]
-does = "t."
-use_when = "t."
-do_not_use_when = "t."
-returns = "t."
-on_error = "t."
-if_unknown = "t."
-"""
+""" + STUB_DESCRIPTION
 
 
 def copy_as_read(short_tmp: Path) -> Path:

@@ -10,16 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rungd.config import load_config
-from rungd.testing import start_daemon, write_config
-
-DESCRIPTION = """does = "t."
-use_when = "t."
-do_not_use_when = "t."
-returns = "t."
-on_error = "t."
-if_unknown = "t."
-"""
+from rungd.testing import STUB_DESCRIPTION, serve_tool_file
 
 
 def cp_tool_file(root: Path, confirm_pattern: str) -> str:
@@ -35,7 +26,7 @@ command = "{shutil.which('sha256sum')}"
 program = "sha256sum"
 argv = ["{root}/installed.txt"]
 [tools.files_copy_show.description]
-{DESCRIPTION}
+{STUB_DESCRIPTION}
 [tools.files_copy_show.parse]
 kind = "regex"
 pattern = '^(?P<sum>[0-9a-f]{{64}}) '
@@ -50,19 +41,12 @@ argv = ["-i", "{root}/template.txt", "{root}/installed.txt"]
 pattern = '{confirm_pattern}'
 answer = "y"
 [tools.files_template_install.description]
-{DESCRIPTION}
+{STUB_DESCRIPTION}
 [tools.files_template_install.verify]
 tool = "files_copy_show"
 expect = {{ sum = "{wanted}" }}
 wait_s = 0
 """
-
-
-async def daemon_for(short_tmp: Path, nursery, name: str, text: str):
-    folder = short_tmp / "tools"
-    folder.mkdir()
-    (folder / name).write_text(text)
-    return await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
 
 
 @pytest.mark.skipif(not shutil.which("cp") or not shutil.which("sha256sum"),
@@ -74,7 +58,7 @@ async def test_a_copy_stopped_at_its_unanswered_question_over_an_equal_file_chan
     (root / "installed.txt").write_text("template v2\n")  # already what the copy would make
     before = (root / "installed.txt").stat().st_mtime_ns
     # The pattern does not match cp's "cp: overwrite '...'? ": nobody answers, cp never acts.
-    daemon = await daemon_for(short_tmp, nursery, "files.toml", cp_tool_file(root, "^replace .*\\\\?"))
+    daemon = await serve_tool_file(nursery, short_tmp, cp_tool_file(root, "^replace .*\\\\?"), name="files.toml")
     env = await daemon.call("files_template_install", {}, request_id="cp-1")
     assert env.error is not None and env.error.code == "PROMPT_UNEXPECTED", env
     assert (root / "installed.txt").stat().st_mtime_ns == before  # cp did not act
@@ -92,7 +76,7 @@ async def test_a_copy_answered_over_a_different_file_is_changed(short_tmp, nurse
     root.mkdir()
     (root / "template.txt").write_text("template v2\n")
     (root / "installed.txt").write_text("template v1\n")
-    daemon = await daemon_for(short_tmp, nursery, "files.toml", cp_tool_file(root, "overwrite"))
+    daemon = await serve_tool_file(nursery, short_tmp, cp_tool_file(root, "overwrite"), name="files.toml")
     env = await daemon.call("files_template_install", {}, request_id="cp-2")
     assert (env.status, env.outcome, env.effect) == ("ok", "done", "changed"), env
     assert (root / "installed.txt").read_text() == "template v2\n"
@@ -123,7 +107,7 @@ command = "{program}"
 [tools.kv_value_show]
 argv = ["show", "{db}"]
 [tools.kv_value_show.description]
-{DESCRIPTION}
+{STUB_DESCRIPTION}
 [tools.kv_value_show.parse]
 kind = "key_value"
 fields = {{ value = "string" }}
@@ -131,7 +115,7 @@ fields = {{ value = "string" }}
 side_effect = "reversible"
 argv = ["set", "{{value}}", {'"--act", ' if act else ''}"{db}"]
 [tools.kv_value_set.description]
-{DESCRIPTION}
+{STUB_DESCRIPTION}
 [tools.kv_value_set.inputs.value]
 description = "The value."
 example = "one"
@@ -147,7 +131,7 @@ async def test_a_failed_write_whose_state_was_already_there_reports_no_change(sh
     db = short_tmp / "kv.db"
     db.write_text("two")
     program = fake_program("kv", FAILS_AFTER)
-    daemon = await daemon_for(short_tmp, nursery, "kv.toml", kv_tool_file(program, db, act=False))
+    daemon = await serve_tool_file(nursery, short_tmp, kv_tool_file(program, db, act=False), name="kv.toml")
     env = await daemon.call("kv_value_set", {"value": "two"}, request_id="kv-1")
     assert env.error is not None and env.error.code == "FAILED", env
     assert (env.outcome, env.effect) == ("done", "no_change"), env
@@ -159,7 +143,7 @@ async def test_a_failed_write_that_moved_the_state_reports_changed(short_tmp, nu
     db = short_tmp / "kv.db"
     db.write_text("one")
     program = fake_program("kv", FAILS_AFTER)
-    daemon = await daemon_for(short_tmp, nursery, "kv.toml", kv_tool_file(program, db, act=True))
+    daemon = await serve_tool_file(nursery, short_tmp, kv_tool_file(program, db, act=True), name="kv.toml")
     env = await daemon.call("kv_value_set", {"value": "two"}, request_id="kv-2")
     assert env.error is not None and env.error.code == "FAILED", env
     assert db.read_text() == "two"

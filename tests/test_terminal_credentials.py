@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rungd.config import load_config
-from rungd.testing import start_daemon, write_config
+from rungd.testing import STUB_DESCRIPTION, serve_tool_file
 
 pytestmark = pytest.mark.skipif(not shutil.which("gpg") or not shutil.which("gpg-agent"),
                                 reason="needs gpg and gpg-agent (Debian packages gpg, gpg-agent)")
@@ -23,13 +22,7 @@ command = "{gpg}"
 [tools.keys_secret_read]
 argv = [{argv}]
 [tools.keys_secret_read.description]
-does = "t."
-use_when = "t."
-do_not_use_when = "t."
-returns = "t."
-on_error = "t."
-if_unknown = "t."
-"""
+""" + STUB_DESCRIPTION
 
 
 @pytest.fixture
@@ -48,11 +41,8 @@ def gnupg(short_tmp: Path):
 
 
 async def call_gpg(short_tmp: Path, nursery, *args: str):
-    folder = short_tmp / "tools"
-    folder.mkdir()
     argv = ", ".join(f'"{a}"' for a in args)
-    (folder / "keys.toml").write_text(TOOL.format(gpg=shutil.which("gpg"), argv=argv))
-    daemon = await start_daemon(nursery, load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{folder}"]\n')))
+    daemon = await serve_tool_file(nursery, short_tmp, TOOL.format(gpg=shutil.which("gpg"), argv=argv))
     env = await daemon.call("keys_secret_read", {})
     daemon.daemon.stop()
     return env

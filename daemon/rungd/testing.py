@@ -110,6 +110,22 @@ async def start_daemon(nursery: trio.Nursery, config: Config) -> RunningDaemon:
     return RunningDaemon(daemon)
 
 
+async def serve_tool_file(nursery: trio.Nursery, folder: Path, text: str, *, name: str = "tools.toml",
+                          config: str = "") -> RunningDaemon:
+    """Start a daemon serving one tool file: ``text`` written as ``folder/tools/name``, the
+    config (with ``config`` TOML added) and the socket in ``folder``."""
+    tools = folder / "tools"
+    tools.mkdir(exist_ok=True)
+    (tools / name).write_text(text)
+    body = f'[plugins]\ntool_dirs = ["{tools}"]\n{config}'
+    return await start_daemon(nursery, load_config(write_config(folder, body)))
+
+
+# The six description slots a tool file needs, for a test's tool that says nothing more.
+STUB_DESCRIPTION = "\n".join(f'{slot} = "t."' for slot in
+                              ("does", "use_when", "do_not_use_when", "returns", "on_error", "if_unknown")) + "\n"
+
+
 def _short_tmp() -> Iterator[Path]:
     """A temporary folder with a short path: a Unix socket path must fit in 107 bytes."""
     folder = Path(tempfile.mkdtemp(prefix="rungd-"))
