@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import array
 import contextlib
-import ctypes
 import errno
 import functools
 import hashlib
@@ -63,9 +62,9 @@ _FS, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 # threads and children inherit them: cleared in the daemon's one thread at start, they are
 # in no worker thread and no child (ssh-keygen, a regex parse), and raised only around the
 # launcher's start, which clears them again in every program it makes.
-_PR_CAP_AMBIENT, _IS_SET, _RAISE, _CLEAR_ALL = 47, 1, 2, 4
 _AMBIENT: tuple[int, ...] = ()
-_libc = ctypes.CDLL(None, use_errno=True)
+_prctl = _launcher._libc.prctl
+_CAP_AMBIENT = _launcher._PR_CAP_AMBIENT
 
 
 def keep_ambient_for_launcher() -> tuple[int, ...]:
@@ -77,8 +76,8 @@ def keep_ambient_for_launcher() -> tuple[int, ...]:
         ambient set.
     """
     global _AMBIENT
-    held = tuple(cap for cap in range(64) if _libc.prctl(_PR_CAP_AMBIENT, _IS_SET, cap, 0, 0) == 1)
-    if held and _libc.prctl(_PR_CAP_AMBIENT, _CLEAR_ALL, 0, 0, 0) == 0:
+    held = tuple(cap for cap in range(64) if _prctl(_CAP_AMBIENT, _launcher._PR_CAP_AMBIENT_IS_SET, cap, 0, 0) == 1)
+    if held and _prctl(_CAP_AMBIENT, _launcher._PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == 0:
         _AMBIENT = held
     return _AMBIENT
 
@@ -86,12 +85,12 @@ def keep_ambient_for_launcher() -> tuple[int, ...]:
 @contextlib.contextmanager
 def _ambient_for_the_launcher() -> Iterator[None]:
     """The kept ambient capabilities, in this thread only, while the launcher is started."""
-    raised = [cap for cap in _AMBIENT if _libc.prctl(_PR_CAP_AMBIENT, _RAISE, cap, 0, 0) == 0]
+    raised = [cap for cap in _AMBIENT if _prctl(_CAP_AMBIENT, _launcher._PR_CAP_AMBIENT_RAISE, cap, 0, 0) == 0]
     try:
         yield
     finally:
         if raised:
-            _libc.prctl(_PR_CAP_AMBIENT, _CLEAR_ALL, 0, 0, 0)
+            _prctl(_CAP_AMBIENT, _launcher._PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 
 
 def _encode(text: str | bytes | os.PathLike[str]) -> bytes:

@@ -94,7 +94,8 @@ _SYS_CLONE3 = 435  # the same number on every architecture (new system calls are
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220, "ppc64le": 120, "s390x": 120}.get(platform.machine())
 _CLONE_STACK_FIRST = platform.machine() == "s390x"
 _PR_SET_NO_NEW_PRIVS = 38
-_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+# prctl(PR_CAP_AMBIENT, ...): the child clears the set; the daemon (launch.py) also asks and raises.
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_IS_SET, _PR_CAP_AMBIENT_RAISE, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 1, 2, 4
 _RLIMITS = (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC,
             resource.RLIMIT_FSIZE, resource.RLIMIT_CORE)
 
