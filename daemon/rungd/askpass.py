@@ -40,12 +40,17 @@ _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 def socket_address(path: str) -> Iterator[str]:
     """An address for the Unix socket at ``path`` that fits in ``sun_path``, whatever its length.
 
+    A path starting with ``@`` names an abstract socket (the daemon's endpoint binds one: a
+    name in no folder, which no program can unlink or bind while the daemon holds it).
     A long path is reached through an ``O_PATH`` descriptor of its folder, as
     ``/proc/self/fd/N/NAME``: the kernel resolves the folder through the descriptor, so the
     socket still lives where ``path`` says (inside the call's work folder, which start-up
     sweeps), never in a shorter folder such as /tmp. The descriptor is closed on exit; bind
     and connect need it only while they run.
     """
+    if path.startswith("@"):  # the daemon's endpoint: an abstract name, no file to replace
+        yield "\0" + path[1:]
+        return
     encoded = os.fsencode(path)
     if len(encoded) <= _SUN_PATH_MAX:
         yield path

@@ -192,6 +192,9 @@ class Config(_Section):
     # load_config's argument (None: $RUNGD_CONFIG or the embedded default), so a reload reads
     # the config the same way, $RUNGD_SOCKET and all.
     loaded_from: Path | None = Field(None, exclude=True)
+    # The file read (--config or $RUNGD_CONFIG), None for the embedded default: it decides
+    # what runs, so its owner and modes are checked (rungd.trust).
+    file: Path | None = Field(None, exclude=True)
 
     @property
     def state_dir(self) -> Path:
@@ -305,7 +308,8 @@ def load_config(path: Path | None = None) -> Config:
         raise ConfigError(f"{source}: no such file; hint: pass --config PATH to an existing file") from None
     label = str(source) if path is not None else f"{source} (embedded default)"
     try:
-        config = Config.model_validate({**raw, "source": label, "loaded_from": loaded_from})
+        config = Config.model_validate({**raw, "source": label, "loaded_from": loaded_from,
+                                        "file": source if path is not None else None})
     except pydantic.ValidationError as exc:
         raise ConfigError(_explain(label, exc)) from None
     config = _resolve_paths(config, base, source.resolve().parent)

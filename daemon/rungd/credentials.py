@@ -18,6 +18,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rungd import trust
 from rungd.config import read_toml
 from rungd.errors import ConfigError
 
@@ -79,6 +80,9 @@ def _read_file(path: Path) -> dict[str, str]:
             f"credentials.file: {path} is readable by others (mode {stat.S_IMODE(info.st_mode):o}); "
             f"hint: chmod 600 {path}"
         )
+    # Whoever could replace it (its owner, or a writer of a folder above) chooses what a
+    # call is given: the same rule as for what runs.
+    trust.check(path, "credentials.file")
     try:
         data = read_toml(path, f"credentials.file: {path}")
     except OSError as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import trio
 
-from rungd import proctree, sdnotify
+from rungd import proctree, sdnotify, trust
 from rungd.audit import Audit
 from rungd.config import Config, load_config
 from rungd.contract import Caller, Tool
@@ -30,6 +30,7 @@ from rungd.evidence import EvidenceStore
 from rungd.gates import check_gates, is_operator
 from rungd.ledger_upkeep import LedgerUpkeep
 from rungd.plugins import Hooks
+from rungd.runner import launch
 from rungd.runner.askpass_server import AskpassEndpoint
 from rungd.server import Connection, ConnectionLimits, Replies, bind_unix_socket
 from rungd.stepdown import StepDownWatch
@@ -52,13 +53,18 @@ class Daemon:
         PluginError: a plugin failed to load, misspelled a hook, or two plugins registered
             the same tool name.
         ConfigError: a tool file or the credentials file is invalid.
+        Untrusted: the config, the signers or anchor key, or rungd's own code is not owned
+            right (:func:`check_sources`). A tool file or program not owned right is no
+            start-up error: its tools are left out and logged (``hooks.refused``).
     """
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        check_sources(config)
         self.hooks = Hooks.load(config)
         self.pm = self.hooks.pm
         self.tools = self.hooks.collect_tools(config)
+        _log_refused(self.hooks)
         check_gates([reg.tool for reg in self.tools.values()], config)
         self.credentials = CredentialStore(config.credentials.file, self.hooks)
         self.audit: Audit | None = None
@@ -204,6 +210,7 @@ class Daemon:
         """
         try:
             config = load_config(self.config.loaded_from)  # as at start: $RUNGD_SOCKET and all
+            check_sources(config)
             hooks = Hooks.load(config)
             tools = hooks.collect_tools(config)
             check_gates([reg.tool for reg in tools.values()], config)
@@ -217,6 +224,7 @@ class Daemon:
                         "[plugins], [access] and [gates] are applied now", ", ".join(later), config.source)
         self.config = self.config.model_copy(update={name: getattr(config, name) for name in RELOADED})
         self.hooks, self.pm, self.tools = hooks, hooks.pm, tools
+        _log_refused(hooks)
         self.credentials.use_plugins(hooks)
         if self.evidence is not None:
             self.evidence.config = self.config
@@ -227,6 +235,38 @@ class Daemon:
 
     def _unlink_socket(self) -> None:
         self.socket_path.unlink(missing_ok=True)
+
+
+def check_sources(config: Config) -> None:
+    """Refuse a config whose own files decide what runs but are not owned right.
+
+    The config file, ``gates.allowed_signers`` (who may approve), ``ledger.anchor_key`` and
+    rungd's own code and launcher must pass :func:`rungd.trust.check`: unlike one tool file,
+    none of them can be left out while the rest serves. A missing one is said where it is used.
+
+    Raises:
+        Untrusted: every such file that fails, one line each.
+    """
+    named = [(config.file, "config"), (config.gates.allowed_signers, "gates.allowed_signers"),
+             (config.ledger.anchor_key, "ledger.anchor_key"), *launch.own_files()]
+    problems: list[trust.Untrusted] = []
+    for path, what in named:
+        if path is None:
+            continue
+        try:
+            trust.check(path, what)
+        except trust.Untrusted as exc:
+            problems.append(exc)
+        except OSError:
+            continue
+    if problems:
+        first = problems[0]
+        raise trust.Untrusted("\n".join(str(exc) for exc in problems), path=first.path, culprit=first.culprit)
+
+
+def _log_refused(hooks: Hooks) -> None:
+    for problem in hooks.refused:
+        log.error("refused: %s", problem)
 
 
 def _private_folders(state: Path) -> None:

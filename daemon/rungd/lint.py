@@ -203,17 +203,32 @@ def lint_tool(tool: Tool, plugin: str = "", known_tools: Iterable[str] | None = 
     return lint([describe(tool, plugin)], known_tools)
 
 
-def definitions_from_config(config: Config) -> list[ToolDefinition]:
+def definitions_from_config(config: Config, refused: list[str] | None = None) -> list[ToolDefinition]:
     """The definitions a daemon started with ``config`` would serve, without starting one.
 
     For ``rungctl lint --config`` in CI: the same plugins, loaded the same way.
+
+    Args:
+        refused: given, what the daemon would leave out because its owner or modes are wrong
+            (:mod:`rungd.trust`) is added to it; :func:`refused_findings` makes findings of it.
 
     Raises:
         PluginError: as ``Hooks.load`` and ``Hooks.collect_tools`` do.
         ConfigError: a plugin's own settings (``plugins.settings.NAME``) do not validate.
     """
-    tools = Hooks.load(config).collect_tools(config)
+    hooks = Hooks.load(config)
+    tools = hooks.collect_tools(config)
+    if refused is not None:
+        refused.extend(hooks.refused)
     return [describe(reg.tool, reg.plugin) for reg in tools.values()]
+
+
+def refused_findings(refused: Iterable[str]) -> list[Finding]:
+    """A fix-first finding for each file the daemon would refuse by its owner or modes: the
+    tools in it are missing from the set, which CI must not take for a clean lint."""
+    return [Finding("(set)", "fix-first", "UNTRUSTED_FILE", problem,
+                    "give it and every folder above it to root (or rungd's user), writable by no one else")
+            for problem in refused]
 
 
 def exit_status(findings: Iterable[Finding]) -> int:

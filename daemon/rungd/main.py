@@ -111,6 +111,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"state:     {config.state_dir}")
         for name, reg in sorted(daemon.tools.items()):
             print(f"  {name:32} {reg.tool.side_effect:12} plugin {reg.plugin}")
+        # Left out by ownership (rungd.trust): the daemon serves the rest, so this is no
+        # failure of the config (a reload still applies), but each is said, with its fix.
+        for problem in daemon.hooks.refused:
+            fail("rungd", f"refused: {problem}")
+        if daemon.hooks.refused:
+            print(f"refused:   {len(daemon.hooks.refused)} (not loaded; each named above with its fix)")
         return EXIT_OK
     try:
         try:

@@ -23,6 +23,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import logging
+import os
 import sys
 import types
 from collections.abc import Callable, Mapping
@@ -37,6 +38,7 @@ from rungd import hookspecs
 from rungd.config import Config
 from rungd.contract import Caller, Tool
 from rungd.errors import ConfigError, PluginError
+from rungd.trust import Untrusted, check as check_trusted
 
 if TYPE_CHECKING:
     from rungd.envelope import Envelope
@@ -62,6 +64,7 @@ class PluginSettings:
         tool_dirs: the config's ``plugins.tool_dirs`` (the declarative plugin reads them).
         state_dir: this plugin's own folder under the daemon's state folder
             (``<state>/<name>``); not created until the plugin needs it.
+        refused: what :meth:`refuse` was told, for the host to report.
     """
 
     name: str
@@ -69,6 +72,13 @@ class PluginSettings:
     source: str
     tool_dirs: tuple[Path, ...] = ()
     state_dir: Path = Path("var")
+    refused: list[str] = dataclasses.field(default_factory=list, compare=False)
+
+    def refuse(self, problem: str) -> None:
+        """Leave out what ``problem`` names (a tool file whose owner or modes are wrong, say)
+        and keep going: the daemon logs it, ``rungd check-config`` and ``rungctl lint`` list
+        it, and the plugin's other tools are served."""
+        self.refused.append(problem)
 
     @classmethod
     def for_plugin(cls, name: str, config: Config) -> PluginSettings:
@@ -117,15 +127,31 @@ def settings_name(plugin_name: str) -> str:
     return plugin_name.removeprefix(FILE_PREFIX)
 
 
-def make_plugin_manager(config: Config) -> pluggy.PluginManager:
+def make_plugin_manager(config: Config, refused: list[str] | None = None) -> pluggy.PluginManager:
     """A fresh plugin manager with every enabled plugin loaded and checked.
+
+    A module of ``plugins.modules`` or a file of ``plugins.files`` that someone other than
+    root or rungd's user could write (:mod:`rungd.trust`) is not imported: with ``refused``
+    it is told there and the other plugins load; without, it raises.
 
     Raises:
         ConfigError: ``plugins.disable`` or ``plugins.settings`` names a plugin that does not
             exist (usually a misspelling, which would otherwise be ignored in silence).
         PluginError: a module or file cannot be imported, or a plugin implements a hook
             that does not exist (usually a misspelling).
+        Untrusted: without ``refused``, a plugin module or file is not owned right.
     """
+
+    def trusted(path: str | Path, what: str) -> bool:
+        try:
+            check_trusted(path, what)
+        except Untrusted as exc:
+            if refused is None:
+                raise
+            refused.append(f"{exc}; that plugin is not loaded")
+            return False
+        return True
+
     _check_plugin_names(config)
     pm = pluggy.PluginManager("rungd")
     pm.add_hookspecs(hookspecs)
@@ -137,6 +163,9 @@ def make_plugin_manager(config: Config) -> pluggy.PluginManager:
         raise PluginError(f"entry point {exc.plugin!r}: {_explain(exc)}") from None
     for module_name in config.plugins.modules:
         if pm.is_blocked(module_name):
+            continue
+        origin = _origin(module_name)
+        if origin is not None and not trusted(origin, f"plugins.modules {module_name!r}"):
             continue
         try:
             module = importlib.import_module(module_name)
@@ -151,10 +180,24 @@ def make_plugin_manager(config: Config) -> pluggy.PluginManager:
         name = f"{FILE_PREFIX}{path.stem}"
         if pm.is_blocked(name) or pm.is_blocked(path.stem):
             continue
+        if path.exists() and not trusted(path, "plugins.files"):
+            continue
         _register(pm, _import_file(path), name)
     _drop_demo_only(pm, config)
     _check_hooks(pm)
     return pm
+
+
+def _origin(module_name: str) -> str | None:
+    """The file ``module_name`` would be imported from (its package's folder for a package),
+    or None when it is not found or not a file (the import then says why)."""
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not os.path.exists(spec.origin):
+        return None
+    return os.path.dirname(spec.origin) if spec.submodule_search_locations else spec.origin
 
 
 def plugin_names(config: Config) -> set[str]:
@@ -260,19 +303,25 @@ class Hooks:
         pm: a plugin manager from ``make_plugin_manager``.
     """
 
-    def __init__(self, pm: pluggy.PluginManager) -> None:
+    def __init__(self, pm: pluggy.PluginManager, refused: list[str] | None = None) -> None:
         self.pm = pm
+        # What was left out because its owner or modes are wrong (rungd.trust): plugin files
+        # and modules at load, tool files and programs at collect_tools.
+        self._refused_at_load = list(refused or ())
+        self.refused: list[str] = list(self._refused_at_load)
         self._registrars = self._per_plugin("rungd_register_tools")
         self._observers = self._per_plugin("rungd_observe_result")
 
     @classmethod
     def load(cls, config: Config) -> Hooks:
-        """Load every enabled plugin for ``config`` (see ``make_plugin_manager``).
+        """Load every enabled plugin for ``config`` (see ``make_plugin_manager``); a plugin file
+        or module not owned right is left out and named in ``refused``.
 
         Raises:
             PluginError: as ``make_plugin_manager`` does.
         """
-        return cls(make_plugin_manager(config))
+        refused: list[str] = []
+        return cls(make_plugin_manager(config, refused), refused)
 
     def _per_plugin(self, hook: str) -> list[tuple[str, Callable[..., Any]]]:
         # In pluggy's calling order (the last registered first), one caller per plugin that
@@ -293,7 +342,8 @@ class Hooks:
 
         Returns:
             Tool name -> the tool and the plugin that registered it, in the order the
-            plugins were called.
+            plugins were called. What a plugin left out because its owner or modes are
+            wrong is added to ``refused`` (a plugin that raises ``Untrusted`` loses its tools).
 
         Raises:
             PluginError: two plugins registered one name (the message names both), or a
@@ -301,6 +351,7 @@ class Hooks:
             ConfigError: a plugin's settings do not validate (raised by the plugin).
         """
         tools: dict[str, RegisteredTool] = {}
+        self.refused = list(self._refused_at_load)
         for plugin_name, call in self._registrars:
 
             def register(tool: Tool, _plugin: str = plugin_name) -> None:
@@ -320,7 +371,15 @@ class Hooks:
                     )
                 tools[tool.name] = RegisteredTool(tool, _plugin)
 
-            call(register=register, settings=PluginSettings.for_plugin(plugin_name, config), config=config)
+            settings = PluginSettings.for_plugin(plugin_name, config)
+            before = set(tools)
+            try:
+                call(register=register, settings=settings, config=config)
+            except Untrusted as exc:  # a file this plugin reads decides what runs: its tools go
+                for name in set(tools) - before:
+                    del tools[name]
+                settings.refuse(f"{exc}; the tools of plugin {plugin_name!r} are not loaded")
+            self.refused.extend(settings.refused)
         return tools
 
     def credential(self, name: str, tool: str) -> str | None:

@@ -37,6 +37,12 @@ Errors a plugin raises (failures are raised, never returned)
     SurfaceChanged, UnexpectedState, AuthRequired, PromptUnexpected, Locked, StaleExport,
     ImportPartial, Failed, BadInput, Conflict   the core codes a handler may report
     ConfigError         the plugin's settings or files are wrong (start-up stops)
+    Untrusted           a ConfigError: a file that decides what runs is not owned right; raised
+                        from rungd_register_tools it drops that plugin's tools, not the daemon
+
+Trust follows ownership (``rungd.trust``)
+    check_trusted(path, what)   refuse a file (a program, a script) unless it and every folder
+                        above it are owned by root or rungd's user and writable by no one else
     RungdError          the base class, for ``except``
 
 Rung 2, running a command-line program (``rungd.runner``)
@@ -137,6 +143,8 @@ from rungd.exchange.patterns import catastrophic as catastrophic_pattern
 from rungd.exchange.patterns import refused as refused_pattern
 from rungd.hookspecs import hookimpl
 from rungd.plugins import PluginSettings
+from rungd.trust import Untrusted
+from rungd.trust import check as check_trusted
 from rungd.runner import Completed, Confirmation, CredentialPrompt, Limits, Program, check_exit, run
 
 # The lock-file conventions of programs people keep files open in; ``{name}`` is the
@@ -165,6 +173,8 @@ __all__ = [
     "Complete",
     "Completed",
     "ConfigError",
+    "Untrusted",
+    "check_trusted",
     "Confirmation",
     "CredentialPrompt",
     "Csv",

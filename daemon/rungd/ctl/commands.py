@@ -27,7 +27,7 @@ from rungd.envelope import Envelope
 from rungd.errors import ConfigError
 from rungd.gates import sign
 from rungd.journal import visible
-from rungd.lint import definitions_from_config
+from rungd.lint import definitions_from_config, refused_findings
 from rungd.lint import exit_status as lint_exit_status
 from rungd.lint import format_json as lint_json
 from rungd.lint import format_text as lint_text
@@ -294,8 +294,9 @@ def export_tools(ctx: Context) -> int:
          arg("--offline", action="store_true", help="load the config's plugins here instead of asking a running daemon"))
 def lint(ctx: Context) -> int:
     """Lint tool definitions; exit 1 when any finding must be fixed first."""
+    refused: list[str] = []
     if ctx.args.offline:
-        defs = definitions_from_config(ctx.config)
+        defs = definitions_from_config(ctx.config, refused)
         known = [d.name for d in defs]
         if ctx.args.tools:
             wanted = {n.strip() for n in ctx.args.tools.split(",")}
@@ -306,7 +307,7 @@ def lint(ctx: Context) -> int:
         except ConnectFailed as exc:  # linting needs no daemon: say how
             raise ConnectFailed(f"{exc}; or lint without a daemon: rungctl lint --offline [--config FILE] "
                                 "loads the config's plugins here", exc.path, exc.reason) from None
-    findings = lint_definitions(defs, known_tools=known)
+    findings = lint_definitions(defs, known_tools=known) + refused_findings(refused)
     print(lint_json(findings) if ctx.json else lint_text(findings, len(defs)))
     return lint_exit_status(findings)
 

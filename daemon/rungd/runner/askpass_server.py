@@ -28,6 +28,7 @@ import fcntl
 import logging
 import math
 import os
+import secrets
 import shutil
 import socket
 import struct
@@ -123,11 +124,15 @@ class AskpassServer(_Secrets):
 
     def __init__(self, work_dir: Path, owner: tuple[int, int] | None = None) -> None:
         # A program run as another user (``owner``: its uid and gid) cannot reach the state
-        # folder (0700): its folder is made where that user can reach it, and is that user's
-        # alone (0700). It holds no secret either way (credential files are in memory).
+        # folder (0700): its folder is made where that user can reach it. The folder, the
+        # script and the socket stay the daemon's, so that user can replace none of them
+        # (another call of the same tool runs as the same user); the program works in
+        # ``workdir``, a folder inside that is that user's alone (0700). Nothing here holds a
+        # secret (credential files are in memory).
         super().__init__(owner)
         where = None if owner is not None else work_dir
         self.folder = Path(tempfile.mkdtemp(prefix=".rungd-", dir=where))  # unique per run
+        self.workdir = self.folder
         self.socket_path = self.folder / "s"
         self.script = self.folder / "askpass"
         self.script.write_text(_HELPER)
@@ -145,9 +150,9 @@ class AskpassServer(_Secrets):
                 self._sock._sock.bind(address)
             self.socket_path.chmod(0o666)
             if owner is not None:
-                os.chown(self.folder, *owner)
-                os.chown(self.socket_path, *owner)
-                self.folder.chmod(0o700)
+                self.workdir = self.folder / "w"
+                self.workdir.mkdir(mode=0o700)
+                os.chown(self.workdir, *owner)
             self._sock.listen(8)
         except OSError:
             self.close()
@@ -234,10 +239,56 @@ async def _answer_one(conn: trio.socket.SocketType, answer: Answer, held: list[t
         conn.close()
 
 
+def _sealed_helper() -> int | None:
+    """The helper script as a sealed in-memory file, or None where programs could not run it.
+
+    Programs that run as the daemon's user can replace any file that user owns, so the
+    helper every call's program runs is no file: a memfd that no write, truncation or growth
+    can change (``F_SEAL_WRITE``... and ``F_SEAL_SEAL``), reached as
+    ``/proc/<daemon>/fd/N``. Opening that path takes the right to read the daemon's state
+    (PTRACE_MODE_READ): the same user, and every capability the daemon holds. A daemon that
+    holds capabilities its programs lack (a non-root daemon given CAP_SETUID to run tools as
+    their users) would be refused, and so would a host that forbids executable memfds: None,
+    and the caller says so and uses a file.
+    """
+    if os.geteuid() != 0 and _permitted_capabilities() != 0:
+        return None
+    fd = os.memfd_create("rungd-askpass", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.write(fd, _HELPER.encode())
+        os.fchmod(fd, 0o755)
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+        try:  # and its exec bits, where the kernel can (Linux 6.3)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals | _F_SEAL_EXEC)
+        except OSError:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+_F_SEAL_EXEC = 0x0020  # <linux/fcntl.h>; not in Python 3.11's fcntl
+
+
+def _permitted_capabilities() -> int:
+    with open("/proc/self/status", "rb") as status:
+        for line in status:
+            if line.startswith(b"CapPrm:"):
+                return int(line.split()[1], 16)
+    return 0
+
+
 class AskpassEndpoint:
-    """The askpass endpoint of a whole daemon: one folder, script and socket for every call
-    whose program runs as the daemon's user, made once (a call would otherwise spend most of
-    a millisecond making and removing its own).
+    """The askpass endpoint of a whole daemon: one script and socket for every call whose
+    program runs as the daemon's user, made once (a call would otherwise spend most of a
+    millisecond making and removing its own).
+
+    Neither can be replaced by a program, though every such program runs as the daemon's
+    user: the script is a sealed memfd (:func:`_sealed_helper`) and the socket an abstract
+    name, in no folder. A program that could swap the script would be run by a later call's
+    program, as that call, and be handed its credential. Where the memfd cannot be used, the
+    script is a file in ``folder`` and the journal says that a program could replace it.
 
     A connection is answered by the running call its peer descends from (:func:`_ancestors`,
     the same live parent chain and start times as :func:`descends_from`), through that call's
@@ -248,31 +299,38 @@ class AskpassEndpoint:
     tasks of the endpoint (:meth:`run`), so a call needs no task of its own for them.
 
     Args:
-        folder: made here (0711), inside the daemon's work folder, which start-up sweeps.
+        folder: where the script is written when it cannot be a memfd: made then (0711),
+            inside the daemon's work folder, which start-up sweeps.
     """
 
     def __init__(self, folder: Path) -> None:
-        folder.mkdir(mode=0o711)
         self.folder = folder
-        script = folder / "askpass"
-        script.write_text(_HELPER)
-        script.chmod(0o755)
-        socket_path = folder / "s"
+        self._script_fd = _sealed_helper()
+        if self._script_fd is not None:
+            script = f"/proc/{os.getpid()}/fd/{self._script_fd}"
+        else:
+            folder.mkdir(mode=0o711)
+            script = str(folder / "askpass")
+            Path(script).write_text(_HELPER)
+            Path(script).chmod(0o755)
+            log.warning("askpass: the helper is the file %s, which programs run as rungd's user could replace "
+                        "(this daemon holds capabilities they lack, or the host forbids executable memfds)", script)
         self._sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            with askpass.socket_address(str(socket_path)) as address:
+            # A random abstract name: nobody can bind it first, and nobody can replace it.
+            name = f"@rungd-askpass-{os.getpid()}-{secrets.token_hex(8)}"
+            with askpass.socket_address(name) as address:
                 self._sock._sock.bind(address)
-            socket_path.chmod(0o666)
             self._sock.listen(64)
         except OSError:
-            self._sock.close()
+            self.close()
             raise
         self.env = {
-            "GIT_ASKPASS": str(script),
-            "SSH_ASKPASS": str(script),
+            "GIT_ASKPASS": script,
+            "SSH_ASKPASS": script,
             "SSH_ASKPASS_REQUIRE": "force",
-            "SUDO_ASKPASS": str(script),
-            askpass.SOCKET_ENV: str(socket_path),
+            "SUDO_ASKPASS": script,
+            askpass.SOCKET_ENV: name,
         }
         self._calls: dict[proctree.Member, CallAskpass] = {}
         # Peers of a child no call has claimed yet: (when, their chain, the connection).
@@ -282,7 +340,18 @@ class AskpassEndpoint:
 
     def for_call(self) -> CallAskpass:
         """A call's handle on the endpoint (its credential files, its held helpers)."""
+        if self._script_fd is not None:
+            # A program may take the helper's mode away (its owner may chmod the memfd, if
+            # not its exec bits): that would only stop later questions, but it costs a call
+            # one syscall to give it back.
+            os.fchmod(self._script_fd, 0o755)
         return CallAskpass(self)
+
+    def close(self) -> None:
+        self._sock.close()
+        if self._script_fd is not None:
+            os.close(self._script_fd)
+            self._script_fd = None
 
     def claim(self, root: proctree.Member, call: CallAskpass) -> None:
         """Send the questions of ``root`` and its descendants to ``call`` from now on."""
@@ -323,7 +392,7 @@ class AskpassEndpoint:
         finally:
             for _, _, conn in self._waiting:
                 conn.close()
-            self._sock.close()
+            self.close()
 
     def _place(self, conn: trio.socket.SocketType) -> None:
         pid = _peer_pid(conn)
@@ -353,6 +422,7 @@ class CallAskpass(_Secrets):
     a folder, and without a task of its own: its questions are answered in the endpoint's."""
 
     folder = None
+    workdir = None
 
     def __init__(self, endpoint: AskpassEndpoint) -> None:
         super().__init__(None)

@@ -23,17 +23,20 @@ from typing import Any, BinaryIO
 
 import trio
 
-from rungd import proctree
+from rungd import proctree, trust
 from rungd.contract import CallContext
 from rungd.errors import Failed, RungdError, ToolError
 from rungd.redact import Redactor
 from rungd.runner.askpass_server import AskpassServer, CallAskpass
-from rungd.runner.environment import child_env, credential
+from rungd.runner.environment import DEFAULT_PATH, child_env, credential
 from rungd.runner.exits import check_limits, check_terminal
 from rungd.runner import launch, limits
 from rungd.runner.program import Completed, Program
 from rungd.runner.streams import Outputs, Stream
 from rungd.runner.watch import Watch
+
+# Programs found trusted, re-checked at each call by a stat of each entry on their path.
+_TRUSTED = trust.Trust()
 
 
 @dataclasses.dataclass
@@ -146,7 +149,7 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
     reaper = ctx.reaper
     # A program run as another user works in its own private folder: the call's work
     # folder is the daemon's alone.
-    cwd = scratch.helper.folder if program.user is not None else ctx.work_dir
+    cwd = scratch.helper.workdir if program.user is not None else ctx.work_dir
     launcher = launch.for_reaper(reaper)
     try:
         for attempt in (1, 2):
@@ -256,6 +259,25 @@ def _spawn_error(program: Program, exc: OSError) -> RungdError:
                   hint="nothing was run; the daemon's journal may say more", outcome="not_started")
 
 
+def _check_trusted(ctx: CallContext, program: Program) -> None:
+    """Refuse to start a program that someone other than root or rungd's user could have
+    replaced since the tool was loaded (:mod:`rungd.trust`), before any credential is read.
+
+    Raises:
+        Failed: naming the path, its owner and mode, and the fix; this program was not run
+            (the call's outcome is the boundary's when an act before it may have begun).
+    """
+    search = program.env.get("PATH") or os.environ.get("PATH") or DEFAULT_PATH
+    try:
+        _TRUSTED.program(program.argv[0], search)
+    except trust.Untrusted as exc:
+        raise Failed(f"{exc}; this program was not run", hint="the operator must fix the ownership or modes "
+                     "the message names (rungd check-config lists every such problem)",
+                     outcome=None if ctx.may_have_acted() else "not_started") from None
+    except OSError:
+        pass  # missing or unreadable: the start fails as the kernel says, with _spawn_error's words
+
+
 # What the launcher was doing when a start failed, when it was not the exec itself.
 _STEPS = {"chdir": "entering its working folder", "cgroup": "joining the call's cgroup",
           "user": "switching to the tool's user", "capabilities": "dropping the daemon's capabilities",
@@ -294,6 +316,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
                      hint="this is a bug in the plugin: a read answers no confirmation; a tool whose program "
                      "acts on an answer is a write (side_effect other than read) with a read-back",
                      outcome=None if ctx.may_have_acted() else "not_started")
+    _check_trusted(ctx, program)
     # Every credential the program gets from the start is looked up before anything starts:
     # a program run without one may take its absence as an answer.
     credentials = {var: credential(ctx, name) for var, name in program.env_credentials.items()}

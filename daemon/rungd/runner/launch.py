@@ -116,6 +116,16 @@ def source_digest() -> str:
 
 
 @functools.cache
+def own_files() -> list[tuple[Path, str]]:
+    """rungd's own files that run every program, for :func:`rungd.daemon.check_sources`: the
+    package (its folder: the Python launcher, the askpass helper's source, every module) and the
+    compiled launcher where one was built."""
+    files = [(_LAUNCHER.parent.parent, "rungd's own code"), (_LAUNCHER, "the Python launcher")]
+    if _COMPILED.exists():
+        files.append((_COMPILED, "the compiled launcher"))
+    return files
+
+
 def compiled_launcher() -> Path | None:
     """The compiled launcher, if it was built from the launcher.c and launcher.py beside it (a
     launcher built from another source may speak another wire): else None, and the Python one

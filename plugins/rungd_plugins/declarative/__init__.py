@@ -18,7 +18,7 @@ from typing import Any
 
 import pydantic
 from pydantic import BaseModel
-from rungd.sdk import ConfigError, PluginSettings, Tool, hookimpl
+from rungd.sdk import ConfigError, PluginSettings, Tool, Untrusted, check_trusted, hookimpl
 
 from rungd_plugins.declarative.build import Loaded, load_tool_file
 from rungd_plugins.declarative.schema import ToolFile
@@ -121,18 +121,38 @@ def _unwrap(annotation: Any) -> Any:
     return annotation
 
 
-def tool_files(tool_dirs: tuple[Path, ...]) -> list[Path]:
+def tool_files(tool_dirs: tuple[Path, ...], refuse: Callable[[str], None] | None = None) -> list[Path]:
     """Every ``*.toml`` in ``tool_dirs``, each folder sorted by name; hidden ones left out (an
     editor's lock file, ``.#host.toml``, is no tool file, and must not fail a reload).
 
+    Args:
+        refuse: given, a folder or file that someone other than root or rungd's user could
+            write (rungd.trust) is left out and told to it; left out, such a one raises.
+
     Raises:
         ConfigError: a folder in ``plugins.tool_dirs`` does not exist.
+        Untrusted: without ``refuse``, a folder or tool file is not owned right.
     """
     files = []
     for folder in tool_dirs:
         if not folder.is_dir():
             raise ConfigError(f"plugins.tool_dirs: {folder} is not a folder")
-        files.extend(sorted(path for path in folder.glob("*.toml") if not path.name.startswith(".")))
+        try:
+            check_trusted(folder, "tool folder")
+        except Untrusted as exc:
+            if refuse is None:
+                raise
+            refuse(f"{exc}; no tool file in it is loaded")
+            continue
+        for path in sorted(path for path in folder.glob("*.toml") if not path.name.startswith(".")):
+            try:
+                check_trusted(path, "tool file")
+            except Untrusted as exc:
+                if refuse is None:
+                    raise
+                refuse(f"{exc}; its tools are not loaded")
+                continue
+            files.append(path)
     return files
 
 
@@ -141,8 +161,13 @@ def rungd_register_tools(register: Callable[[Tool], None], settings: PluginSetti
     # Every tool file registers through this one plugin, so only here are two files told
     # apart: the host would see "declarative" twice.
     defined_in: dict[str, Path] = {}
-    for path in tool_files(settings.tool_dirs):
-        for tool in read_tool_file(path).tools:
+    for path in tool_files(settings.tool_dirs, settings.refuse):
+        try:
+            loaded = read_tool_file(path)
+        except Untrusted as exc:  # a program it names: this file's tools go, the others stay
+            settings.refuse(f"{exc}; the tools of {path} are not loaded")
+            continue
+        for tool in loaded.tools:
             if tool.name in defined_in:
                 raise ConfigError(
                     f"tool {tool.name!r} is defined by two tool files: {defined_in[tool.name]} and {path}; "

@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from rungd.sdk import ConfigError
+from rungd.sdk import ConfigError, check_trusted
 
 from rungd_plugins.declarative.schema import ProgramSpec, ToolFile, ToolSpec
 from rungd_plugins.declarative.templates import placeholders
@@ -209,6 +209,7 @@ def resolve_command(path: Path, key: str, command: str) -> Path:
     Raises:
         ConfigError: ``<file>: key <key>: ...`` when it is not on PATH, not an executable file,
             or is a shell, an interpreter or an exec wrapper (itself or through symlinks).
+        Untrusted: someone other than root or rungd's user could replace it (rungd.trust).
     """
     if "/" in command:
         resolved = Path(command) if os.path.isabs(command) else (path.parent / command).resolve()
@@ -223,6 +224,7 @@ def resolve_command(path: Path, key: str, command: str) -> Path:
     problem = refused_program(resolved)
     if problem:
         raise ConfigError(f"{path}: key {key}: {problem}")
+    check_trusted(resolved, "program")
     return resolved
 
 
@@ -644,6 +646,7 @@ def _which(name: str, fail) -> Path:  # type: ignore[no-untyped-def]
     problem = refused_program(Path(found))
     if problem:
         raise fail(problem)
+    check_trusted(found, "program run by another program")
     return Path(found)
 
 
