@@ -39,7 +39,7 @@ from rungd.client import Client, ClientError
 from rungd.config import Config, load_config
 from rungd.definitions import to_mcp
 from rungd.envelope import Envelope
-from rungd.mcp_bridge import EVIDENCE_TOOL, WAIT_TOOL, Bridge, envelope_result
+from rungd.mcp_bridge import EVIDENCE_TOOL, INSTRUCTIONS, WAIT_TOOL, Bridge, envelope_result
 from rungd.testing import write_config
 
 from tests.conftest import TEST_PLUGINS
@@ -152,6 +152,16 @@ def text_of(result: types.CallToolResult) -> str:
     return result.content[0].text
 
 
+def envelope_of(result: types.CallToolResult) -> dict[str, Any]:
+    """The result's structured content, once its one text block is checked to mirror it: the
+    same value as JSON, on one line of ASCII, so no program text in it can pass for a line,
+    a quote or a delimiter of rungd's (issue 27)."""
+    text = text_of(result)
+    assert json.loads(text) == result.structuredContent, text
+    assert text.isascii() and len(text.splitlines()) == 1, text
+    return result.structuredContent
+
+
 async def test_lists_rungd_tools_with_rungds_own_schema(rungd_daemon, short_tmp) -> None:
     async with bridge(rungd_daemon.socket, short_tmp) as session:
         listed = {t.name: t for t in (await session.list_tools()).tools}
@@ -187,7 +197,7 @@ async def test_lists_and_calls_only_what_the_bridges_own_uid_may_use(short_tmp) 
         denied = await session.call_tool("inventory_count_set", {"item": "widget", "count": 1, "request_id": "u1"})
         read = await session.call_tool("inventory_item_show", {"item": "widget"})
     assert "inventory_item_show" in names and "inventory_count_set" not in names
-    assert denied.isError is True and "ERROR UNKNOWN_TOOL" in text_of(denied)
+    assert denied.isError is True and envelope_of(denied)["error"]["code"] == "UNKNOWN_TOOL"
     assert read.isError is False
 
 
@@ -195,33 +205,31 @@ async def test_read_is_ok_with_the_envelope_as_structured_content(rungd_daemon, 
     async with bridge(rungd_daemon.socket, short_tmp) as session:
         result = await session.call_tool("test_text_echo", {"text": "ab", "times": 2})
     assert result.isError is False
-    envelope = result.structuredContent
+    envelope = envelope_of(result)
     assert (envelope["status"], envelope["outcome"], envelope["effect"]) == ("ok", "done", "none")
     assert envelope["fields"] == {"text": "abab"}
-    summary = json.loads(text_of(result))
-    assert summary["fields"] == {"text": "abab"}
-    assert (summary["status"], summary["outcome"], summary["effect"], summary["truncated"]) == (
-        "ok", "done", "none", False)
-    assert summary["call_id"] == envelope["call_id"]
+    assert (envelope["truncated"], envelope["verified_by"], envelope["error"]) == (False, "echo", None)
+    # rungd's verdict first; the tool's fields, which may hold a program's output, last.
+    assert list(json.loads(text_of(result)))[:3] == ["call_id", "tool", "status"]
+    assert list(json.loads(text_of(result)))[-1] == "fields"
 
 
 async def test_bad_input_is_an_error_with_the_daemons_hint(rungd_daemon, short_tmp) -> None:
     async with bridge(rungd_daemon.socket, short_tmp) as session:
         result = await session.call_tool("inventory_item_show", {"item": "-rf"})
     assert result.isError is True
-    text = text_of(result)
-    assert text.startswith("ERROR BAD_INPUT from inventory_item_show")
-    assert "hint: " in text and 'inventory_item_show {"item": "widget"}' in text
-    assert "next_action: repair" in text and "retry: no" in text and "outcome: not_started" in text
-    assert result.structuredContent["error"]["code"] == "BAD_INPUT"
+    envelope = envelope_of(result)
+    assert (envelope["error"]["code"], envelope["tool"]) == ("BAD_INPUT", "inventory_item_show")
+    assert 'inventory_item_show {"item": "widget"}' in envelope["error"]["hint"]
+    assert (envelope["next_action"], envelope["error"]["retry"], envelope["outcome"]) == ("repair", "no", "not_started")
 
 
 async def test_unknown_tool_is_an_error_naming_the_closest_tool(rungd_daemon, short_tmp) -> None:
     async with bridge(rungd_daemon.socket, short_tmp) as session:
         result = await session.call_tool("inventory_itme_show", {"item": "widget"})
     assert result.isError is True
-    assert "ERROR UNKNOWN_TOOL" in text_of(result)
-    assert "inventory_item_show" in text_of(result)
+    error = envelope_of(result)["error"]
+    assert error["code"] == "UNKNOWN_TOOL" and "inventory_item_show" in error["hint"]
 
 
 async def test_write_without_request_id_is_an_error_asking_for_one(rungd_daemon, short_tmp) -> None:
@@ -229,8 +237,8 @@ async def test_write_without_request_id_is_an_error_asking_for_one(rungd_daemon,
         await session.list_tools()
         result = await session.call_tool("inventory_count_set", {"item": "widget", "count": 15})
     assert result.isError is True
-    text = text_of(result)
-    assert "ERROR BAD_INPUT" in text and "request_id" in text
+    error = envelope_of(result)["error"]
+    assert error["code"] == "BAD_INPUT" and "request_id" in error["message"] + error["hint"]
     assert not (rungd_daemon.config.state_dir / "demo" / "inventory.json").exists()
 
 
@@ -244,12 +252,11 @@ async def test_write_with_request_id_changes_once_and_a_repeat_gets_the_first_re
         first = await session.call_tool("inventory_count_set", arguments)
         again = await session.call_tool("inventory_count_set", arguments)
     assert first.isError is False, text_of(first)
-    envelope = first.structuredContent
+    envelope = envelope_of(first)
     assert (envelope["status"], envelope["effect"], envelope["request_id"]) == ("ok", "changed", request_id)
     assert envelope["verified_by"]
-    assert json.loads(text_of(first))["verified_by"] == envelope["verified_by"]
     # Answered, not run again: the first result, as a repeat under its own call_id.
-    repeat = again.structuredContent
+    repeat = envelope_of(again)
     assert (repeat["status"], repeat["effect"], repeat["fields"]) == ("ok", "existing", envelope["fields"])
     assert repeat["call_id"] != envelope["call_id"]
 
@@ -258,14 +265,14 @@ async def test_slow_call_is_pending_not_success_and_the_wait_tool_fetches_it(run
     async with bridge(rungd_daemon.socket, short_tmp, wait_s=0.2) as session:
         pending = await session.call_tool("test_clock_sleep", {"seconds": 1.0})
         assert pending.isError is False
-        assert pending.structuredContent["status"] == "pending"
-        call_id = pending.structuredContent["call_id"]
-        text = text_of(pending)
-        assert text.startswith("PENDING: not done and not failed")
-        assert "still running" in text and WAIT_TOOL in text and call_id in text
+        envelope = envelope_of(pending)
+        assert (envelope["status"], envelope["outcome"], envelope["error"]) == ("pending", "unknown", None)
+        assert "still running" in envelope["narrow"]
+        call_id = envelope["call_id"]
         done = await session.call_tool(WAIT_TOOL, {"call_id": call_id, "wait_s": 10})
+    assert "Status pending is neither done nor failed" in INSTRUCTIONS and WAIT_TOOL in INSTRUCTIONS
     assert done.isError is False
-    assert done.structuredContent["status"] == "ok"
+    assert envelope_of(done)["status"] == "ok"
     assert done.structuredContent["fields"] == {"slept": 1.0}
 
 
@@ -274,9 +281,9 @@ async def test_wait_tool_rejects_unknown_call_ids_and_bad_arguments(rungd_daemon
         unknown = await session.call_tool(WAIT_TOOL, {"call_id": "c0000000000000000"})
         bad = await session.call_tool(WAIT_TOOL, {"call_id": "c1", "wait_s": 3600})
         malformed = await session.call_tool(WAIT_TOOL, {"call_id": "c" * 200})
-    assert unknown.isError is True and "UNKNOWN_CALL" in text_of(unknown)
-    assert "repeat the original call" in text_of(unknown)  # its result expired: this is the way back
-    assert bad.isError is True and "ERROR BAD_INPUT" in text_of(bad)
+    assert unknown.isError is True and envelope_of(unknown)["error"]["code"] == "UNKNOWN_CALL"
+    assert "repeat the original call" in unknown.structuredContent["error"]["hint"]  # expired: the way back
+    assert bad.isError is True and envelope_of(bad)["error"]["code"] == "BAD_INPUT"
     # A call_id no daemon could have made says nothing of a call: repair the wait, reconcile nothing.
     assert malformed.isError is True and "repeat the original call" not in text_of(malformed)
     assert "reconcile" not in text_of(malformed), text_of(malformed)
@@ -304,35 +311,45 @@ async def test_a_connection_lost_mid_call_is_reported_as_unknown_never_as_succes
 
     lost, unreachable = await trio.to_thread.run_sync(lambda: asyncio.run(go()))
     assert lost.isError is True
-    assert "ERROR BRIDGE_LOST" in text_of(lost) and "outcome: unknown" in text_of(lost)
-    assert "same request_id" in text_of(lost)
+    envelope = envelope_of(lost)
+    assert (envelope["error"]["code"], envelope["outcome"]) == ("BRIDGE_LOST", "unknown")
+    assert "same request_id" in envelope["error"]["hint"]
     assert unreachable.isError is True
-    assert "ERROR UNREACHABLE" in text_of(unreachable) and "outcome: not_started" in text_of(unreachable)
+    assert (envelope_of(unreachable)["error"]["code"], unreachable.structuredContent["outcome"]) == (
+        "UNREACHABLE", "not_started")
 
 
 # --- the mapping itself, for states a demo tool cannot easily reach ------------------------
 
 
-def test_unknown_outcome_error_names_the_settle_read_and_says_not_to_repeat() -> None:
+def test_unknown_outcome_error_carries_its_settle_read_and_the_instructions_say_not_to_repeat() -> None:
     env = _envelope(
         status="error", outcome="unknown", next_action="reconcile",
         error={"code": "TIMEOUT", "message": "deadline of 5s passed", "retry": "after_check", "hint": "run settle"},
         settle={"tool": "inventory_item_show", "inputs": {"item": "widget"}},
     )
     result = envelope_result(env)
-    text = text_of(result)
     assert result.isError is True
-    assert "ERROR TIMEOUT" in text and "retry: after_check" in text
-    assert "outcome: unknown (the effect may or may not have happened)" in text
-    assert 'settle: call inventory_item_show with {"item":"widget"}' in text
-    assert "never repeat the change with a new request_id" in text
+    assert envelope_of(result) == msgspec.to_builtins(env)
+    assert result.structuredContent["settle"] == {"tool": "inventory_item_show", "inputs": {"item": "widget"},
+                                                  "expect": {}}
+    assert "reconcile: the effect may or may not have happened: run the settle read" in INSTRUCTIONS
+    assert "never repeat the change with a new request_id" in INSTRUCTIONS
 
 
 def test_held_call_is_pending_awaiting_approval_not_an_error() -> None:
     result = envelope_result(_envelope(status="pending", outcome="not_started", next_action="wait_approval"))
     assert result.isError is False
-    assert "held at a gate until an operator approves" in text_of(result)
-    assert result.structuredContent["status"] == "pending"
+    assert (envelope_of(result)["status"], result.structuredContent["next_action"]) == ("pending", "wait_approval")
+    assert f"wait_approval: a person must approve it first: fetch the result with {WAIT_TOOL}" in INSTRUCTIONS
+
+
+def test_the_text_is_the_structured_content_even_where_a_json_encoder_would_differ() -> None:
+    # A "number" field parsed from a program's "nan": JSON has no NaN, so both say null, as the
+    # SDK's own encoder would put it on the wire; characters past ASCII come back from the escapes.
+    env = _envelope(status="ok", outcome="done", fields={"ratio": float("nan"), "name": "Zoë \u2028 \u202e"})
+    envelope = envelope_of(envelope_result(env))
+    assert envelope["fields"] == {"ratio": None, "name": "Zoë \u2028 \u202e"}
 
 
 def _envelope(**kwargs: object) -> Envelope:

@@ -12,7 +12,7 @@ pytest.importorskip("mcp", reason="the MCP bridge is the optional extra rungd[mc
 from rungd.mcp_bridge import EVIDENCE_TOOL
 
 from tests.conftest import TEST_PLUGINS
-from tests.test_mcp_bridge import bridge, rungd_daemon, text_of  # noqa: F401 (rungd_daemon: a fixture)
+from tests.test_mcp_bridge import bridge, envelope_of, rungd_daemon, text_of  # noqa: F401 (a fixture)
 
 
 @pytest.fixture
@@ -36,20 +36,18 @@ async def test_an_agent_reads_evidence_a_result_names_page_by_page(rungd_daemon,
 
         first = await session.call_tool(EVIDENCE_TOOL, {"evidence_id": evidence_id, "line": 1})
         assert first.isError is False
-        part = first.structuredContent
+        part = envelope_of(first)  # an evidence slice, mirrored as an envelope is
         assert truth.startswith(part["text"]) and part["truncated"] and part["next"] == {"line": part["next"]["line"]}
-        said = text_of(first).splitlines()[-1]
-        assert "cut to the reply cap" in said and EVIDENCE_TOOL in said
-        step = json.loads(said[said.index("{"):said.rindex("}") + 1])  # the arguments it says to send
-        second = await session.call_tool(EVIDENCE_TOOL, step)
-        assert truth.startswith(part["text"] + second.structuredContent["text"])
+        assert list(json.loads(text_of(first)))[-1] == "text"  # the program's output after rungd's counts
+        second = await session.call_tool(EVIDENCE_TOOL, {"evidence_id": evidence_id, **part["next"]})
+        assert truth.startswith(part["text"] + envelope_of(second)["text"])
 
         found = await session.call_tool(EVIDENCE_TOOL, {"evidence_id": evidence_id, "grep": "needle"})
-        assert found.structuredContent["matches"] == 2 and "2 matching line(s)" in text_of(found)
+        assert envelope_of(found)["matches"] == 2 and len(found.structuredContent["text"].splitlines()) == 2
 
         unknown = await session.call_tool(EVIDENCE_TOOL, {"evidence_id": "c18f2a3b4c5d6e7f80.1.stdout"})
         path_like = await session.call_tool(EVIDENCE_TOOL, {"evidence_id": "../../etc/passwd"})
         extra = await session.call_tool(EVIDENCE_TOOL, {"evidence_id": evidence_id, "path": "/etc/passwd"})
-    assert unknown.isError is True and "ERROR UNKNOWN_EVIDENCE" in text_of(unknown)
-    assert path_like.isError is True and "ERROR BAD_INPUT" in text_of(path_like)
-    assert extra.isError is True and "unknown arguments: path" in text_of(extra)
+    assert unknown.isError is True and envelope_of(unknown)["error"]["code"] == "UNKNOWN_EVIDENCE"
+    assert path_like.isError is True and envelope_of(path_like)["error"]["code"] == "BAD_INPUT"
+    assert extra.isError is True and "unknown arguments: path" in envelope_of(extra)["error"]["message"]

@@ -36,7 +36,7 @@ from rungd.mcp_bridge import (
 from rungd.protocol import ToolDefinition
 
 from tests.conftest import TEST_PLUGINS
-from tests.test_mcp_bridge import bridge, rungd_daemon, text_of  # noqa: F401 (rungd_daemon: a fixture)
+from tests.test_mcp_bridge import bridge, envelope_of, rungd_daemon, text_of  # noqa: F401 (a fixture)
 
 HELD = {"program": "exit_with", "request_id": "held-1"}
 
@@ -58,11 +58,11 @@ async def test_a_held_write_answers_pending_within_two_seconds_not_after_the_bri
         result = await session.call_tool("fake_records_delete", HELD)
         took = time.monotonic() - started
     assert took < 2.5, f"a held call took {took:.1f} s to answer"
-    envelope = result.structuredContent
+    envelope = envelope_of(result)
     assert result.isError is False
     assert (envelope["status"], envelope["next_action"], envelope["outcome"]) == ("pending", "wait_approval",
                                                                                   "not_started")
-    assert text_of(result).startswith("PENDING") and "held at a gate" in text_of(result)
+    assert "an operator must approve it" in envelope["narrow"]
 
 
 async def test_a_running_call_sends_progress_naming_its_call_id_then_its_result(rungd_daemon, short_tmp) -> None:
@@ -156,8 +156,7 @@ async def test_every_result_ok_error_pending_or_the_bridges_own_meets_its_tools_
              "unknown evidence": EVIDENCE_TOOL, "fetched": WAIT_TOOL}
     statuses = {}
     for what, result in results.items():
-        assert result.structuredContent is not None, what
-        jsonschema.validate(result.structuredContent, schemas[names[what]])
+        jsonschema.validate(envelope_of(result), schemas[names[what]])
         statuses[what] = (result.structuredContent.get("status"), result.isError)
     assert statuses == {
         "ok": ("ok", False), "daemon error": ("error", True), "held": ("pending", False),
