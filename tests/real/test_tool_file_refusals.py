@@ -5,11 +5,13 @@ not be judged. Real programs of this host are resolved; nothing is run."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from rungd.errors import ConfigError
+from rungd.trust import Untrusted
 from rungd_plugins.declarative import read_tool_file
 
 BASE = """
@@ -183,13 +185,43 @@ def test_multiline_is_only_for_the_input_fed_on_stdin(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("variable", ["PAGER", "GIT_PAGER", "GIT_SSH_COMMAND", "GIT_CONFIG_KEY_0", "LD_PRELOAD",
-                                      "BASH_ENV", "RUNGD_CALL", "EDITOR", "TAR_OPTIONS", "ZIPOPT", "HOME", "PATH",
-                                      "PYTHONWARNINGS", "OPENSSL_CONF", "GIT_DIR", "BASH_FUNC_x", "WGETRC",
-                                      "KUBECONFIG", "BORG_PASSCOMMAND", "AWS_CONFIG_FILE", "CLOUDSDK_PYTHON",
-                                      "RUNGD_ASKPASS_SOCKET"])
+                                      "BASH_ENV", "RUNGD_CALL", "EDITOR", "TAR_OPTIONS", "ZIPOPT", "PATH",
+                                      "PYTHONWARNINGS", "BASH_FUNC_x", "BORG_PASSCOMMAND", "CLOUDSDK_PYTHON",
+                                      "RUNGD_ASKPASS_SOCKET", "DISPLAY", "GPG_TTY", "VISUAL"])
 def test_environment_that_names_a_program_is_refused_at_load(tmp_path, variable) -> None:
     message = refusal(tmp_path, "ls", '["{v}"]', f'env = {{ {variable} = "sh -c id" }}')
     assert f"key tools.x_item_show.env.{variable}: a tool file may not set {variable}" in message
+    assert "plugins/README.md" in message  # where the table of what may be set is
+
+
+@pytest.mark.parametrize("variable", ["HOME", "OPENSSL_CONF", "GIT_DIR", "WGETRC", "KUBECONFIG", "AWS_CONFIG_FILE",
+                                      "GNUPGHOME", "SSH_AUTH_SOCK", "KRB5_CONFIG", "MYAPP_CONFIG_FILE"])
+def test_a_variable_that_names_a_path_takes_only_a_fixed_absolute_path(tmp_path, variable) -> None:
+    for value in ("sh -c id", "relative/dir", "/srv/{v}"):
+        message = refusal(tmp_path, "ls", '["{v}"]', f'env = {{ {variable} = "{value}" }}')
+        assert f"key tools.x_item_show.env.{variable}: {value!r} must be a fixed absolute path" in message
+
+
+def test_a_path_variable_owned_right_loads_and_one_others_can_write_is_refused(tmp_path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    load(tmp_path, "ls", '["{v}"]', f'env = {{ HOME = "{home}", GNUPGHOME = "{home}/.gnupg", '
+                                    f'SSH_AUTH_SOCK = "{home}/agent.sock", KRB5CCNAME = "FILE:{home}/cc" }}')
+    home.chmod(0o777)
+    for variable in ("HOME", "GNUPGHOME", "MYAPP_DATA"):  # MYAPP_DATA: any value that is a path
+        with pytest.raises(Untrusted, match=f"bad ownership or modes for path set in .* {home} is writable by "
+                                             r"group and others \(mode 0777\)"):
+            load(tmp_path, "ls", '["{v}"]', f'env = {{ {variable} = "{home}/x" }}')
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_a_user_tools_own_home_is_trusted_for_that_tool_only(tmp_path) -> None:
+    home = tmp_path / "nobody"
+    home.mkdir()
+    os.chown(home, 65534, 65534)
+    load(tmp_path, "ls", '["{v}"]', f'user = "nobody"\nenv = {{ HOME = "{home}" }}')
+    with pytest.raises(Untrusted, match=r"owned by nobody \(uid 65534\)"):
+        load(tmp_path, "ls", '["{v}"]', f'env = {{ HOME = "{home}" }}')
 
 
 @pytest.mark.parametrize(("name", "argv", "more", "key", "words"), [

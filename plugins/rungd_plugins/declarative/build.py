@@ -105,11 +105,12 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
         if spec.export is None and spec.import_ is None:
             user = spec.user or runs[name].spec.user
             # Credentials reach the program as environment variables too: the same names refused.
-            for where, names in ((f"{key}.env", spec.env), (f"{key}.credentials", spec.credentials),
-                                 (f"{key}.credential_files", spec.credential_files),
-                                 (f"{runs[name].key}.env", runs[name].spec.env),
-                                 (f"{runs[name].key}.credentials", runs[name].spec.credentials)):
-                programs.check_env(path, where, names)
+            for where, names, values in ((f"{key}.env", spec.env, True),
+                                         (f"{key}.credentials", spec.credentials, False),
+                                         (f"{key}.credential_files", spec.credential_files, False),
+                                         (f"{runs[name].key}.env", runs[name].spec.env, True),
+                                         (f"{runs[name].key}.credentials", runs[name].spec.credentials, False)):
+                programs.check_env(path, where, names, user=user, values=values)
             programs.check_argv(path, key, runs[name], spec, user=user)
             if user is not None:
                 programs.check_user(path, f"{key}.user" if spec.user else f"{runs[name].key}.user", user)

@@ -16,6 +16,7 @@ options that make a program run a command (``find -exec``, ``tar --to-command``,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -682,50 +683,118 @@ def _has_capability(bit: int) -> bool:
     return False
 
 
-# Variables that name a program to run, load code, or steer the call's own bookkeeping: a
-# tool file setting one would run what it names (PAGER="sh -c ...", GIT_CONFIG_* aliases,
-# LD_PRELOAD) as surely as an argv word, past every check above.
+# What a tool file may set in a program's environment, by what the variable names (the table
+# in plugins/README.md says the same):
+#
+#   kind                            rule                                   examples
+#   a file, folder or socket        a fixed absolute path (never an input)  HOME, GNUPGHOME, SSH_AUTH_SOCK,
+#                                   that passes the ownership check, for    KRB5_CONFIG, KUBECONFIG, TMPDIR,
+#                                   rungd or the tool's user                *_CONFIG, *_CONFIG_FILE, *_HOME
+#   any value that is a path        the same (it names a path, whatever     MYAPP_DATA=/srv/app
+#                                   the variable is called)
+#   a program or code to run/load   refused: programs run them through      EDITOR, PAGER, *_COMMAND, LD_*,
+#                                   sh -c, past every check of argv         PYTHONPATH, NODE_OPTIONS, *_OPTS
+#   a terminal or rungd's own       refused: they send processes to a       DISPLAY, GPG_TTY, PATH, RUNGD_*,
+#                                   terminal, or steer rungd's bookkeeping  *_ASKPASS
+#   anything else                   a value, as written                     LANG, TZ, PGDATABASE
+#
+# Whoever owns a path chooses what a program finds there, so a path owned by root or rungd's
+# user is as trusted as the tool file naming it: the check is the one tool files pass.
 _ENV_REFUSED = frozenset({
-    # Options, configuration and helpers read from the environment (tar runs a
-    # --checkpoint-action from TAR_OPTIONS), and where programs look for them.
-    "TAR_OPTIONS", "ZIPOPT", "UNZIP", "GZIP", "XZ_OPT", "ZSTD_CLEVEL", "MANOPT", "APT_CONFIG", "JAVA_HOME",
-    "KUBECONFIG", "ODBCSYSINI", "ODBCINI", "PGSYSCONFDIR", "PSQLRC", "MYSQL_HOME",
-    "GIT_EXTERNAL_DIFF", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "RSYNC_RSH",
-    "RSYNC_CONNECT_PROG", "BROWSER", "SENDMAIL", "MAKEFLAGS", "MFLAGS", "MAKEFILES", "MAKELEVEL", "PERL5DB",
-    "GCONV_PATH", "HOME", "PATH", "ZDOTDIR", "WGETRC", "CURL_HOME", "GNUPGHOME", "LESSKEY", "LESSKEYIN",
-    "TERMINFO", "TERMINFO_DIRS", "LOCPATH", "NLSPATH", "HOSTALIASES", "RESOLV_HOST_CONF", "TMPDIR",
+    # Options read from the environment, which can hold an action to run (tar's
+    # --checkpoint-action from TAR_OPTIONS), and commands by another name.
+    "TAR_OPTIONS", "ZIPOPT", "UNZIP", "GZIP", "XZ_OPT", "ZSTD_CLEVEL", "MANOPT",
+    "GIT_EXTERNAL_DIFF", "RSYNC_RSH", "RSYNC_CONNECT_PROG", "BROWSER", "SENDMAIL", "MAKEFLAGS", "MFLAGS",
+    "MAKEFILES", "MAKELEVEL", "PERL5DB", "GCONV_PATH", "PATH", "LESSKEY", "LESSKEYIN",
     "PAGER", "GIT_PAGER", "MANPAGER", "SYSTEMD_PAGER", "LESSOPEN", "LESSCLOSE", "EDITOR", "VISUAL",
     "GIT_EDITOR", "GIT_SEQUENCE_EDITOR", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS", "SSH_ASKPASS",
-    "SUDO_ASKPASS", "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "BASH_ENV", "ENV", "SHELL", "PROMPT_COMMAND", "PS4",
+    "SUDO_ASKPASS", "BASH_ENV", "ENV", "SHELL", "PROMPT_COMMAND", "PS4",
     "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME", "PERL5OPT", "PERL5LIB", "PERLLIB", "RUBYOPT", "RUBYLIB",
-    "NODE_OPTIONS", "NODE_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "SSH_AUTH_SOCK", "IFS",
+    "NODE_OPTIONS", "NODE_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "IFS",
+    # They send a program to a terminal or a desktop session, which rungd does not give it.
+    "DISPLAY", "WAYLAND_DISPLAY", "GPG_TTY", "SSH_ASKPASS_REQUIRE", "DBUS_SESSION_BUS_ADDRESS", "TERM",
 })
-# RUNGD_CALL is the call's tag (what finds its processes), RUNGD_ASKPASS* where its questions go.
-_ENV_REFUSED_PREFIXES = ("LD_", "GIT_CONFIG", "DYLD_", "RUNGD_CALL", "RUNGD_ASKPASS", "BASH_FUNC_", "PYTHON",
-                         "PERL", "RUBY", "XDG_", "OPENSSL_", "LESS", "GROFF_", "GLIBC_")
-# Names that run or load programs, or name the files that do (a config can hold a command:
-# KUBECONFIG's exec plugins, AWS_CONFIG_FILE's credential_process, BORG_PASSCOMMAND).
+# RUNGD_CALL is the call's tag (what finds its processes), RUNGD_ASKPASS* where its questions
+# go; GIT_CONFIG_KEY_n / _VALUE_n set git settings inline (core.pager...).
+_ENV_REFUSED_PREFIXES = ("LD_", "GIT_CONFIG_", "DYLD_", "RUNGD_", "BASH_FUNC_", "PYTHON", "PERL", "RUBY",
+                         "LESS", "GROFF_", "GLIBC_")
 _ENV_REFUSED_SUFFIXES = ("COMMAND", "_PAGER", "_EDITOR", "_ASKPASS", "_SHELL", "_OPTIONS", "_OPTS", "_OPT",
-                         "CONFIG", "_CONFIG_FILE", "SYSCONFDIR", "_PROG", "_PROGRAM", "_RSH", "_DIFF", "_PYTHON",
-                         "_PLUGINS", "_HOOK", "_HOOKS")
+                         "_PROG", "_PROGRAM", "_RSH", "_DIFF", "_PYTHON", "_PLUGINS", "_HOOK", "_HOOKS", "_CMD")
 # Harmless names the prefixes above would catch.
 _ENV_ALLOWED = frozenset({"PYTHONUNBUFFERED", "PYTHONIOENCODING", "PYTHONDONTWRITEBYTECODE", "PYTHONUTF8",
-                          "PYTHONHASHSEED", "XDG_RUNTIME_DIR"})
+                          "PYTHONHASHSEED"})
+# Names whose value is a path (or a list of them, ':'-separated) to a file, folder or socket.
+_ENV_PATHS = frozenset({
+    "HOME", "TMPDIR", "GNUPGHOME", "SSH_AUTH_SOCK", "KRB5_CONFIG", "KRB5CCNAME", "KRB5_KTNAME",
+    "KRB5_CLIENT_KTNAME", "KUBECONFIG", "WGETRC", "CURL_HOME", "NETRC", "PSQLRC", "PGSYSCONFDIR", "PGPASSFILE",
+    "PGSERVICEFILE", "MYSQL_HOME", "ODBCINI", "ODBCSYSINI", "APT_CONFIG", "OPENSSL_CONF", "SSL_CERT_FILE",
+    "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY", "GIT_CONFIG", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_TEMPLATE_DIR",
+    "GIT_EXEC_PATH", "JAVA_HOME", "ZDOTDIR", "TERMINFO", "TERMINFO_DIRS", "LOCPATH", "NLSPATH", "HOSTALIASES",
+    "RESOLV_HOST_CONF", "PASSWORD_STORE_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME",
+    "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "XDG_CONFIG_DIRS", "XDG_DATA_DIRS", "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+})
+_ENV_PATH_SUFFIXES = ("CONFIG", "_CONFIG_FILE", "SYSCONFDIR", "_HOME", "_DIR", "_DIRS", "_FILE", "_SOCK",
+                      "_SOCKET")
+# KRB5CCNAME=FILE:/tmp/krb5cc_0: a type, then the path.
+_TYPED_PATH = re.compile(r"^[A-Z]+:(?=/)")
 
 
-def check_env(path: Path, key: str, env: dict[str, str]) -> None:
-    """Refuse environment a tool file sets that would run or load another program.
+def _env_kind(name: str) -> str:
+    upper = name.upper()
+    if upper in _ENV_ALLOWED:
+        return "value"
+    if upper in _ENV_PATHS:
+        return "path"
+    if upper in _ENV_REFUSED or upper.startswith(_ENV_REFUSED_PREFIXES) or upper.endswith(_ENV_REFUSED_SUFFIXES):
+        return "refused"
+    if upper.endswith(_ENV_PATH_SUFFIXES) or upper.startswith("XDG_"):
+        return "path"
+    return "value"
+
+
+def check_env(path: Path, key: str, env: dict[str, str], *, user: str | None = None, values: bool = True) -> None:
+    """Refuse environment a tool file sets that would run or load another program, or name a
+    path someone other than root, rungd's user or the tool's ``user`` could write (the table
+    above ``_ENV_REFUSED``).
+
+    Args:
+        env: variable -> value as the tool file sets it.
+        user: the account the program runs as, whose own paths (its home, its agent socket)
+            may be named too.
+        values: False when the values are no paths (credential names, for ``credentials``).
 
     Raises:
-        ConfigError: naming the file, the key and the variable.
+        ConfigError: naming the file, the key, the variable and what to do instead.
+        Untrusted: a path it names is not owned right (the file's tools are then refused).
     """
-    for name in env:
-        upper = name.upper()
-        if upper in _ENV_ALLOWED:
-            continue
-        if upper in _ENV_REFUSED or upper.startswith(_ENV_REFUSED_PREFIXES) or upper.endswith(_ENV_REFUSED_SUFFIXES):
+    for name, value in env.items():
+        kind = _env_kind(name)
+        if kind == "refused":
             raise ConfigError(
-                f"{path}: key {key}.{name}: a tool file may not set {name}: it names a program to run or "
-                "code to load, which no refusal of argv would see; hint: pass what the program needs as "
-                "arguments, or wrap it in a Python plugin whose code a reviewer reads"
+                f"{path}: key {key}.{name}: a tool file may not set {name}: it names a program to run, code to "
+                "load, or a terminal, which no refusal of argv would see; hint: pass what the program needs as "
+                "arguments, or wrap it in a Python plugin whose code a reviewer reads (plugins/README.md, "
+                "'Environment', lists what may be set)"
             )
+        if values and (kind == "path" or value.startswith("/")):
+            _check_env_path(path, f"{key}.{name}", value, user)
+
+
+def _check_env_path(path: Path, key: str, value: str, user: str | None) -> None:
+    """A path a variable names must be fixed, absolute and owned right (rungd.trust): whoever
+    could write it would choose what the program reads there, as a tool file does."""
+    owners = {0, os.geteuid()}
+    if user is not None:
+        with contextlib.suppress(KeyError):  # a missing account is check_user's to say
+            owners.add(pwd.getpwnam(user).pw_uid)
+    for part in value.split(":") if not _TYPED_PATH.match(value) else [_TYPED_PATH.sub("", value)]:
+        if "{" in part or not part.startswith("/"):
+            raise ConfigError(f"{path}: key {key}: {value!r} must be a fixed absolute path (never an input), "
+                              "e.g. /var/lib/rungd/home; hint: a relative path depends on the folder the "
+                              "program starts in")
+        target = part
+        while not os.path.lexists(target):  # made later (an agent's socket): judge its folder
+            target = os.path.dirname(target)
+        check_trusted(target, f"path set in {path} key {key}", owners=owners)
