@@ -24,7 +24,7 @@ import psutil
 import pytest
 import trio
 
-from rungd import proctree, runner
+from rungd import askpass, proctree, runner
 from rungd.errors import AuthRequired, Failed
 from rungd.runner import launch
 from rungd.runner import launcher as launcher_wire
@@ -482,7 +482,8 @@ async def test_one_endpoint_answers_each_call_with_its_own_credential_and_strang
         with socket.socket(socket.AF_UNIX) as conn:
             conn.settimeout(3)
             try:
-                conn.connect(path)
+                with askpass.socket_address(path) as address:  # an abstract name, '@...'
+                    conn.connect(address)
                 conn.sendall(b"Password for anyone:")
                 conn.shutdown(socket.SHUT_WR)
                 stranger.append(await trio.to_thread.run_sync(conn.recv, 100))

@@ -115,7 +115,6 @@ def source_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-@functools.cache
 def own_files() -> list[tuple[Path, str]]:
     """rungd's own files that run every program, for :func:`rungd.daemon.check_sources`: the
     package (its folder: the Python launcher, the askpass helper's source, every module) and the
@@ -126,6 +125,7 @@ def own_files() -> list[tuple[Path, str]]:
     return files
 
 
+@functools.cache
 def compiled_launcher() -> Path | None:
     """The compiled launcher, if it was built from the launcher.c and launcher.py beside it (a
     launcher built from another source may speak another wire): else None, and the Python one
