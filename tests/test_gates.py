@@ -197,6 +197,36 @@ async def test_signature_gate_needs_a_signature_by_an_allowed_key(nursery, short
     daemon.daemon.stop()
 
 
+async def test_a_key_also_listed_for_the_caller_cannot_approve_its_call(nursery, short_tmp, operator_key) -> None:
+    # The caller (root) signs with its own key, which the file lists first for an operator
+    # and only on a later line for root; an operator submits the signature. find-principals
+    # names the operator, the first line; the later line makes the key the caller's.
+    signers, key = operator_key
+    own = short_tmp / "caller_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "me", "-f", str(own)], check=True)
+    os.chown(own, OPERATOR, OPERATOR)  # handed to the operator, as a lax one would take it
+    public = own.with_suffix(".pub").read_text()
+    signers.write_text(signers.read_text() + f"operator@example {public}root@laptop {public}")
+    toml = config_toml(f'allowed_signers = "{signers}"', plugins=("fake_tools.py", "signed_tools.py"))
+    daemon = await daemon_for(nursery, short_tmp, toml)
+    held = await daemon.call("fake_archive_purge", CONFIRM, request_id="s2", wait_s=0.1)
+    attempt = (
+        "def go(key):\n"
+        "    try:\n"
+        f"        return c.approve({held.call_id!r}, sign(key, msg)).verdict\n"
+        "    except RequestRejected as e:\n"
+        "        return [e.code, str(e)]\n"
+        f"msg = [h for h in c.pending() if h.call_id == {held.call_id!r}][0].approval_message.encode()\n"
+        f"print(json.dumps([go({str(own)!r}), go({str(key)!r})]))\n"
+    )
+    own_signature, operators = await as_operator(daemon.socket, attempt)
+    assert own_signature[0] == "DENIED" and "lists for root, who made the call" in own_signature[1]
+    assert operators == "approved"  # a genuine operator key still approves it
+    done = await daemon.run(Client.wait, held.call_id, 20)
+    assert done.status == "ok", done.error
+    daemon.daemon.stop()
+
+
 def test_signature_gate_without_signers_refuses_to_start(short_tmp) -> None:
     from rungd.daemon import Daemon
     from rungd.errors import ConfigError

@@ -6,6 +6,11 @@ deep, a length prefix of 4 GiB, a frame trickled in byte by byte, a thousand idl
 connections) can end the daemon or stall another caller. The caller's identity is read
 from the kernel (SO_PEERCRED) once per connection and never taken from a request.
 
+Nor can a connection make the daemon hold much memory: a frame's body is buffered only once
+its header said how long it is and who sends it may send that much. A peer that may call no
+tool and decide no held call sends small frames only (``SMALL_FRAME``); what one uid may have
+buffered in unfinished frames, over all its connections, is bounded (``FrameBudget``).
+
 Errors become replies in one place: ``rungd.engine.outcomes``. This module only catches
 what the engine raises and hands it there.
 """
@@ -23,6 +28,7 @@ import pwd
 import socket
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -36,7 +42,7 @@ from rungd.engine import Call as CallState
 from rungd.engine import Dispatcher, outcomes
 from rungd.errors import RungdError
 from rungd.evidence import EvidenceStore
-from rungd.gates import approval_message
+from rungd.gates import approval_message, is_operator
 from rungd.protocol import (
     Approve,
     Call,
@@ -139,8 +145,21 @@ def peer_of(sock: trio.socket.SocketType) -> Caller:
 
 
 class FrameTooLarge(Exception):
-    def __init__(self, length: int) -> None:
+    """A frame announced more than its sender may send now; its header is dropped, its body
+    not read.
+
+    Args:
+        length: the announced length.
+        why: what it exceeds, for the reply.
+        close: the sender may never send it (it may call nothing): do not read the body to
+            keep the connection, close it.
+    """
+
+    def __init__(self, length: int, why: str, *, close: bool = False) -> None:
+        super().__init__(why)
         self.length = length
+        self.why = why
+        self.close = close
 
 
 class TruncatedFrame(Exception):
@@ -217,6 +236,49 @@ class Wire:
             view = view[sent:]
 
 
+# What a peer that may call no tool and decide no held call may send in one frame: a hello,
+# a describe, a deny with its reason (1,024 characters) fit many times over.
+SMALL_FRAME = 8 << 10
+
+# How many frames of the maximum size one uid may have the daemon buffer at once, over all
+# its connections. A request arriving in one read is never counted: only one left unfinished.
+FRAMES_IN_FLIGHT_PER_UID = 4
+
+
+class FrameBudget:
+    """Bytes of unfinished frames each uid has the daemon hold, over all its connections.
+
+    A frame that does not arrive in one read is buffered until it is whole: up to
+    ``max_frame`` bytes on each connection, so four uids with a hundred connections each
+    once took the daemon from 48 to 582 MiB. Counted per uid, a caller holds at most its
+    budget (``take``) however many connections it opens. A frame is counted at its announced
+    size as soon as its header is read, before any more of its body is, and let go when it
+    is whole or given up. The daemon's connections share one (``Replies.frames``).
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[int, int] = {}
+
+    def take(self, uid: int, size: int, per_uid: int) -> bool:
+        """Count ``size`` more bytes for ``uid``; False, counting nothing, past ``per_uid``."""
+        held = self._held.get(uid, 0) + size
+        if held > per_uid:
+            return False
+        self._held[uid] = held
+        return True
+
+    def give_back(self, uid: int, size: int) -> None:
+        left = self._held[uid] - size
+        if left:
+            self._held[uid] = left
+        else:
+            del self._held[uid]
+
+    def held(self, uid: int) -> int:
+        """Bytes of unfinished frames ``uid`` has buffered now."""
+        return self._held.get(uid, 0)
+
+
 class FrameReader:
     """Reads length-prefixed frames from a stream without ever buffering more than one.
 
@@ -225,21 +287,33 @@ class FrameReader:
         max_frame: the largest body accepted.
         idle_timeout_s: how long to wait for the first byte of the next frame.
         frame_timeout_s: how long a frame may take once its first byte arrived.
+        small_only: asked only when a frame announces more than ``SMALL_FRAME`` bytes,
+            before its body is read: whether its sender may send small frames only.
+        budget: the count of unfinished frames per uid that ``uid``'s frames are held to;
+            None holds them to nothing (root: it could stop the daemon anyway).
+        uid: the sender.
     """
 
     def __init__(self, stream: trio.abc.ReceiveStream | Wire, max_frame: int, *, idle_timeout_s: float = 600.0,
-                 frame_timeout_s: float = 10.0) -> None:
+                 frame_timeout_s: float = 10.0, small_only: Callable[[], bool] | None = None,
+                 budget: FrameBudget | None = None, uid: int = -1) -> None:
         self._stream = stream
         self._max = max_frame
         self._idle_timeout_s = idle_timeout_s
         self._frame_timeout_s = frame_timeout_s
+        self._small_only = small_only
+        self._budget = budget
+        self._per_uid = FRAMES_IN_FLIGHT_PER_UID * (protocol.HEADER.size + max_frame)
+        self._uid = uid
         self._buf = bytearray()
 
     async def next(self) -> bytes | None:
         """The next frame's body, or None at a clean end of stream or after the idle timeout.
 
         Raises:
-            FrameTooLarge: the announced length exceeds the maximum; call ``discard``.
+            FrameTooLarge: the announced length exceeds the maximum, what this sender may
+                send, or what its uid has left of its budget; call ``discard`` unless it
+                says ``close``.
             TruncatedFrame: the stream ended in the middle of a frame.
             SlowFrame: the frame did not complete within the frame timeout.
         """
@@ -263,29 +337,58 @@ class FrameReader:
         """The frame at the head of the buffer if it is all there, else None.
 
         Raises:
-            FrameTooLarge: its announced length exceeds the maximum (the header is dropped).
+            FrameTooLarge: as ``_length``.
         """
         if len(self._buf) < protocol.HEADER.size:
             return None
-        (length,) = protocol.HEADER.unpack_from(self._buf)
-        if length > self._max:
-            del self._buf[: protocol.HEADER.size]
-            raise FrameTooLarge(length)
-        end = protocol.HEADER.size + length
+        end = protocol.HEADER.size + self._length()
         if len(self._buf) < end:
             return None
         body = bytes(self._buf[protocol.HEADER.size : end])
         del self._buf[:end]
         return body
 
+    def _length(self) -> int:
+        """The announced length of the frame whose header heads the buffer.
+
+        Raises:
+            FrameTooLarge: it exceeds the maximum, or ``SMALL_FRAME`` for a sender that may
+                send small frames only (``close``); the header is dropped.
+        """
+        (length,) = protocol.HEADER.unpack_from(self._buf)
+        if length > self._max:
+            del self._buf[: protocol.HEADER.size]
+            raise FrameTooLarge(length, f"frame of {length} bytes exceeds the maximum of {self._max}")
+        if length > SMALL_FRAME and self._small_only is not None and self._small_only():
+            del self._buf[: protocol.HEADER.size]
+            raise FrameTooLarge(length, f"frame of {length} bytes exceeds the {SMALL_FRAME} bytes uid {self._uid} "
+                                "may send: it may call no tool and decide no held call", close=True)
+        return length
+
     async def _rest(self) -> bytes:
         if not await self._fill(protocol.HEADER.size):
             raise TruncatedFrame()
-        (length,) = protocol.HEADER.unpack_from(self._buf)
-        if length <= self._max and not await self._fill(protocol.HEADER.size + length):
-            raise TruncatedFrame()
-        body = self._take()  # raises FrameTooLarge for an announced length over the maximum
-        assert body is not None  # filled above
+        end = protocol.HEADER.size + self._length()
+        if self._budget is None:
+            if not await self._fill(end):
+                raise TruncatedFrame()
+        else:
+            # Counted before the body is read, against all the uid's connections: one uid's
+            # unfinished frames never hold more than its budget, however many it opens.
+            if not self._budget.take(self._uid, end, self._per_uid):
+                del self._buf[: protocol.HEADER.size]
+                held = self._budget.held(self._uid)
+                raise FrameTooLarge(end - protocol.HEADER.size,
+                                    f"uid {self._uid} already has {held} bytes of unfinished frames on its other "
+                                    f"connections; this one's {end} would pass its budget of {self._per_uid} "
+                                    f"({FRAMES_IN_FLIGHT_PER_UID} frames of the maximum)")
+            try:
+                if not await self._fill(end):
+                    raise TruncatedFrame()
+            finally:
+                self._budget.give_back(self._uid, end)
+        body = bytes(self._buf[protocol.HEADER.size : end])
+        del self._buf[:end]
         return body
 
     async def discard(self, length: int) -> bool:
@@ -321,9 +424,13 @@ class Replies:
 
     At shutdown the daemon waits (bounded) for this to reach zero before it closes
     connections, so a client waiting on a call that just finished still hears the result.
+
+    It is the one object every connection of a daemon is handed, so it also carries what
+    they must count together: ``frames``, the bytes of unfinished frames per uid.
     """
 
     def __init__(self) -> None:
+        self.frames = FrameBudget()
         self._busy = 0
         self._quiet = trio.Event()
         self._quiet.set()
@@ -407,14 +514,25 @@ class Connection:
                                         "of requests one after another"))
         await trio.aclose_forcefully(self.stream)
 
+    def _may_do_nothing(self) -> bool:
+        """Whether this peer may call no tool and decide no held call, by the config in force
+        now (a reload may grant it some): it then needs small frames only. Asked only of a
+        frame over ``SMALL_FRAME``, whose body it decides whether to read at all."""
+        config, caller = self.dispatcher.config, self.caller
+        if is_operator(caller, config):
+            return False
+        return not any(config.allowed(name, caller.uid, caller.groups) for name in self.dispatcher.admission.tools)
+
     async def serve(self) -> None:
         """Serve requests until the client hangs up, goes idle too long, or trickles a frame.
 
         Cancellation: the daemon cancels connections at shutdown after calls have ended;
         the stream is closed on the way out either way.
         """
+        uid = self.caller.uid
         reader = FrameReader(self.wire, self.max_frame, idle_timeout_s=self.server.idle_timeout_s,
-                             frame_timeout_s=self.server.frame_timeout_s)
+                             frame_timeout_s=self.server.frame_timeout_s, small_only=self._may_do_nothing,
+                             budget=self.replies.frames if uid != 0 else None, uid=uid)
         try:
             while True:
                 body = await self._next(reader)
@@ -435,12 +553,13 @@ class Connection:
                 return await reader.next()
             except FrameTooLarge as exc:
                 # A body up to a few maximums is read and dropped, so the connection stays
-                # usable; beyond that, reading it would only feed a sender that means harm.
-                keep = exc.length <= 4 * self.max_frame
-                await self._send(_error("FRAME_TOO_LARGE",
-                                        f"frame of {exc.length} bytes exceeds the maximum of {self.max_frame}",
-                                        "send smaller requests; the limit is in the welcome reply"
-                                        + ("" if keep else "; this connection is closed")))
+                # usable; beyond that, or from a sender that may call nothing, reading it
+                # would only feed a sender that means harm.
+                keep = exc.length <= 4 * self.max_frame and not exc.close
+                hint = ("ask the operator for access to a tool ([access])" if exc.close else
+                        "send smaller requests, or large ones one after another; the limit is in the welcome reply")
+                await self._send(_error("FRAME_TOO_LARGE", exc.why,
+                                        hint + ("" if keep else "; this connection is closed")))
                 if not keep or not await reader.discard(exc.length):
                     return None
             except TruncatedFrame:

@@ -165,6 +165,7 @@ class Approvals:
 
         Raises:
             GateDenied: the signature is not by an allowed key, or not over this call.
+            Denied: the file lists the signing key for the caller too (``gates.Signer``).
         """
         message = approval_message(call.call_id, call.tool, call.digest)
         signers = self._config.gates.allowed_signers
@@ -172,18 +173,16 @@ class Approvals:
         # ssh-keygen is our child: keep every reaper off it, or its exit status is lost and a
         # failed verification would read as a success.
         with spawning():
-            principal = await trio.to_thread.run_sync(verify_signature, signers, message, signature)
+            signer = await trio.to_thread.run_sync(
+                lambda: verify_signature(signers, message, signature, _user_names(call.caller.uid)))
         # The two-person rule holds for signatures too: whoever submits it, a signature by
-        # the caller's own key is the caller approving its own call.
-        if _principal_user(principal) in _user_names(call.caller.uid):
-            raise Denied(f"the approval is signed by {principal}, who made the call; nobody may approve "
-                         "their own call", hint="ask another operator to sign with their own key")
-        return principal
-
-
-def _principal_user(principal: str) -> str:
-    """The user a principal of an allowed_signers file names: ``alice`` or ``alice@host``."""
-    return principal.partition("@")[0]
+        # the caller's own key is the caller approving its own call. The key is the caller's
+        # when any line lists it under any principal naming the caller, not only the first.
+        if signer.listed_as is not None:
+            raise Denied(f"the approval is signed by a key allowed_signers lists for {signer.listed_as}, who made "
+                         "the call; nobody may approve their own call",
+                         hint="ask another operator to sign with their own key, one listed for nobody else")
+        return signer.principal
 
 
 def _user_names(uid: int) -> set[str]:
