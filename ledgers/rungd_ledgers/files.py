@@ -1,8 +1,13 @@
-"""Where records live: the ledger files of a folder, and decoding them a block at a time.
+"""Where records live: the ledger files of a folder, and reading them a line at a time.
 
 Files are named ``ledger-000001.jsonl``, ``ledger-000002.jsonl``, ... and are read in the
 order of their number. Only the last file is ever appended to; the writer starts the next
 one only after the last byte of the previous one is durable.
+
+Whatever a file holds, reading it stays cheap: a line costs time in proportion to its
+length, and no reader holds more than ``MAX_LINE_BYTES`` of one. Readers of many lines go
+through ``decoded_blocks`` or ``bounded_lines``; a reader of one line bounds it the same way
+(``readline(MAX_LINE_BYTES + 1)`` for a first line, ``writer._last_line`` for a last one).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import BinaryIO, Final, TypeVar
 
 import msgspec
 
@@ -24,6 +29,14 @@ T = TypeVar("T")
 # its threshold of 700 and die young; a 1 MiB block gets promoted and scanned over and
 # over, which made a replay twice as slow.
 CHUNK_BYTES: Final = 1 << 16
+
+# The longest line that can be a record, newline excluded. With rungd's limits a record stays
+# far below it: it carries one call's logged inputs (strings of at most 4 KiB unless the tool
+# allows more, from a request of at most 1 MiB by default) or one result (cut to the tool's
+# cap_bytes, at most 1 MiB in a tool file). The writer does not check it. A longer line is
+# damage, or was written by something else: readers report it as any line that is not a
+# record, and stop holding it at this size, so their memory stays bounded whatever a file holds.
+MAX_LINE_BYTES: Final = 16 << 20
 
 _NAME: Final = re.compile(r"ledger-(\d{6,})\.jsonl")
 
@@ -64,7 +77,8 @@ def decoded_blocks(
         partial last line is left for a later call (see ``_complete_lines``).
 
     Raises:
-        LedgerCorrupt: a complete line is not a record of the decoder's type.
+        LedgerCorrupt: a complete line is not a record of the decoder's type, or is longer
+            than ``MAX_LINE_BYTES``.
     """
     for block, end in _complete_lines(path, offset):
         try:
@@ -77,21 +91,76 @@ def decoded_blocks(
         yield records, end
 
 
+def bounded_lines(file: BinaryIO) -> Iterator[bytes | None]:
+    """Each line of ``file`` from where it stands, newline included, one at a time.
+
+    A line longer than ``MAX_LINE_BYTES`` is read past, never held whole, and yielded as
+    ``None``. The last line may lack its newline (torn); a torn line that long is yielded as
+    its first bytes only, still without a newline, so it reads as torn all the same.
+    """
+    while piece := file.readline(CHUNK_BYTES):
+        # A line longer than a chunk comes in pieces, joined once when it ends (a long line
+        # costs its length), and no longer kept once it is past any record's length.
+        pieces, size = [piece], len(piece)
+        while not piece.endswith(b"\n") and size <= MAX_LINE_BYTES:
+            piece = file.readline(CHUNK_BYTES)
+            if not piece:
+                break  # the end of the file: a torn last line
+            pieces.append(piece)
+            size += len(piece)
+        ended = pieces[-1].endswith(b"\n")
+        if (size - 1 if ended else size) <= MAX_LINE_BYTES:
+            yield b"".join(pieces) if len(pieces) > 1 else pieces[0]
+        elif ended or _read_past_line(file):
+            yield None
+        else:
+            yield pieces[0]
+
+
 def _complete_lines(path: Path, offset: int = 0) -> Iterator[tuple[bytes, int]]:
     """Read a file from ``offset`` in blocks that each end on a newline.
 
     Yields:
         ``(block, end)``: complete lines, newlines included, and the file offset just past
         them. Bytes after the last newline are not yielded: they are a record still being
-        written or one torn by a crash, and either way not a record yet.
+        written or one torn by a crash, and either way not a record yet (past
+        ``MAX_LINE_BYTES`` they never will be, and are read past without being kept).
+
+    Raises:
+        LedgerCorrupt: a complete line is longer than ``MAX_LINE_BYTES``.
     """
     with open(path, "rb") as file:
         file.seek(offset)
-        partial = b""
+        # The line begun and not ended yet, in pieces, joined once its newline comes: a long
+        # line then costs its length, where joining at every chunk cost its length squared.
+        pending: list[bytes] = []
+        pending_bytes = 0
         while chunk := file.read(CHUNK_BYTES):
-            data = partial + chunk if partial else chunk
-            cut = data.rfind(b"\n") + 1
-            if cut:
-                offset += cut
-                yield data[:cut], offset
-            partial = data[cut:]
+            newline = chunk.find(b"\n")
+            if pending_bytes + (len(chunk) if newline < 0 else newline) > MAX_LINE_BYTES:
+                if newline < 0 and not _read_past_line(file):
+                    return  # a torn last line, however long: not a record, as any partial line
+                raise LedgerCorrupt(
+                    f"{path} holds a line of more than {MAX_LINE_BYTES} bytes from byte {offset}, "
+                    "longer than any ledger record; run `rungctl ledger verify` to find it"
+                )
+            if newline < 0:
+                pending.append(chunk)
+                pending_bytes += len(chunk)
+                continue
+            cut = chunk.rfind(b"\n") + 1
+            block = b"".join((*pending, chunk[:cut])) if pending else chunk[:cut]
+            offset += len(block)
+            yield block, offset
+            pending = [chunk[cut:]] if cut < len(chunk) else []
+            pending_bytes = len(chunk) - cut
+
+
+def _read_past_line(file: BinaryIO) -> bool:
+    """Read on to just past the next newline, keeping nothing: whether there was one."""
+    while chunk := file.read(CHUNK_BYTES):
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            file.seek(newline + 1 - len(chunk), os.SEEK_CUR)
+            return True
+    return False

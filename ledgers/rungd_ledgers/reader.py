@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from rungd_ledgers.files import decoded_blocks, file_number, ledger_files
+from rungd_ledgers.files import MAX_LINE_BYTES, decoded_blocks, file_number, ledger_files
 from rungd_ledgers.records import Record, decoder
 
 POLL_SECONDS = 0.2
@@ -138,7 +138,7 @@ def _first_seq(path: Path) -> int | None:
     """The seq of a file's first record, ``None`` when it has no readable first line."""
     try:
         with open(path, "rb") as file:
-            line = file.readline()
+            line = file.readline(MAX_LINE_BYTES + 1)  # a longer one is not a record anyway
     except FileNotFoundError:
         return None  # pruned since it was listed
     try:

@@ -27,9 +27,10 @@ from pathlib import Path
 
 import msgspec
 
-from rungd_ledgers.files import decoded_blocks, ledger_files
+from rungd_ledgers.errors import LedgerCorrupt
+from rungd_ledgers.files import MAX_LINE_BYTES, decoded_blocks, ledger_files
 from rungd_ledgers.records import PrunedFile, Record, decoder
-from rungd_ledgers.writer import Ledger, _fsync_path, _line_start
+from rungd_ledgers.writer import Ledger, _fsync_path, _last_line
 
 
 class PruneResult(msgspec.Struct, frozen=True):
@@ -82,6 +83,7 @@ def prune(
 
     Raises:
         LedgerUnavailable: the ``pruned`` record could not be written; nothing was deleted.
+        LedgerCorrupt: a file read holds a line that is not a record; nothing was deleted.
         OSError: a file could not be read or deleted (files before it are gone, and named
             by the record).
     """
@@ -120,16 +122,26 @@ def prune(
 
 
 def _first_and_last(path: Path) -> tuple[Record | None, Record | None]:
-    """The first and last records of a closed file, reading only its two ends."""
+    """The first and last records of a closed file, reading only its two ends (each no
+    further than ``MAX_LINE_BYTES``); ``(None, None)`` for an empty file.
+
+    Raises:
+        LedgerCorrupt: either line is not a whole record.
+    """
     with open(path, "rb") as file:
-        first_line = file.readline()
+        first_line = file.readline(MAX_LINE_BYTES + 1)
         size = file.seek(0, os.SEEK_END)
-        if not first_line.endswith(b"\n"):
-            return None, None
-        start = _line_start(file, size - 1)
-        file.seek(start)
-        last_line = file.read(size - start)
-    return decoder.decode(first_line), decoder.decode(last_line)
+        last_line = _last_line(file, size - 1) if first_line.endswith(b"\n") else None
+    if not first_line:
+        return None, None
+    if last_line is None:
+        raise LedgerCorrupt(f"{path} cannot be pruned: its first or last line is not a whole record (no newline, "
+                            f"or more than {MAX_LINE_BYTES} bytes); run `rungctl ledger verify` to find it")
+    try:
+        return decoder.decode(first_line), decoder.decode(last_line)
+    except msgspec.DecodeError as error:
+        raise LedgerCorrupt(f"{path} cannot be pruned: a line is not a record ({error}); "
+                            "run `rungctl ledger verify` to find it") from error
 
 
 def _holds_live_call(path: Path, live_calls: Container[str]) -> bool:

@@ -17,7 +17,7 @@ import msgspec
 
 from rungd_ledgers.anchors import Anchor
 from rungd_ledgers.chain import GENESIS, line_is_intact
-from rungd_ledgers.files import ledger_files
+from rungd_ledgers.files import MAX_LINE_BYTES, bounded_lines, ledger_files
 from rungd_ledgers.records import PrunedFile, Record, decoder
 
 ProblemKind = Literal["edited", "broken_link", "gap", "torn_last_line", "unparseable", "unvouched_start",
@@ -108,7 +108,7 @@ def verify(folder: str | os.PathLike[str], anchors: Iterable[Anchor] = ()) -> Ve
 
     for path in files:
         with open(path, "rb") as file:
-            for number, raw in enumerate(file, start=1):
+            for number, raw in enumerate(bounded_lines(file), start=1):
                 if chain.records == 0 and start is None:
                     start = chain.begin(raw, path.name)
                 found = chain.check(raw, last_file=path == files[-1])
@@ -164,13 +164,15 @@ class _Chain:
         self.records = 0
         self.record: Record | None = None
 
-    def begin(self, raw: bytes, name: str) -> tuple[int, str, str] | None:
+    def begin(self, raw: bytes | None, name: str) -> tuple[int, str, str] | None:
         """Start the chain at the first line: at seq 1, or where pruning left it.
 
         Returns:
             ``(seq before, prev, file name)`` when the first record is past seq 1, so
             ``verify`` can look for the ``pruned`` record that vouches for the start.
         """
+        if raw is None:
+            return None  # check() reports it
         try:
             first = decoder.decode(raw.rstrip(b"\n"))
         except msgspec.DecodeError:
@@ -180,8 +182,12 @@ class _Chain:
         self.seq, self.prev = first.seq - 1, first.prev
         return first.seq - 1, first.prev, name
 
-    def check(self, raw: bytes, *, last_file: bool) -> tuple[ProblemKind, int | None, str] | None:
-        """Check one line, newline included; if it is good, make it the last good record."""
+    def check(self, raw: bytes | None, *, last_file: bool) -> tuple[ProblemKind, int | None, str] | None:
+        """Check one line, newline included (``None``: one too long to be read, see
+        ``bounded_lines``); if it is good, make it the last good record."""
+        if raw is None:
+            return ("unparseable", None, f"not a ledger record: a line of more than {MAX_LINE_BYTES} bytes, "
+                    "longer than any record rungd writes (damage, or written by something else)")
         if not raw.endswith(b"\n"):
             where = "" if last_file else " of a file that is not the last one"
             return (

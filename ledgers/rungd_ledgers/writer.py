@@ -50,6 +50,7 @@ import ctypes
 import errno
 import fcntl
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -59,7 +60,7 @@ import msgspec
 
 from rungd_ledgers.chain import GENESIS, seal
 from rungd_ledgers.errors import LedgerClosed, LedgerCorrupt, LedgerUnavailable
-from rungd_ledgers.files import file_name, file_number, ledger_files
+from rungd_ledgers.files import CHUNK_BYTES, MAX_LINE_BYTES, file_name, file_number, ledger_files
 from rungd_ledgers.records import EVENTS, SCHEMA_VERSION, Record, decoder, encoder
 
 DEFAULT_ROTATE_BYTES: Final = 64 * 1024 * 1024
@@ -75,12 +76,16 @@ _FILE_MODE: Final = 0o640
 
 
 class TornRepair(msgspec.Struct, frozen=True):
-    """A partial last line that ``Ledger.open`` found and moved aside.
+    """A partial last line that ``Ledger.open`` found, moved aside by the next write.
 
     A crash in the middle of a write leaves bytes with no newline after them. Their append
-    never returned, so no caller was told they were recorded. ``open`` appends them, plus a
-    newline, to ``moved_to`` (kept for a person to look at) and truncates the ledger file
-    back to ``offset``.
+    never returned, so no caller was told they were recorded; but a disk that acknowledged
+    an fsync it had not done leaves the same after the caller was told, and a program ran.
+    Nobody can tell which, so the bytes are evidence for whoever settles what a crash left
+    (the daemon's recovery): they stay in the ledger file until the first write after
+    ``open`` (an append, ``flush`` or ``close``), which appends them, plus a newline, to
+    ``moved_to`` (kept for a person to look at) and then truncates the ledger file back to
+    ``offset``. A start-up that ends before writing anything finds them again.
     """
 
     file: str
@@ -127,6 +132,7 @@ class Ledger:
         self._reserved_to = 0  # the file offset up to which blocks are allocated
         self._low = False
         self._repair = repair
+        self._torn = repair  # still in the file: moved aside and cut off by the next write
         # (seq, hash) of the last record written: where the next batch chains on.
         self._head = (last.seq, last.hash) if last is not None else (0, GENESIS)
         self._head_time = last.time if last is not None else 0.0
@@ -148,9 +154,9 @@ class Ledger:
              reserve_bytes: int = DEFAULT_RESERVE_BYTES) -> Ledger:
         """Open the ledger in ``folder``, creating the folder and its first file if needed.
 
-        A partial last line left by a crash is moved aside (see ``TornRepair`` and the
-        ``repair`` property), then the seq and hash of the last record are read back so the
-        chain continues from them.
+        A partial last line left by a crash is reported (the ``repair`` property) and moved
+        aside by the first write (see ``TornRepair``); the seq and hash of the last record
+        before it are read back so the chain continues from them.
 
         Args:
             folder: the ledger folder, ``<state>/ledger``.
@@ -180,10 +186,16 @@ class Ledger:
                     "writing it); only one may write a ledger: stop the other one first"
                 ) from None
             files = ledger_files(folder)
-            repair = _repair_torn_tail(files[-1], dir_fd) if files else None
-            ledger = cls(folder, dir_fd, rotate_bytes=rotate_bytes, repair=repair, last=_last_record(files),
+            torn = _torn_tail(files[-1]) if files else None
+            ledger = cls(folder, dir_fd, rotate_bytes=rotate_bytes, repair=torn, last=_last_record(files, torn),
                          reserve_bytes=reserve_bytes)
             ledger._use_file(file_number(files[-1]) if files else 1)
+            if torn is not None:
+                # The records end where the torn bytes begin: the chain goes on from there,
+                # once the first write has cut them off, as it cuts off a failed write's.
+                ledger._offset = ledger._reserved_to = torn.offset
+                ledger._synced = (torn.offset, ledger._head, ledger._head_time)
+                ledger._needs_truncate = True
             ledger._reserve()
             cleanup.pop_all()
         return ledger
@@ -231,7 +243,7 @@ class Ledger:
 
     @property
     def repair(self) -> TornRepair | None:
-        """What ``open`` moved aside, if it found a torn last line."""
+        """The torn last line ``open`` found, if any (moved aside by the first write)."""
         return self._repair
 
     def append(self, event: str, call_id: str, tool: str, **fields: Any) -> Record:
@@ -333,7 +345,8 @@ class Ledger:
         return self._unsynced
 
     def flush(self) -> None:
-        """Make durable what appends with ``sync=False`` wrote: one fsync, if any is waiting.
+        """Make durable what appends with ``sync=False`` wrote: one fsync, if any is waiting;
+        and move aside a torn last line ``open`` found, if no write has yet (see ``TornRepair``).
 
         Raises:
             LedgerUnavailable: the fsync failed; those records may be lost in a machine crash.
@@ -345,7 +358,7 @@ class Ledger:
                 return
             self._writing = True  # appends queue meanwhile; the next one leads
         try:
-            if self._needs_truncate:  # a failed write on the daemon's loop left it to us
+            if self._needs_truncate:  # a failed write on the daemon's loop, or a torn tail, left it to us
                 self._truncate_to_last_record()
                 return
             os.fsync(self._fd)
@@ -374,7 +387,7 @@ class Ledger:
             while self._writing or self._queue:
                 self._cond.wait()
         with contextlib.suppress(OSError):
-            if self._needs_truncate:  # a failed write on the daemon's loop left it to us
+            if self._needs_truncate:  # a failed write on the daemon's loop, or a torn tail, left it to us
                 self._truncate_to_last_record()
             elif self._unsynced:
                 os.fsync(self._fd)
@@ -501,9 +514,12 @@ class Ledger:
 
     def _truncate_to_last_record(self) -> None:
         """Cut the file back to its last durable record (as of the last fsync that worked):
-        records written since without an fsync (reads') go too, and the chain goes on from
-        that record."""
+        records written since without an fsync (reads') go too, a torn tail ``open`` found
+        goes once it is durably aside, and the chain goes on from that record."""
         offset, head, head_time = self._synced
+        if self._torn is not None:
+            _move_aside(self._folder, self._torn, self._dir_fd)
+            self._torn = None
         os.ftruncate(self._fd, offset)  # also frees the reserve: the next batch retakes it
         os.fsync(self._fd)
         self._needs_truncate = False
@@ -567,9 +583,9 @@ def _draft(event: str, call_id: str, tool: str, fields: dict[str, Any]) -> Recor
     return decoder.decode(encoder.encode(draft))
 
 
-def _repair_torn_tail(path: Path, dir_fd: int) -> TornRepair | None:
-    """Move a partial last line of ``path`` into ``<name>.torn`` and truncate it away."""
-    with open(path, "r+b") as file:
+def _torn_tail(path: Path) -> TornRepair | None:
+    """The partial last line of ``path``, if it has one (see ``TornRepair``)."""
+    with open(path, "rb") as file:
         size = file.seek(0, os.SEEK_END)
         if size == 0:
             return None
@@ -577,31 +593,35 @@ def _repair_torn_tail(path: Path, dir_fd: int) -> TornRepair | None:
         if file.read(1) == b"\n":
             return None
         start = _line_start(file, size)
-        file.seek(start)
-        torn = file.read()
-        moved_to = path.with_name(path.name + ".torn")
-        # Save the bytes durably before cutting them out of the ledger.
-        with open(moved_to, "ab") as aside:
-            aside.write(torn + b"\n")
-            aside.flush()
-            os.fsync(aside.fileno())
-        os.fsync(dir_fd)
-        file.truncate(start)
-        file.flush()
-        os.fsync(file.fileno())
-    return TornRepair(file=path.name, offset=start, length=len(torn), moved_to=moved_to.name)
+    return TornRepair(file=path.name, offset=start, length=size - start, moved_to=path.name + ".torn")
 
 
-def _last_record(files: list[Path]) -> Record | None:
-    """The last record in the newest file that has one, ``None`` for an empty ledger."""
+def _move_aside(folder: Path, torn: TornRepair, dir_fd: int) -> None:
+    """Append a torn tail, plus a newline, to its ``.torn`` file, durably, before it is cut off."""
+    with open(folder / torn.file, "rb") as source, open(folder / torn.moved_to, "ab") as aside:
+        source.seek(torn.offset)
+        # A chunk at a time: torn bytes can be any length, and are never held whole.
+        shutil.copyfileobj(source, aside, CHUNK_BYTES)
+        aside.write(b"\n")
+        aside.flush()
+        os.fsync(aside.fileno())
+    os.fsync(dir_fd)
+
+
+def _last_record(files: list[Path], torn: TornRepair | None) -> Record | None:
+    """The last record in the newest file that has one (before its ``torn`` tail, if it has
+    one), ``None`` for an empty ledger."""
     for path in reversed(files):
         with open(path, "rb") as file:
-            size = file.seek(0, os.SEEK_END)
-            if size == 0:
+            end = torn.offset if torn is not None and path.name == torn.file else file.seek(0, os.SEEK_END)
+            if end == 0:
                 continue
-            start = _line_start(file, size - 1)  # the file ends with a newline: skip it
-            file.seek(start)
-            line = file.read(size - 1 - start)
+            line = _last_line(file, end - 1)  # the records end with a newline: skip it
+        if line is None:
+            raise LedgerCorrupt(
+                f"the last line of {path} is longer than any record (more than {MAX_LINE_BYTES} bytes), so the "
+                "hash chain cannot continue; run `rungctl ledger verify` to see what is wrong"
+            )
         try:
             return decoder.decode(line)
         except msgspec.DecodeError as error:
@@ -612,17 +632,32 @@ def _last_record(files: list[Path]) -> Record | None:
     return None
 
 
-def _line_start(file: BinaryIO, end: int) -> int:
-    """The offset just past the last newline before ``end``, 0 if there is none."""
+def _last_line(file: BinaryIO, end: int) -> bytes | None:
+    """The line that ends at ``end`` (its newline excluded), read back from there.
+
+    Returns:
+        The line, or ``None`` when it is longer than ``MAX_LINE_BYTES``: then no more than
+        that was read, and nothing of it is held.
+    """
+    start = _line_start(file, end, floor=max(0, end - MAX_LINE_BYTES - 1))
+    if end - start > MAX_LINE_BYTES:
+        return None
+    file.seek(start)
+    return file.read(end - start)
+
+
+def _line_start(file: BinaryIO, end: int, floor: int = 0) -> int:
+    """The offset just past the last newline between ``floor`` and ``end``, ``floor`` if there
+    is none: reading back stops there."""
     position = end
-    while position > 0:
-        start = max(0, position - _TAIL_SCAN_BYTES)
+    while position > floor:
+        start = max(floor, position - _TAIL_SCAN_BYTES)
         file.seek(start)
         newline = file.read(position - start).rfind(b"\n")
         if newline >= 0:
             return start + newline + 1
         position = start
-    return 0
+    return floor
 
 
 def _fsync_path(path: Path) -> None:

@@ -9,7 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from rungd_ledgers import Held, IdempotencyIndex, Ledger, Record, input_digest
+from rungd_ledgers import Held, IdempotencyIndex, Ledger, LedgerCorrupt, Record, input_digest
+from tests.ledgers.conftest import append_long_line
 
 TOOL = "demo.restart"
 DIGEST = input_digest(TOOL, {"host": "db1"})
@@ -156,6 +157,15 @@ def test_events_a_newer_daemon_added_are_skipped(tmp_path: Path) -> None:
     entry = index.lookup(TOOL, "r")
     assert entry is not None and entry.state == "running"
     assert index.last_seq == 2
+
+
+def test_a_line_longer_than_any_record_stops_the_replay_as_a_corrupt_line_does(ledger: Ledger, folder: Path) -> None:
+    write(ledger, "received", input_digest=DIGEST)
+    append_long_line(folder / "ledger-000001.jsonl", newline=True)
+    write(ledger, "dispatched")
+
+    with pytest.raises(LedgerCorrupt, match="longer than any ledger record"):
+        rebuild(folder)
 
 
 def test_rebuild_drops_entries_older_than_the_retention(ledger: Ledger, folder: Path) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from rungd_ledgers import Ledger, LedgerCorrupt, Record, follow, iter_records
+from rungd_ledgers.files import MAX_LINE_BYTES
+from tests.ledgers.conftest import append_long_line, peak_memory
 
 
 def append_many(ledger: Ledger, count: int, note: str = "") -> list[Record]:
@@ -150,3 +152,25 @@ def test_follow_waits_for_the_first_file_to_appear(folder: Path) -> None:
         follower.stop()
 
     assert follower.records == written
+
+
+def test_a_line_longer_than_any_record_is_corrupt_and_never_held_whole(ledger: Ledger, folder: Path) -> None:
+    append_many(ledger, 3)
+    append_long_line(folder / "ledger-000001.jsonl", newline=True)
+    ledger.append("received", "call-after", "demo.echo")
+
+    with peak_memory() as peak, pytest.raises(LedgerCorrupt, match="longer than any ledger record"):
+        list(iter_records(folder))
+
+    assert peak.bytes < MAX_LINE_BYTES + (1 << 20), "a reader held more of the line than any record can be"
+
+
+def test_a_torn_last_line_of_any_length_is_skipped_without_being_held_whole(ledger: Ledger, folder: Path) -> None:
+    written = append_many(ledger, 3)
+    append_long_line(folder / "ledger-000001.jsonl", newline=False)
+
+    with peak_memory() as peak:
+        assert list(iter_records(folder)) == written
+
+    assert peak.bytes < MAX_LINE_BYTES + (1 << 20)
+

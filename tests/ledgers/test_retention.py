@@ -6,8 +6,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rungd_ledgers import IdempotencyIndex, Ledger, iter_records, prune, verify
+import pytest
+
+from rungd_ledgers import IdempotencyIndex, Ledger, LedgerCorrupt, iter_records, prune, verify
 from rungd_ledgers.files import ledger_files
+from tests.ledgers.conftest import append_long_line
 
 DAY = 86400.0
 
@@ -106,3 +109,16 @@ def test_a_file_holding_a_live_call_is_kept_with_every_file_after_it(folder: Pat
     assert result.record is None
     assert "still running, held or unknown" in result.kept_because
     assert len(ledger_files(folder)) == count
+
+
+def test_a_damaged_old_file_stops_the_prune_as_corrupt_and_nothing_is_deleted(folder: Path) -> None:
+    with Ledger.open(folder, rotate_bytes=4096) as ledger:
+        fill(ledger, 30)
+        files_before = ledger_files(folder)
+        append_long_line(files_before[0], newline=True)  # its last line is now far past any record
+        later = time.time() + 100 * DAY
+
+        with pytest.raises(LedgerCorrupt, match=files_before[0].name):
+            prune(ledger, now=later, keep_seconds=30 * DAY, max_total_bytes=None, protect_since=later)
+
+    assert ledger_files(folder) == files_before

@@ -9,6 +9,8 @@ import msgspec
 import pytest
 
 from rungd_ledgers import Ledger, verify
+from rungd_ledgers.files import MAX_LINE_BYTES
+from tests.ledgers.conftest import append_long_line, peak_memory
 
 
 def write(folder: Path, count: int, *, rotate_bytes: int = 1 << 20) -> None:
@@ -132,6 +134,25 @@ def test_a_partial_last_line_is_reported_as_torn(first_file: Path) -> None:
     assert report.problem is not None
     assert (report.problem.kind, report.problem.line) == ("torn_last_line", 11)
     assert report.records == 10
+
+
+@pytest.mark.parametrize(("newline", "kind"), [(True, "unparseable"), (False, "torn_last_line")])
+def test_a_line_longer_than_any_record_is_reported_without_being_held_whole(
+    first_file: Path, newline: bool, kind: str
+) -> None:
+    append_long_line(first_file, newline=newline)
+    if newline:
+        with open(first_file, "ab") as file:
+            file.write(lines_of(first_file)[0])  # a record after it: verify stops at the long line
+
+    with peak_memory() as peak:
+        report = verify(first_file.parent)
+
+    assert report.problem is not None
+    assert (report.problem.kind, report.problem.line, report.records) == (kind, 11, 10)
+    if newline:
+        assert "longer than any record" in report.problem.explanation
+    assert peak.bytes < MAX_LINE_BYTES + (1 << 20), "verify held more of the line than any record can be"
 
 
 def test_a_problem_in_a_later_file_names_that_file(folder: Path) -> None:

@@ -22,6 +22,8 @@ from rungd_ledgers import (
     iter_records,
     verify,
 )
+from rungd_ledgers.files import MAX_LINE_BYTES
+from tests.ledgers.conftest import LONG_LINE_BYTES, append_long_line, peak_memory
 
 
 def test_append_returns_the_sealed_record_and_reads_back_identical(ledger: Ledger, folder: Path) -> None:
@@ -173,6 +175,66 @@ def test_a_torn_first_line_leaves_an_empty_ledger_that_starts_at_seq_one(folder:
 
     assert (first.seq, first.prev) == (1, GENESIS)
     assert verify(folder).ok
+
+
+_OPEN_THEN_DIE = """
+import os
+import sys
+from rungd_ledgers import Ledger
+ledger = Ledger.open(sys.argv[1])
+assert ledger.repair is not None
+os._exit(0)  # as a daemon killed during its start-up: nothing written, nothing closed
+"""
+
+
+def test_a_torn_tail_stays_until_the_first_write_so_a_start_up_that_dies_first_finds_it_again(
+    folder: Path,
+) -> None:
+    """Crash recovery decides from a torn tail what a call may have done (issue 27): that
+    evidence must outlive a start-up that ends before recovery has written its decision."""
+    with Ledger.open(folder) as ledger:
+        kept = ledger.append("received", "call-0", "demo.echo")
+    torn = b'{"v":1,"seq":2,"time":17000'
+    with open(folder / "ledger-000001.jsonl", "ab") as file:
+        file.write(torn)
+    subprocess.run([sys.executable, "-c", _OPEN_THEN_DIE, str(folder)], check=True, timeout=60)
+
+    with Ledger.open(folder) as ledger:
+        repair = ledger.repair
+        after = ledger.append("received", "call-1", "demo.echo")
+
+    assert repair is not None and repair.length == len(torn)
+    assert (folder / repair.moved_to).read_bytes() == torn + b"\n", "moved aside once, by the write"
+    assert list(iter_records(folder)) == [kept, after]
+    assert verify(folder).ok
+
+
+def test_a_torn_tail_of_any_length_is_moved_aside_a_chunk_at_a_time(folder: Path) -> None:
+    with Ledger.open(folder) as ledger:
+        kept = ledger.append("received", "call-0", "demo.echo")
+    path = folder / "ledger-000001.jsonl"
+    good_size = path.stat().st_size
+    append_long_line(path, newline=False)
+
+    with peak_memory() as peak, Ledger.open(folder) as ledger:
+        repair = ledger.repair
+        after = ledger.append("received", "call-1", "demo.echo")
+
+    assert repair is not None and (repair.offset, repair.length) == (good_size, LONG_LINE_BYTES)
+    assert (folder / repair.moved_to).stat().st_size == LONG_LINE_BYTES + 1
+    assert peak.bytes < 1 << 20, "the torn bytes were read into memory to be moved"
+    assert list(iter_records(folder)) == [kept, after]
+
+
+def test_a_last_line_longer_than_any_record_stops_open_as_corrupt(folder: Path) -> None:
+    with Ledger.open(folder) as ledger:
+        ledger.append("received", "call-0", "demo.echo")
+    append_long_line(folder / "ledger-000001.jsonl", newline=True)
+
+    with peak_memory() as peak, pytest.raises(LedgerCorrupt, match="longer than any record"):
+        Ledger.open(folder)
+
+    assert peak.bytes < MAX_LINE_BYTES + (1 << 20)
 
 
 def test_a_clean_ledger_reports_no_repair(folder: Path) -> None:

@@ -5,6 +5,14 @@ gate expire: their inputs were never written down, so they could not run now, an
 never run by surprise. Calls dispatched and never finished are finished as ``unknown``
 (INTERRUPTED, with the settle read rebuilt from the logged inputs where it can be), and
 their leftover processes are killed, known by pid and start time (``proctree.kill_tagged``).
+
+A torn last line in the ledger (``rungd_ledgers.TornRepair``) may be the ``dispatched``
+record of a call whose ``received`` record is intact: a disk that acknowledged an fsync it
+had not done can leave one after the program ran. Its dispatch cannot be proven absent, so
+every call received and not dispatched then ends ``unknown`` like a dispatched one, and a
+repeat is RECONCILE_REQUIRED, never run again. Everything recovery records is one batch: the
+torn tail stays in the ledger until that batch is written, so a start-up that dies before
+then decides the same again.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from rungd_ledgers import iter_records
+from rungd_ledgers import Unfinished, iter_records
 
 from rungd import proctree
 from rungd.audit import Audit
@@ -25,6 +33,8 @@ from rungd.envelope import Settle
 from rungd.engine import outcomes
 
 log = logging.getLogger("rungd.recovery")
+
+_Event = tuple[str, str, str, dict[str, Any]]
 
 
 def recover(audit: Audit, tools: Mapping[str, Tool]) -> list[str]:
@@ -37,37 +47,57 @@ def recover(audit: Audit, tools: Mapping[str, Tool]) -> list[str]:
         LedgerUnavailable: from the ledger; the daemon must not start.
     """
     ledger, index = audit.ledger, audit.index
-    recovered = []
-    for tool, request_id, entry in index.undispatched():
-        index.apply(ledger.append(
-            "finished", entry.call_id, tool, request_id=request_id, outcome="not_started", effect="none",
-            code="INTERRUPTED", note="the daemon stopped before the call was dispatched; nothing ran",
-        ))
-        recovered.append(entry.call_id)
-    for held in index.held():
+    undispatched, interrupted = index.undispatched(), index.unfinished()
+    maybe_dispatched: set[str] = set()
+    if ledger.repair is not None:
+        # The torn line may be the dispatched record of any of them: a call approved at a
+        # gate is dispatched in a batch of its own, its received record far back in the ledger.
+        maybe_dispatched = {entry.call_id for _, _, entry in undispatched}
+        interrupted += [Unfinished(entry.call_id, tool, request_id, entry.time)
+                        for tool, request_id, entry in undispatched]
+        undispatched = []
+    events: list[_Event] = [
+        ("finished", entry.call_id, tool, {
+            "request_id": request_id, "outcome": "not_started", "effect": "none", "code": "INTERRUPTED",
+            "note": "the daemon stopped before the call was dispatched; nothing ran"})
+        for tool, request_id, entry in undispatched]
+    held = index.held()
+    for call in held:
         for event, fields in (("expired", {}), ("finished", {"outcome": "not_started", "effect": "none",
                                                              "code": "APPROVAL_EXPIRED"})):
-            index.apply(ledger.append(event, held.call_id, held.tool, request_id=held.request_id,
-                                      note="the daemon restarted while the call waited for approval", **fields))
-        recovered.append(held.call_id)
+            events.append((event, call.call_id, call.tool, {
+                "request_id": call.request_id, "note": "the daemon restarted while the call waited for approval",
+                **fields}))
+    if interrupted:
+        events += _interrupted(audit.folder, tools, interrupted, maybe_dispatched)
+    # One batch, so that a torn tail is cut off (it stays until the first write) only once
+    # every decision it informed is durable.
+    for record in ledger.append_many(events) if events else ():
+        index.apply(record)
+    ledger.flush()  # a torn tail that informed nothing goes aside now, not at the first call
+    for call in held:
         log.warning("a call held for approval expired at start-up (it never ran; its caller may repeat it)",
-                    extra={"call_id": held.call_id, "tool": held.tool})
-    unfinished = index.unfinished()
-    if not unfinished:
-        return recovered
-    logged = _logged_inputs(audit.folder, {call.call_id for call in unfinished})
-    killed = proctree.kill_tagged([call.call_id for call in unfinished])
-    for call in unfinished:
+                    extra={"call_id": call.call_id, "tool": call.tool})
+    for call in interrupted:
+        log.warning("recovered interrupted call", extra={"call_id": call.call_id, "tool": call.tool})
+    return [entry.call_id for _, _, entry in undispatched] + [call.call_id for call in (*held, *interrupted)]
+
+
+def _interrupted(folder: Path, tools: Mapping[str, Tool], calls: list[Unfinished],
+                 maybe_dispatched: set[str]) -> list[_Event]:
+    """Kill what is left of calls that may have run, and their ``finished`` records: unknown."""
+    logged = _logged_inputs(folder, {call.call_id for call in calls})
+    killed = proctree.kill_tagged([call.call_id for call in calls])
+    events: list[_Event] = []
+    for call in calls:
         settle = _settle(tools.get(call.tool), logged.get(call.call_id, {}))
         envelope = outcomes.recovered_envelope(call.call_id, call.tool, call.request_id, settle)
-        index.apply(ledger.append(
-            "finished", call.call_id, call.tool, request_id=call.request_id, outcome="unknown",
-            effect="none", code="INTERRUPTED", result=msgspec.to_builtins(envelope),
-            note=f"recovered at start-up; {killed[call.call_id]} leftover process(es) killed",
-        ))
-        recovered.append(call.call_id)
-        log.warning("recovered interrupted call", extra={"call_id": call.call_id, "tool": call.tool})
-    return recovered
+        torn = "its dispatched record may be the torn last line; " if call.call_id in maybe_dispatched else ""
+        events.append(("finished", call.call_id, call.tool, {
+            "request_id": call.request_id, "outcome": "unknown", "effect": "none", "code": "INTERRUPTED",
+            "result": msgspec.to_builtins(envelope),
+            "note": f"recovered at start-up; {torn}{killed[call.call_id]} leftover process(es) killed"}))
+    return events
 
 
 def _logged_inputs(folder: Path, call_ids: set[str]) -> dict[str, dict[str, Any]]:
