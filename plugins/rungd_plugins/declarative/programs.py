@@ -694,7 +694,7 @@ def _has_capability(bit: int) -> bool:
 #                                   the variable is called)
 #   a program or code to run/load   refused: programs run them through      EDITOR, PAGER, *_COMMAND, LD_*,
 #                                   sh -c, past every check of argv         PYTHONPATH, NODE_OPTIONS, *_OPTS
-#   a terminal or rungd's own       refused: they send processes to a       DISPLAY, GPG_TTY, PATH, RUNGD_*,
+#   a terminal or rungd's own       refused: they send processes to a       DISPLAY, GPG_TTY, PATH, RUNGD_CALL,
 #                                   terminal, or steer rungd's bookkeeping  *_ASKPASS
 #   anything else                   a value, as written                     LANG, TZ, PGDATABASE
 #
@@ -716,8 +716,8 @@ _ENV_REFUSED = frozenset({
 })
 # RUNGD_CALL is the call's tag (what finds its processes), RUNGD_ASKPASS* where its questions
 # go; GIT_CONFIG_KEY_n / _VALUE_n set git settings inline (core.pager...).
-_ENV_REFUSED_PREFIXES = ("LD_", "GIT_CONFIG_", "DYLD_", "RUNGD_", "BASH_FUNC_", "PYTHON", "PERL", "RUBY",
-                         "LESS", "GROFF_", "GLIBC_")
+_ENV_REFUSED_PREFIXES = ("LD_", "GIT_CONFIG_", "DYLD_", "RUNGD_CALL", "RUNGD_ASKPASS", "BASH_FUNC_", "PYTHON",
+                         "PERL", "RUBY", "LESS", "GROFF_", "GLIBC_")
 _ENV_REFUSED_SUFFIXES = ("COMMAND", "_PAGER", "_EDITOR", "_ASKPASS", "_SHELL", "_OPTIONS", "_OPTS", "_OPT",
                          "_PROG", "_PROGRAM", "_RSH", "_DIFF", "_PYTHON", "_PLUGINS", "_HOOK", "_HOOKS", "_CMD")
 # Harmless names the prefixes above would catch.
