@@ -359,9 +359,26 @@ class ToolInputs(BaseModel):
     of its own choosing (``x\nrole=admin``) into output the tool parses. A field that takes
     text of several lines says so with ``json_schema_extra={"allow_multiline": True}``,
     which lets ``\n``, ``\r`` and ``\t`` through, and nothing else.
+
+    A text field nobody but the program may read (a new account's initial password, a PIN)
+    says so with ``json_schema_extra={"sensitive": True}``: the handler gets the value, and
+    everywhere else (pending, the ledger, errors, the envelope) shows its keyed mark
+    (``rungd.sensitive``), and the value is redacted from what the program prints.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @classmethod
+    def sensitive_fields(cls) -> frozenset[str]:
+        """The names of the fields marked ``json_schema_extra={"sensitive": True}``."""
+        return frozenset(name for name, field in cls.model_fields.items()
+                         if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("sensitive"))
+
+    def __repr_args__(self) -> Any:
+        # A handler that logs its inputs, or an error that formats them, shows no secret.
+        hidden = self.sensitive_fields()
+        for name, value in super().__repr_args__():
+            yield name, "<sensitive>" if name in hidden and value is not None else value
 
     @field_validator("*", mode="after")
     @classmethod
@@ -462,8 +479,10 @@ class CallContext:
     spawned: bool = False
     credentials: Callable[[str], str | None] = lambda name: None
     evidence: list[str] = dataclasses.field(default_factory=list)
-    # The credential values this call obtained through ``credentials``: redacted from its
-    # result's fields (a parser may decode an escaped form the output redaction missed).
+    # The values this call must not show: its sensitive inputs, and the credentials it
+    # obtained through ``credentials``. Redacted from the program's output and evidence, and
+    # from the result's fields and errors (a parser may decode an escaped form the output
+    # redaction missed; a handler may quote an input in its error).
     secrets: list[str] = dataclasses.field(default_factory=list)
     # What the runner answered on the call's behalf (a confirmation, a credential by name):
     # the daemon writes one ``answered`` ledger record for each.
@@ -556,6 +575,7 @@ class Tool:
             raise TypeError(f"tool {self.name}: log_fields names unknown inputs {sorted(unknown)}")
         if self.precondition is not None:
             _check_precondition(self)
+        _check_sensitive(self)
 
     @property
     def requires_request_id(self) -> bool:
@@ -569,6 +589,7 @@ class Tool:
             prop.pop("title", None)
             prop.pop("allow_dash", None)
             prop.pop("allow_multiline", None)
+            prop.pop("sensitive", None)  # the daemon's business: the model sends it like any other
         schema.setdefault("properties", {})
         schema.setdefault("required", [])
         schema["additionalProperties"] = False
@@ -659,6 +680,40 @@ def _check_precondition(tool: Tool) -> None:
         raise TypeError(f"tool {tool.name}: the precondition names unknown inputs {sorted(unknown)}")
     if pre.expect and not pre.tool:
         raise TypeError(f"tool {tool.name}: the precondition expects fields but names no read tool")
+
+
+def _check_sensitive(tool: Tool) -> None:
+    """A sensitive input is text, and no read the daemon shows or keeps for later takes it.
+
+    The settle read is echoed in the envelope and kept in the ledger for ``reconcile`` to run
+    later, and a precondition read is a call of its own, with its own records: a value bound
+    into either is shown, or lost (its mark is no password), so neither may name one.
+    """
+    sensitive = tool.inputs.sensitive_fields()
+    if not sensitive:
+        return
+    for name in sorted(sensitive):
+        if tool.inputs.model_fields[name].annotation not in (str, str | None):
+            raise TypeError(f"tool {tool.name}: the sensitive input {name} must be a str (or str | None): "
+                            "a value the program reads as text, which the daemon can mark and redact")
+    bound = [value for spec in (tool.timing.settle, tool.precondition) if spec is not None
+             for value in _bound_values(spec.inputs, spec.expect)]
+    named = {v[1:] for v in bound if isinstance(v, str) and v.startswith("$")}
+    if tool.precondition is not None:
+        named |= {field for _, field, _, _ in string.Formatter().parse(tool.precondition.lock) if field}
+    if named & sensitive:
+        raise TypeError(f"tool {tool.name}: its settle read or precondition names the sensitive inputs "
+                        f"{sorted(named & sensitive)}; settle and precondition reads are shown and kept, so they "
+                        "may take only inputs that may be shown")
+
+
+def _bound_values(*mappings: Mapping[str, Any]) -> list[Any]:
+    """Every value of ``mappings``, and the argument of each test table among them."""
+    found: list[Any] = []
+    for mapping in mappings:
+        for value in mapping.values():
+            found.extend(value.values() if isinstance(value, Mapping) else [value])
+    return found
 
 
 def _describe_validation(errors: list[Any], count: int) -> str:

@@ -133,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
     except SocketInUse as exc:
         fail("rungd", f"{exc}; hint: stop the other daemon or set server.socket")
         return EXIT_RUNTIME
+    except ConfigError as exc:  # a file of the state folder serve refuses (rungd.sensitive's key)
+        fail("rungd", str(exc))
+        return EXIT_CONFIG
     except LedgerUnavailable as exc:
         fail("rungd", f"{exc}; hint: another rungd uses this state folder: stop it, or give this one its "
              "own state.dir")

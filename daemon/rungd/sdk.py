@@ -14,6 +14,10 @@ Hooks (see ``rungd.hookspecs`` for when each is called)
 
 The tool contract (``Tool`` and its five parts)
     Tool, ToolInputs, NoInputs, Description, ErrorRule, Timing, SettleSpec
+    A ToolInputs field with ``json_schema_extra={"sensitive": True}`` (a str: a password, a PIN)
+                        reaches the handler as it is and shows everywhere else as a keyed mark,
+                        ``<sensitive hmac:1a2b3c4d5e6f>``; it is redacted from the program's
+                        output, and no settle read or precondition may take it
     Precondition        a write's expected revision: a read, the fields it must still show, and
                         a resource lock held from the check to the end of the call (CONFLICT)
     Result              what a handler returns when the call worked

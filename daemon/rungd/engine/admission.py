@@ -6,7 +6,8 @@ The first stage of every call, decided before anything is recorded or run:
                  this caller may not use: it learns nothing about what it may not call
     suspended    TOOL_SUSPENDED: a step-down observation fired and the config suspends (stepdown.py)
     validate     BAD_INPUT, naming the field and a valid example
-    digest       the input digest the ledger, the idempotency index and approvals share
+    digest       the input digest the ledger, the idempotency index and approvals share, of
+                 the inputs as shown: a sensitive one is its keyed mark (rungd.sensitive)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rungd.config import Config
 from rungd.contract import Caller, Tool, ToolInputs
 from rungd.errors import UnknownTool
 from rungd.plugins import RegisteredTool
+from rungd.sensitive import Marks
 
 if TYPE_CHECKING:
     from rungd.stepdown import StepDownWatch
@@ -34,13 +36,16 @@ class Admitted:
 
     Attributes:
         tool: the tool.
-        inputs: the validated inputs.
-        digest: ``input_digest`` of the validated inputs, as JSON.
+        inputs: the validated inputs: what the handler gets, and nothing else.
+        shown: the inputs as a person may see them, each sensitive one its mark: what a
+            held call shows, and what the digest and the logged inputs are made of.
+        digest: ``input_digest`` of ``shown``, as JSON.
         logged: the inputs the tool marks safe to write to the ledger.
     """
 
     tool: Tool
     inputs: ToolInputs
+    shown: ToolInputs
     digest: str
     logged: dict[str, Any]
 
@@ -51,11 +56,13 @@ class Admission:
     Args:
         tools: the registered tools by name.
         config: the daemon's configuration (its access rules).
+        marks: what stands for a sensitive input in the digest and wherever inputs show.
     """
 
-    def __init__(self, tools: Mapping[str, RegisteredTool], config: Config) -> None:
+    def __init__(self, tools: Mapping[str, RegisteredTool], config: Config, marks: Marks) -> None:
         self.tools = tools
         self._config = config
+        self._marks = marks
         # Admitting a big request (a frame past BIG_REQUEST) costs the loop up to a few hundred
         # ms of validation: they take turns, so no caller's can line up in front of every call.
         self.big_requests = trio.Lock()
@@ -98,10 +105,13 @@ class Admission:
             self.step_downs.refuse_if_suspended(name)
         inputs = tool.validate(raw)
         # Digest and logged fields come from the validated inputs, so whatever a frame
-        # carried (bytes, extension types) was refused before it reached the ledger.
-        plain = inputs.model_dump(mode="json")
+        # carried (bytes, extension types) was refused before it reached the ledger; and
+        # from the inputs as shown, so a sensitive value reaches it only as its keyed mark
+        # (a plain digest of a PIN is undone by trying every PIN).
+        shown = self._marks.shown(inputs)
+        plain = shown.model_dump(mode="json")
         logged = {k: plain[k] for k in tool.log_fields if k in plain}
-        return Admitted(tool, inputs, input_digest(name, plain), logged)
+        return Admitted(tool, inputs, shown, input_digest(name, plain), logged)
 
     def usable(self, name: str, caller: Caller) -> Tool | None:
         """The tool called ``name`` if this caller may use it, else None: what shapes the

@@ -37,6 +37,8 @@ def ms_since(start: float) -> int:
 class Held:
     """What a call held at a gate keeps until a person decides."""
 
+    # The inputs as shown (``Admitted.shown``: a sensitive one is its mark), for ``pending``;
+    # the inputs the call runs with wait in the task that holds it.
     inputs: Any
     since: float
     expires: float

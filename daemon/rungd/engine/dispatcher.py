@@ -21,12 +21,14 @@ connection of the same caller.
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 import trio
 
+from rungd import sensitive
 from rungd.audit import Audit
 from rungd.config import Config
 from rungd.contract import CallContext, Caller, Tool, ToolInputs
@@ -36,6 +38,7 @@ from rungd.errors import Busy, ReconcileRequired, RungdError
 from rungd.gates import gate_for, is_operator
 from rungd.plugins import RegisteredTool
 from rungd.proctree import Reaper
+from rungd.redact import Redactor
 from rungd.runner import limits
 from rungd.runner.limits import Limits
 
@@ -94,7 +97,7 @@ class Dispatcher:
         self._reaper = reaper
         self._askpass = askpass
         self._nursery = nursery
-        self.admission = Admission(tools, config)
+        self.admission = Admission(tools, config, sensitive.Marks.of_state(config.state_dir))
         self.calls = CallTable(config.server.keep_results_s, lambda caller: is_operator(caller, self.config),
                                max_results=config.server.max_results)
         self.requests = Requests(audit.index, self.calls)
@@ -269,8 +272,10 @@ class Dispatcher:
             self._finish(call, outcomes.error_envelope(call, failure, tool=tool))
             return
         if held:
-            self.approvals.hold(call, admitted.inputs)
-            self._nursery.start_soon(self._hold, call, tool)
+            # The held call keeps its inputs as shown (pending lists them to operators); the
+            # inputs it runs with wait in its own task, the one place that runs them.
+            self.approvals.hold(call, admitted.shown)
+            self._nursery.start_soon(self._hold, call, tool, admitted.inputs)
         else:
             self._nursery.start_soon(self._run, call, tool, admitted.inputs)
 
@@ -303,10 +308,9 @@ class Dispatcher:
             return
         await self._answer_repeat(call, msgspec.to_builtins(first.envelope), None)
 
-    async def _hold(self, call: Call, tool: Tool) -> None:
-        """Wait for a person's decision on a held call, then run it, or end it unrun."""
+    async def _hold(self, call: Call, tool: Tool, inputs: ToolInputs) -> None:
+        """Wait for a person's decision on a held call, then run it with ``inputs``, or end it unrun."""
         assert call.held is not None
-        inputs = call.held.inputs
         refusal = await self.approvals.verdict(call)
         if refusal is None:
             try:
@@ -352,6 +356,7 @@ class Dispatcher:
             evidence_dir=self.evidence_dir,
             reaper=self._reaper,
             askpass=self._askpass,
+            secrets=sensitive.values(inputs),  # its sensitive inputs: redacted like credentials
         )
 
         def credential(name: str) -> str | None:
@@ -406,7 +411,10 @@ class Dispatcher:
                     return outcomes.error_envelope(call, exc, tool=tool, ctx=ctx, settle=settle)
                 except Exception as shaping:  # the error's own fields could not be shaped
                     exc = shaping
-            log.exception("tool %s crashed in call %s", tool.name, call.call_id)
+            # The traceback may quote an input or a credential (a handler's f-string): it
+            # reaches the journal redacted, like everything else the call produced.
+            told = "".join(traceback.format_exception(exc)).rstrip("\n")
+            log.error("tool %s crashed in call %s\n%s", tool.name, call.call_id, Redactor(ctx.secrets).text(told))
             crash = outcomes.crash_error(tool, ctx, settle, exc)
             return outcomes.error_envelope(call, crash, tool=tool, ctx=ctx, settle=settle)
 

@@ -99,8 +99,9 @@ def error_envelope(
         call: the call.
         exc: what ended it; read, never changed.
         tool: its tool, when the name was one (its error table and side effect decide).
-        ctx: the call's context once its handler ran: the commit point decides the outcome.
-            None for a call refused or held before anything ran.
+        ctx: the call's context once its handler ran: the commit point decides the outcome,
+            and its secrets (sensitive inputs, credentials) are redacted from the message,
+            hint and fields. None for a call refused or held before anything ran.
         settle: the bound settle read, offered when the outcome is unknown.
         outcome: overrides the outcome (a reconcile that stays unknown).
     """
@@ -121,6 +122,11 @@ def error_envelope(
         retry, next_action = rule.retry, rule.next_action
         hint = hint or rule.hint
     retry, next_action = _guard_write(tool, outcome, retry, next_action)
+    message, fields = exc.message, exc.fields
+    if ctx is not None and ctx.secrets:
+        # An error may quote what the call was given or what its program printed: a
+        # sensitive input ("password: 'hunter2/x' has a '/'"), a credential in a read-back.
+        message, hint, fields = redact_fields((message, hint, fields), ctx.secrets)
     envelope = Envelope(
         call_id=call.call_id,
         tool=call.tool,
@@ -128,8 +134,8 @@ def error_envelope(
         status="error",
         outcome=outcome,
         effect=exc.effect,
-        fields=exc.fields,
-        error=ErrorInfo(code=exc.code, message=exc.message, retry=retry, hint=hint),
+        fields=fields,
+        error=ErrorInfo(code=exc.code, message=message, retry=retry, hint=hint),
         next_action=next_action,
         settle=Settle(**offered) if offered else None,
         evidence=list(ctx.evidence) if ctx else [],

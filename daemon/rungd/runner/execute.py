@@ -321,7 +321,9 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     # a program run without one may take its absence as an answer.
     credentials = {var: credential(ctx, name) for var, name in program.env_credentials.items()}
     secret_files = {var: credential(ctx, name) for var, name in program.file_credentials.items()}
-    secrets = [*credentials.values(), *secret_files.values()]
+    # What the call must not show (its sensitive inputs, credentials it already obtained)
+    # and this program's own credentials: redacted from its output and evidence.
+    secrets = [*ctx.secrets, *credentials.values(), *secret_files.values()]
     scratch = _Scratch.open(ctx, _owner(program.user))
     try:
         for var, secret in secret_files.items():

@@ -268,6 +268,7 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
         if inp.multiline and field != spec.stdin_input:
             raise fail(f"inputs.{field}.multiline", "only the input fed on stdin (stdin_input) may hold several "
                                                    "lines: in an argument, a line break could forge output the tool parses")
+    _check_sensitive(fail, spec)
     for code in spec.exit:
         if not code.lstrip("-").isdigit():
             raise fail(f"exit.{code}", "keys are exit statuses, e.g. [tools.x.exit.3]")
@@ -308,6 +309,49 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
             if field not in parsed:
                 raise fail(f"{where}.expect.{field}", f"{mapping.tool} does not parse a field {field!r} "
                                                       f"(it parses {', '.join(parsed) or 'nothing'})")
+
+
+def _check_sensitive(fail: Callable[[str, str], ConfigError], spec: ToolSpec) -> None:
+    """A sensitive input is free text a program gets, in argv or on stdin, and no read that
+    is shown or kept for later takes it (``Tool`` refuses the same; here it is said by key)."""
+    sensitive = sorted(name for name, inp in spec.inputs.items() if inp.sensitive)
+    if not sensitive:
+        return
+    for name in sensitive:
+        if spec.inputs[name].type != "string" or spec.inputs[name].enum:
+            raise fail(f"inputs.{name}.sensitive", "a sensitive input is text the caller chooses (a password, "
+                                                   "a PIN): type = \"string\", without an enum")
+    if spec.export is not None or spec.import_ is not None:
+        raise fail(f"inputs.{sensitive[0]}.sensitive", "only a tool that runs a program takes a sensitive input "
+                                                       "(in argv or on stdin): an export or an import keeps its "
+                                                       "inputs in rows and file names")
+    # The read-back settles an unknown outcome too, unless the file names another settle read.
+    settle, where = (spec.settle, "settle") if spec.settle else (spec.verify, "verify")
+    named = [(f"{where}.{part}.{field}", ref) for part in ("inputs", "expect")
+             for field, value in (getattr(settle, part, None) or {}).items() for ref in _references(value)]
+    if (pre := spec.precondition) is not None:
+        named += [(f"precondition.{part}.{field}", ref) for part in ("inputs", "expect")
+                  for field, value in getattr(pre, part).items() for ref in _references(value)]
+        named += [("precondition.lock", ref) for _, ref, _, _ in string.Formatter().parse(pre.lock) if ref]
+    for at, ref in named:
+        if ref in sensitive:
+            hint = ("; the read-back settles an unknown outcome too: name a settle read that does not need it "
+                    "([tools.NAME.settle])" if where == "verify" and at.startswith("verify.") else "")
+            raise fail(at, f"{{{ref}}} is sensitive, and a settle read is shown in the envelope and kept in the "
+                           "ledger for reconcile, a precondition read is a call of its own: neither may take it"
+                           + hint)
+
+
+def _references(value: Any) -> list[str]:
+    """The inputs a read-back value or expectation names: ``"{name}"``, or a test's argument
+    (never a ``matches`` pattern, which is literal)."""
+    if isinstance(value, ExpectSpec):
+        (test, value), = value.plain().items()
+        if test == "matches":
+            return []
+    if isinstance(value, dict):
+        return [ref for test, v in value.items() if test != "matches" for ref in _references(v)]
+    return placeholders(value) if isinstance(value, str) else []
 
 
 def _check_precondition(path: Path, key: str, fail: Callable[[str, str], ConfigError], spec: ToolSpec,
@@ -405,6 +449,8 @@ def _inputs_model(name: str, inputs: dict[str, InputSpec], more: dict[str, Any] 
         extra = {"allow_dash": True} if spec.allow_dash else {}
         if spec.multiline and field_name == multiline:
             extra["allow_multiline"] = True  # checked at load: only the input fed on stdin
+        if spec.sensitive:
+            extra["sensitive"] = True
         extra = extra or None
         info = Field(
             description=spec.description,

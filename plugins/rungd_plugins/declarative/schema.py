@@ -118,6 +118,9 @@ class InputSpec(_Strict):
     allow_path: bool = False
     # Text of several lines (\n, \r, \t allowed): only for the input a tool feeds on stdin.
     multiline: bool = False
+    # A value only the program may read (a password, a PIN): shown everywhere else as a
+    # keyed mark, and redacted from what the program prints (rungd.sensitive).
+    sensitive: bool = False
     filter: FilterSpec | None = None
 
 
