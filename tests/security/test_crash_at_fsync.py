@@ -58,7 +58,11 @@ class TracedDaemon(DaemonProcess):
         """Stop the daemon itself (SIGTERM to strace would only detach it), then strace."""
         if self.proc is None:
             return
-        for child in psutil.Process(self.proc.pid).children():
+        try:
+            children = psutil.Process(self.proc.pid).children()
+        except psutil.NoSuchProcess:
+            children = []  # strace already ended: the daemon it traced was killed at the fsync
+        for child in children:
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.terminate()
                 child.wait(timeout=20)
