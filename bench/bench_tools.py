@@ -146,7 +146,10 @@ async def run_confirm(ctx: CallContext, inputs: NoInputs) -> Result:
     program = runner.Program(argv=confirm_argv(),
                              confirmations=(runner.Confirmation(re.compile(r"Proceed with the import\?"), "y"),))
     done = await runner.run(ctx, program)
-    return Result(fields={"exit_status": done.exit_status, "stdout": done.stdout[-200:]})
+    # A write (only a gated call's confirmation is answered) that changes nothing: the program
+    # only says when it read its answer, and that report is the read-back.
+    return Result(fields={"exit_status": done.exit_status, "stdout": done.stdout[-200:]}, effect="no_change",
+                  verified_by="the program's own report of the answer it read")
 
 
 async def run_busy(ctx: CallContext, inputs: BusyInputs) -> Result:
@@ -198,7 +201,7 @@ def rungd_register_tools(register: Any, config: Any) -> None:
                   timing=Timing(deadline_s=15)))
     register(Tool(name="bench_confirm_run", description=describe("Runs a program whose question is declared."),
                   inputs=NoInputs, outputs={"exit_status": "exit status", "stdout": "what it printed"},
-                  handler=run_confirm, timing=Timing(deadline_s=15)))
+                  handler=run_confirm, side_effect="reversible", timing=Timing(deadline_s=15)))
     register(Tool(name="bench_busy_run", description=describe("Runs a busy, quiet program."),
                   inputs=BusyInputs, outputs={"exit_status": "exit status"}, handler=run_busy,
                   timing=Timing(deadline_s=30)))

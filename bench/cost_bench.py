@@ -312,8 +312,8 @@ def main() -> None:
         # 7. confirmation latency, measured inside the program
         with daemon.client() as client:
             answered = []
-            for _ in range(10 if args.quick else 30):
-                env = client.call("bench_confirm_run", {})
+            for n in range(10 if args.quick else 30):
+                env = client.call("bench_confirm_run", {}, request_id=f"confirm-{os.getpid()}-{n}")
                 assert env.status == "ok", env
                 answered.append(float(ANSWERED.search(env.fields["stdout"]).group(1)))
             # 8. unexpected prompt reported; and false prompts on quiet busy programs
