@@ -121,38 +121,33 @@ def _unwrap(annotation: Any) -> Any:
     return annotation
 
 
-def tool_files(tool_dirs: tuple[Path, ...], refuse: Callable[[str], None] | None = None) -> list[Path]:
+def tool_files(tool_dirs: tuple[Path, ...], refuse: Callable[[str], None]) -> list[Path]:
     """Every ``*.toml`` in ``tool_dirs``, each folder sorted by name; hidden ones left out (an
     editor's lock file, ``.#host.toml``, is no tool file, and must not fail a reload).
 
     Args:
-        refuse: given, a folder or file that someone other than root or rungd's user could
-            write (rungd.trust) is left out and told to it; left out, such a one raises.
+        refuse: told of each folder or file left out because someone other than root or
+            rungd's user could write it (rungd.trust); the others are still returned.
 
     Raises:
         ConfigError: a folder in ``plugins.tool_dirs`` does not exist.
-        Untrusted: without ``refuse``, a folder or tool file is not owned right.
     """
+
+    def trusted(path: Path, what: str, left_out: str) -> bool:
+        try:
+            check_trusted(path, what)
+        except Untrusted as exc:
+            refuse(f"{exc}; {left_out}")
+            return False
+        return True
+
     files = []
     for folder in tool_dirs:
         if not folder.is_dir():
             raise ConfigError(f"plugins.tool_dirs: {folder} is not a folder")
-        try:
-            check_trusted(folder, "tool folder")
-        except Untrusted as exc:
-            if refuse is None:
-                raise
-            refuse(f"{exc}; no tool file in it is loaded")
-            continue
-        for path in sorted(path for path in folder.glob("*.toml") if not path.name.startswith(".")):
-            try:
-                check_trusted(path, "tool file")
-            except Untrusted as exc:
-                if refuse is None:
-                    raise
-                refuse(f"{exc}; its tools are not loaded")
-                continue
-            files.append(path)
+        if trusted(folder, "tool folder", "no tool file in it is loaded"):
+            files.extend(path for path in sorted(folder.glob("*.toml"))
+                         if not path.name.startswith(".") and trusted(path, "tool file", "its tools are not loaded"))
     return files
 
 
