@@ -20,6 +20,7 @@ written twice.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import re
@@ -369,6 +370,8 @@ class ToolInputs(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     @classmethod
+    # Asked at every call; a class's fields never change. Bounded: each reload makes new classes.
+    @functools.lru_cache(maxsize=4096)
     def sensitive_fields(cls) -> frozenset[str]:
         """The names of the fields marked ``json_schema_extra={"sensitive": True}``."""
         return frozenset(name for name, field in cls.model_fields.items()
