@@ -32,7 +32,7 @@ from rungd.ledger_upkeep import LedgerUpkeep
 from rungd.plugins import Hooks
 from rungd.runner import launch
 from rungd.runner.askpass_server import AskpassEndpoint
-from rungd.server import Connection, ConnectionLimits, Replies, bind_unix_socket
+from rungd.server import Connection, ConnectionLimits, FrameBudget, Replies, bind_unix_socket
 from rungd.stepdown import StepDownWatch
 
 log = logging.getLogger("rungd")
@@ -74,6 +74,7 @@ class Daemon:
         self.step_downs: StepDownWatch | None = None
         self._stop = trio.Event()
         self._replies = Replies()
+        self._frames = FrameBudget()
         self._limits = ConnectionLimits(config.server.max_connections, config.server.max_connections_per_uid)
 
     def stop(self) -> None:
@@ -167,7 +168,7 @@ class Daemon:
         """
         assert self.dispatcher is not None
         try:
-            connection = Connection(stream, self.dispatcher, self.config.server, self._replies,
+            connection = Connection(stream, self.dispatcher, self.config.server, self._replies, self._frames,
                                     evidence=self.evidence)
         except OSError:  # gone before we could ask the kernel who it was
             await trio.aclose_forcefully(stream)

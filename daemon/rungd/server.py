@@ -9,7 +9,7 @@ from the kernel (SO_PEERCRED) once per connection and never taken from a request
 Nor can a connection make the daemon hold much memory: a frame's body is buffered only once
 its header said how long it is and who sends it may send that much. A peer that may call no
 tool and decide no held call sends small frames only (``SMALL_FRAME``); what one uid may have
-buffered in unfinished frames, over all its connections, is bounded (``FrameBudget``).
+buffered in unfinished frames, over all its connections, is bounded (``FrameBudget``, one per daemon).
 
 Errors become replies in one place: ``rungd.engine.outcomes``. This module only catches
 what the engine raises and hands it there.
@@ -253,7 +253,7 @@ class FrameBudget:
     once took the daemon from 48 to 582 MiB. Counted per uid, a caller holds at most its
     budget (``take``) however many connections it opens. A frame is counted at its announced
     size as soon as its header is read, before any more of its body is, and let go when it
-    is whole or given up. The daemon's connections share one (``Replies.frames``).
+    is whole or given up. The daemon's connections share one.
     """
 
     def __init__(self) -> None:
@@ -424,13 +424,9 @@ class Replies:
 
     At shutdown the daemon waits (bounded) for this to reach zero before it closes
     connections, so a client waiting on a call that just finished still hears the result.
-
-    It is the one object every connection of a daemon is handed, so it also carries what
-    they must count together: ``frames``, the bytes of unfinished frames per uid.
     """
 
     def __init__(self) -> None:
-        self.frames = FrameBudget()
         self._busy = 0
         self._quiet = trio.Event()
         self._quiet.set()
@@ -485,17 +481,19 @@ class Connection:
         dispatcher: the daemon's call engine.
         server: the server settings (frame size, timeouts).
         replies: the daemon's count of answers in flight.
+        frames: the daemon's count of unfinished frames per uid, shared by its connections.
         evidence: the daemon's evidence store; without it, ``evidence`` requests find nothing.
     """
 
     def __init__(self, stream: trio.SocketStream, dispatcher: Dispatcher, server: ServerConfig,
-                 replies: Replies, *, evidence: EvidenceStore | None = None) -> None:
+                 replies: Replies, frames: FrameBudget, *, evidence: EvidenceStore | None = None) -> None:
         self.stream = stream
         self.wire = Wire(stream, stall_s=server.idle_timeout_s)
         self.dispatcher = dispatcher
         self.server = server
         self.max_frame = server.max_frame_bytes
         self.replies = replies
+        self.frames = frames
         self.caller = peer_of(stream.socket)
         self.evidence = evidence
         self._big = False  # the request being answered is past BIG_REQUEST
@@ -532,7 +530,7 @@ class Connection:
         uid = self.caller.uid
         reader = FrameReader(self.wire, self.max_frame, idle_timeout_s=self.server.idle_timeout_s,
                              frame_timeout_s=self.server.frame_timeout_s, small_only=self._may_do_nothing,
-                             budget=self.replies.frames if uid != 0 else None, uid=uid)
+                             budget=self.frames if uid != 0 else None, uid=uid)
         try:
             while True:
                 body = await self._next(reader)

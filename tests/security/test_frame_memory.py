@@ -80,7 +80,7 @@ print(json.dumps([small, big, reply(s, 5)]))
     with trio.fail_after(8):  # before the fix: the body was awaited until SLOW_FRAME, 10 s
         done = await trio.run_process([sys.executable, "-c", script, str(daemon.socket)], capture_stdout=True)
     assert json.loads(done.stdout) == ["Welcome", "FRAME_TOO_LARGE", "closed"]
-    assert daemon.daemon._replies.frames.held(NOBODY) == 0
+    assert daemon.daemon._frames.held(NOBODY) == 0
     daemon.daemon.stop()
 
 
@@ -112,7 +112,7 @@ sys.stdin.readline()  # hold the connections open while the daemon's count is re
             while not line.endswith(b"\n"):
                 line += await attacker.stdout.receive_some(4096)
         codes, usable, echoed = json.loads(line)
-        frames = daemon.daemon._replies.frames
+        frames = daemon.daemon._frames
         assert frames.held(NOBODY) == FRAMES_IN_FLIGHT_PER_UID * (limit + 4) <= budget
         assert codes.count(None) == FRAMES_IN_FLIGHT_PER_UID  # read, within the budget
         assert codes.count("FRAME_TOO_LARGE") == opened - FRAMES_IN_FLIGHT_PER_UID  # told why
