@@ -334,7 +334,7 @@ async def test_requests_sent_back_to_back_keep_no_other_caller_waiting(rungd_dae
     # are being answered, is answered among them, not after all of them. The callers are a
     # process of their own: in this one they would wait for the daemon's loop to let go of
     # the interpreter.
-    sent = 150  # their answers fit in the socket: the daemon never waits to write one
+    sent = 600  # their answers fit in the socket: the daemon never waits to write one
     hello = protocol.frame(protocol.Hello()).hex()
     done = await trio.run_process([sys.executable, "-c", _FLOOD, str(rungd_daemon.socket), str(sent), hello],
                                   capture_stdout=True)
