@@ -38,6 +38,10 @@ from rungd.errors import CORE_ERRORS, BadInput, NextAction, Outcome, Retry
 from rungd.gates import Gate
 from rungd.protocol import DISGUISING
 
+# The most a result may hold (``Tool.cap_bytes``), as a tool file's cap_bytes: results are kept
+# in the ledger, whose lines are bounded (rungd_ledgers.MAX_LINE_BYTES).
+MAX_CAP_BYTES = 1 << 20
+
 SideEffect = Literal["read", "reversible", "visible", "irreversible"]
 CommitPoint = Literal["spawn", "confirmation", "callback"]
 
@@ -579,6 +583,10 @@ class Tool:
         if self.precondition is not None:
             _check_precondition(self)
         _check_sensitive(self)
+        if self.cap_bytes > MAX_CAP_BYTES:
+            # The result is kept whole in the ledger, to answer a repeat: a ledger line is bounded.
+            raise TypeError(f"tool {self.name}: cap_bytes {self.cap_bytes} is over the {MAX_CAP_BYTES} a result may "
+                            "hold; long output belongs in evidence")
 
     @property
     def requires_request_id(self) -> bool:

@@ -20,6 +20,7 @@ daemon calls it through ``trio.to_thread.run_sync``.
 from rungd_ledgers.anchors import Anchor, AnchorFileError, anchor_message, read_anchors
 from rungd_ledgers.chain import GENESIS
 from rungd_ledgers.errors import LedgerClosed, LedgerCorrupt, LedgerError, LedgerUnavailable
+from rungd_ledgers.files import MAX_LINE_BYTES
 from rungd_ledgers.index import DEFAULT_RETENTION_SECONDS, Entry, Held, IdempotencyIndex, Unfinished
 from rungd_ledgers.reader import Event, follow, iter_events, iter_records
 from rungd_ledgers.records import EVENTS, SCHEMA_VERSION, PrunedFile, Record, input_digest
@@ -28,6 +29,7 @@ from rungd_ledgers.verify import Problem, VerifyReport, verify
 from rungd_ledgers.writer import DEFAULT_ROTATE_BYTES, Ledger, TornRepair
 
 __all__ = [
+    "MAX_LINE_BYTES",
     "Event",
     "iter_events",
     "Anchor",

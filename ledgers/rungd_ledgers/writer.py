@@ -70,6 +70,8 @@ _FALLOC_FL_KEEP_SIZE: Final = 0x01
 
 # Filled in when a record is sealed; a caller passing one is confused about who owns them.
 _SEALED_FIELDS: Final = frozenset({"v", "seq", "time", "prev", "hash"})
+# What sealing adds to a drafted record's line: seq, time, the two hashes and a newline.
+_SEAL_BYTES = 256
 _TAIL_SCAN_BYTES: Final = 64 * 1024
 _APPEND_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 _FILE_MODE: Final = 0o640
@@ -580,7 +582,13 @@ def _draft(event: str, call_id: str, tool: str, fields: dict[str, Any]) -> Recor
     )
     # Struct() does not check types; a round trip does. A bad value fails here, in the
     # caller's thread, instead of landing in the file where every reader would trip on it.
-    return decoder.decode(encoder.encode(draft))
+    encoded = encoder.encode(draft)
+    if len(encoded) > MAX_LINE_BYTES - _SEAL_BYTES:
+        # Every reader refuses a longer line, so the next start would stop at it as corrupt;
+        # the daemon bounds what a record carries (logged inputs, results) far below this.
+        raise ValueError(f"a {event} record of {len(encoded)} bytes is longer than a ledger line may be "
+                         f"({MAX_LINE_BYTES})")
+    return decoder.decode(encoded)
 
 
 def _torn_tail(path: Path) -> TornRepair | None:

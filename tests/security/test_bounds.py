@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+
 import msgspec
+import pytest
+from rungd_ledgers import MAX_LINE_BYTES, iter_records
 
 from rungd import protocol
 from rungd.client import Client
 from rungd.config import load_config
-from rungd.testing import start_daemon, write_config
+from rungd.contract import Caller
+from rungd.errors import BadInput
+from rungd.testing import STUB_DESCRIPTION, serve_tool_file, start_daemon, write_config
 from tests.conftest import TEST_PLUGINS
 
 HELD = f"""
@@ -51,4 +57,36 @@ async def test_finished_results_in_memory_are_capped(nursery, short_tmp) -> None
     known = [call_id for call_id in ids if daemon.daemon.dispatcher.calls.get(call_id) is not None]
     assert len(known) <= 101 and ids[-1] in known and ids[0] not in known
     assert msgspec.json.encode(daemon.daemon.dispatcher.status(ids[-1]))  # the newest still answers
+    daemon.daemon.stop()
+
+
+LOGGED = """
+[program]
+name = "echo"
+command = "/bin/echo"
+
+[tools.echo_note_show]
+argv = ["{text}"]
+log_fields = ["text"]
+[tools.echo_note_show.description]
+%s
+[tools.echo_note_show.inputs.text]
+description = "The note."
+example = "a"
+max_length = 4194304
+"""
+
+
+async def test_a_logged_input_too_long_for_a_ledger_line_is_refused_before_anything_is_recorded(
+        nursery, short_tmp) -> None:
+    # server.max_frame_bytes may be raised to 64 MiB, past what a ledger line may be: a logged
+    # input that long would write a record the daemon's own start-up refuses as corrupt.
+    daemon = await serve_tool_file(nursery, short_tmp, LOGGED % STUB_DESCRIPTION)
+    caller = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
+    with pytest.raises(BadInput, match="longer than a ledger record may hold"):
+        daemon.daemon.dispatcher.admission.admit("echo_note_show", {"text": "x" * (2 << 20)}, caller)
+    ok = await daemon.call("echo_note_show", {"text": "short"})
+    assert ok.status == "ok", ok.error
+    records = list(iter_records(daemon.config.state_dir / "ledger"))
+    assert records and max(len(msgspec.json.encode(r)) for r in records) < MAX_LINE_BYTES
     daemon.daemon.stop()

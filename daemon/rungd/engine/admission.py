@@ -17,18 +17,25 @@ import difflib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import trio
 from rungd_ledgers import input_digest
 
 from rungd.config import Config
 from rungd.contract import Caller, Tool, ToolInputs
-from rungd.errors import UnknownTool
+from rungd.errors import BadInput, UnknownTool
 from rungd.plugins import RegisteredTool
 from rungd.sensitive import Marks
 
 if TYPE_CHECKING:
     from rungd.stepdown import StepDownWatch
 
+
+# The logged inputs one received record may carry: far below what a ledger line may be
+# (rungd_ledgers.MAX_LINE_BYTES, which every reader holds a line to), so a frame as large as
+# server.max_frame_bytes allows can never write a record the daemon's own start-up refuses.
+MAX_LOGGED_BYTES = 1 << 20
+_json = msgspec.json.encode
 
 @dataclasses.dataclass(frozen=True)
 class Admitted:
@@ -111,6 +118,11 @@ class Admission:
         shown = self._marks.shown(inputs)
         plain = shown.model_dump(mode="json")
         logged = {k: plain[k] for k in tool.log_fields if k in plain}
+        if logged and len(_json(logged)) > MAX_LOGGED_BYTES:
+            raise BadInput(f"{name} writes the inputs {', '.join(sorted(logged))} to the ledger, and these are "
+                           f"longer than a ledger record may hold (over {MAX_LOGGED_BYTES} bytes as JSON); "
+                           "nothing was recorded or run",
+                           hint="send shorter values; a tool that needs long ones must not list them in log_fields")
         return Admitted(tool, inputs, shown, input_digest(name, plain), logged)
 
     def usable(self, name: str, caller: Caller) -> Tool | None:
