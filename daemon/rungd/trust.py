@@ -24,6 +24,7 @@ that user (a home, a keyring): :func:`check` takes the owners that count.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import pwd
 import stat
@@ -72,7 +73,7 @@ def _walk(path: str) -> list[_Entry]:
     """
     if not os.path.isabs(path):
         path = os.path.abspath(path)
-    entries = [_Entry("/", os.lstat("/"), False)]
+    entries = [_Entry("/", os.lstat("/"))]
     pending = [part for part in path.split("/") if part]
     pending.reverse()  # a stack: the next part is on top
     current = "/"
@@ -90,14 +91,14 @@ def _walk(path: str) -> list[_Entry]:
         if stat.S_ISLNK(info.st_mode):
             links += 1
             if links > _MAX_LINKS:
-                raise OSError(40, "too many levels of symbolic links", path)  # ELOOP
-            entries.append(_Entry(candidate, info, False))
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+            entries.append(_Entry(candidate, info))
             target = os.readlink(candidate)
             if target.startswith("/"):
                 current = "/"
             pending.extend(reversed([p for p in target.split("/") if p]))
             continue
-        entries.append(_Entry(candidate, info, False))
+        entries.append(_Entry(candidate, info))
         current = candidate
     # Links were followed, so the walk ends on what the path names: its own final entry.
     entries[-1] = dataclasses.replace(entries[-1], last=True)
@@ -105,10 +106,17 @@ def _walk(path: str) -> list[_Entry]:
 
 
 def _name(uid: int) -> str:
+    """``alice`` for a known uid, ``uid 1234`` for one no account has."""
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid {uid}"
+
+
+def _owner(uid: int) -> str:
+    """``alice (uid 1000)``, or ``uid 1234`` alone for one no account has."""
+    name = _name(uid)
+    return name if name.startswith("uid ") else f"{name} (uid {uid})"
 
 
 def _problem(entry: _Entry, owners: Collection[int]) -> tuple[str, str] | None:
@@ -117,7 +125,7 @@ def _problem(entry: _Entry, owners: Collection[int]) -> tuple[str, str] | None:
     mode = stat.S_IMODE(info.st_mode)
     if info.st_uid not in owners:
         allowed = " or ".join(_name(uid) for uid in sorted(owners))
-        return (f"{entry.path} is owned by {_name(info.st_uid)} (uid {info.st_uid}), not {allowed} "
+        return (f"{entry.path} is owned by {_owner(info.st_uid)}, not {allowed} "
                 f"(mode {mode:04o})",
                 f"chown root {entry.path}")
     if stat.S_ISLNK(info.st_mode):
