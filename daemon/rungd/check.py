@@ -53,6 +53,7 @@ from rungd.client import ClientError
 from rungd.config import load_config
 from rungd.envelope import Envelope
 from rungd.errors import ConfigError
+from rungd.redact import Redactor
 from rungd.standins import ROLE_ENV, CannotSynthesize, confirmation_text, sample_text, write_standin
 from rungd.testing import RunningDaemon, start_daemon, write_config
 
@@ -442,14 +443,19 @@ class _Plan:
         return result
 
     def _secret_hits(self, envelopes: list[Envelope], logs: _LogCapture) -> list[str]:
-        """Every place (not already reported for an earlier tool) holding a seeded secret."""
-        values = [v.encode() for v in self.secrets.values()]
+        """Every place (not already reported for an earlier tool) holding a seeded secret, in
+        any encoding the daemon redacts (base64 of ``user:secret``, hex...): what it finds is
+        what its redaction would have had to take out."""
+        redactor = Redactor(list(self.secrets.values()))
+
+        def holds_one(data: bytes) -> bool:
+            return redactor.bytes(data) != data
+
         hits = []
         for env in envelopes:
-            data = msgspec.json.encode(env)
-            if any(v in data for v in values):
+            if holds_one(msgspec.json.encode(env)):
                 hits.append(f"the envelope of call {env.call_id}")
-        if any(v.decode() in line for line in logs.lines for v in values):
+        if any(holds_one(line.encode()) for line in logs.lines):
             hits.append("the daemon's log")
         skip = {self.folder / "credentials.toml"}
         for path in sorted(self.folder.rglob("*")):
@@ -459,7 +465,7 @@ class _Plan:
                 data = path.read_bytes()
             except OSError:
                 continue
-            if any(v in data for v in values):
+            if holds_one(data):
                 hits.append(str(path.relative_to(self.folder)))
         fresh = [h for h in hits if h not in self.seen_hits]
         self.seen_hits |= set(hits)
