@@ -115,20 +115,13 @@ def _verify(allowed_signers: Path, message: bytes, signature: str, names: Collec
     with tempfile.TemporaryDirectory(prefix="rungd-sig-") as folder:
         sig = Path(folder) / "approval.sig"
         sig.write_text(signature, encoding="ascii", errors="replace")
-        found = subprocess.run(
-            ["ssh-keygen", "-Y", "find-principals", "-s", str(sig), "-f", str(allowed_signers)],
-            capture_output=True, text=True, timeout=10, check=False,
-        )
-        # One principal a line, all those of the first line listing the key; a negated one
-        # ("!bob") only narrows a pattern and names nobody who could have signed.
-        principals = found.stdout.split()
-        granted = [p for p in principals if not p.startswith("!")]
-        if found.returncode != 0 or not granted:
+        granted = signing_principals(allowed_signers, sig)
+        if not granted:
             raise GateDenied(
                 "the approval's signature is not by a key in the allowed signers file",
                 hint="sign with an operator key listed in gates.allowed_signers (rungctl approve --key)",
             )
-        if not _verifies(allowed_signers, granted[0], sig, message):
+        if not verifies(allowed_signers, granted[0], sig, message):
             raise GateDenied(
                 "the approval's signature does not cover this call",
                 hint="sign the message rungctl approve builds for this exact call_id, tool and inputs",
@@ -137,10 +130,25 @@ def _verify(allowed_signers: Path, message: bytes, signature: str, names: Collec
         return Signer(granted[0], listed_as)
 
 
-def _verifies(allowed_signers: Path, principal: str, sig: Path, message: bytes) -> bool:
+def signing_principals(allowed_signers: Path, sig: Path) -> list[str]:
+    """The principals ``allowed_signers`` lists the key that made ``sig`` under, or [].
+
+    ssh-keygen prints one a line, all those of the first line listing the key; a negated one
+    ("!bob") only narrows a pattern and names nobody who could have signed, so it is left out.
+    Blocking (``ssh-keygen -Y find-principals``, 10 s at most).
+    """
+    found = subprocess.run(["ssh-keygen", "-Y", "find-principals", "-s", str(sig), "-f", str(allowed_signers)],
+                           capture_output=True, text=True, timeout=10, check=False)
+    if found.returncode != 0:
+        return []
+    return [p for p in found.stdout.split() if not p.startswith("!")]
+
+
+def verifies(allowed_signers: Path, principal: str, sig: Path, message: bytes,
+             namespace: str = SIGNATURE_NAMESPACE) -> bool:
     """Whether ssh-keygen accepts ``sig`` over ``message`` as ``principal``'s, by ``allowed_signers``."""
     verified = subprocess.run(
-        ["ssh-keygen", "-Y", "verify", "-f", str(allowed_signers), "-I", principal, "-n", SIGNATURE_NAMESPACE,
+        ["ssh-keygen", "-Y", "verify", "-f", str(allowed_signers), "-I", principal, "-n", namespace,
          "-s", str(sig)],
         input=message, capture_output=True, timeout=10, check=False,
     )
@@ -170,12 +178,12 @@ def _listed_as(allowed_signers: Path, sig: Path, message: bytes, found: list[str
             return spelled[_principal_user(principal)]
     widened = sig.with_name("allowed_signers")
     widened.write_text(_widened(allowed_signers.read_text(encoding="utf-8", errors="replace")), encoding="utf-8")
-    if not _verifies(widened, found[0], sig, message):
+    if not verifies(widened, found[0], sig, message):
         raise GateDenied(
             "the allowed signers file could not be read to rule out that the caller signed its own call",
             hint="the operator should check gates.allowed_signers with ssh-keygen -Y find-principals",
         )
-    return next((spelled[name] for name in spelled if _verifies(widened, name, sig, message)), None)
+    return next((spelled[name] for name in spelled if verifies(widened, name, sig, message)), None)
 
 
 def _principal_user(principal: str) -> str:

@@ -36,6 +36,7 @@ from rungd_ledgers.anchors import SIGNATURE_NAMESPACE, Anchor
 from rungd.audit import Audit
 from rungd.config import LedgerConfig
 from rungd.errors import RungdError
+from rungd.gates import signing_principals, verifies
 
 log = logging.getLogger("rungd.ledger")
 
@@ -221,16 +222,10 @@ def check_anchor_signature(allowed_signers: Path, anchor: Anchor) -> str | None:
         sig = Path(folder) / "anchor.sig"
         sig.write_text(anchor.signature, encoding="ascii", errors="replace")
         try:
-            found = subprocess.run(["ssh-keygen", "-Y", "find-principals", "-s", str(sig), "-f", str(allowed_signers)],
-                                   capture_output=True, text=True, timeout=10, check=False)
-            principals = found.stdout.split()
-            if found.returncode != 0 or not principals:
-                return None
-            verified = subprocess.run(
-                ["ssh-keygen", "-Y", "verify", "-f", str(allowed_signers), "-I", principals[0],
-                 "-n", SIGNATURE_NAMESPACE, "-s", str(sig)],
-                input=anchor_message(anchor.seq, anchor.hash, anchor.time), capture_output=True, timeout=10,
-                check=False)
+            principals = signing_principals(allowed_signers, sig)
+            message = anchor_message(anchor.seq, anchor.hash, anchor.time)
+            if principals and verifies(allowed_signers, principals[0], sig, message, SIGNATURE_NAMESPACE):
+                return principals[0]
         except subprocess.TimeoutExpired:
-            return None
-    return principals[0] if verified.returncode == 0 else None
+            pass
+    return None
