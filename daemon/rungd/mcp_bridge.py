@@ -52,9 +52,10 @@ own ``[rungd: ...]`` notes and an "operator approved" line included, so the brid
 words of its own beside a program's: rungd's verdict is the envelope's keys (status,
 outcome, effect, error, next_action, settle, ...), and what the program printed comes back
 inside ``fields`` (an evidence slice's ``text``), each value a JSON string whose escaping no
-output can leave. What each next_action asks for is said once, in the instructions. One gap
-is the daemon's to close: some errors quote the program's words inside ``error.message`` or
-``error.hint`` (FAILED's hint is its stderr tail); they arrive escaped, but among rungd's.
+output can leave. What each next_action asks for is said once, in the instructions. An
+error's message or hint may quote the program (the question it asked, its stderr tail), as
+the design has it: always as one repr-escaped literal after rungd's label ("it said: '...'"),
+so a forged line never stands on its own.
 
 An error the bridge finds itself (the daemon unreachable, the connection lost, a bad
 ``rungd_call_wait`` argument) is an envelope too, with an empty call_id when no call was

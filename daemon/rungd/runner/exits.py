@@ -19,7 +19,7 @@ def check_exit(done: Completed, table: Mapping[int, ErrorRule], *, ok: tuple[int
 
     Raises:
         ToolError: the status is in the table; its rule gives code, retry and hint.
-        Failed: the status is in no table; the hint is the redacted stderr tail.
+        Failed: the status is in no table; the hint quotes the redacted stderr tail.
     """
     if done.exit_status in ok:
         return
@@ -30,8 +30,9 @@ def check_exit(done: Completed, table: Mapping[int, ErrorRule], *, ok: tuple[int
                         hint=f"{rule.hint} (it said: {detail!r})" if detail else rule.hint,
                         outcome="done", retry=rule.retry, next_action=rule.next_action)
     status = f"signal {-done.exit_status}" if done.exit_status < 0 else f"status {done.exit_status}"
+    # Quoted and labelled like every other quote of a program: its words could pose as rungd's.
     raise Failed(f"the program exited with {status}, which the tool does not name",
-                 hint=detail or "it printed nothing on stderr")
+                 hint=f"it said: {detail!r}" if detail else "it printed nothing on stderr")
 
 
 def check_terminal(done: Completed, program: Program, tty: tuple[str, str] | None = None) -> None:
