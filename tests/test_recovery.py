@@ -10,73 +10,23 @@ import trio
 from rungd_ledgers import Ledger, iter_records, verify
 
 from rungd.audit import Audit
+from rungd.config import load_config
 from rungd.engine.recovery import recover
-from rungd.testing import STUB_DESCRIPTION, serve_tool_file
-
-JOURNAL = """
-[program]
-name = "journal"
-command = "{program}"
-
-[tools.journal_entry_add]
-side_effect = "reversible"
-argv = ["{{entry}}"]
-log_fields = ["entry"]
-[tools.journal_entry_add.description]
-{description}
-[tools.journal_entry_add.inputs.entry]
-description = "The entry."
-example = "r1"
-pattern = "^r[0-9]+$"
-[tools.journal_entry_add.verify]
-tool = "journal_entry_check"
-inputs = {{ entry = "{{entry}}" }}
-expect = {{ found = "{{entry}}" }}
-wait_s = 0
-
-[tools.journal_entry_check]
-argv = ["--check", "{{entry}}"]
-[tools.journal_entry_check.description]
-{description}
-[tools.journal_entry_check.inputs.entry]
-description = "The entry."
-example = "r1"
-pattern = "^r[0-9]+$"
-[tools.journal_entry_check.parse]
-kind = "regex"
-pattern = '^found: (?P<found>\\S+)$'
-fields = {{ found = "string" }}
-"""
-
-
-def journal(short_tmp: Path, fake_program, effects: Path) -> str:
-    """A tool file whose write appends its entry to ``effects``: one line per run."""
-    program = fake_program("journal", f"""
-        import sys
-        if sys.argv[1] == "--check":
-            try:
-                found = sys.argv[2] in open({str(effects)!r}).read().split()
-            except FileNotFoundError:
-                found = False
-            print("found: " + (sys.argv[2] if found else "none"))
-        else:
-            with open({str(effects)!r}, "a") as log:
-                log.write(sys.argv[1] + "\\n")
-    """)
-    return JOURNAL.format(program=program, description=STUB_DESCRIPTION)
+from rungd.testing import start_daemon, write_config
+from tests.test_reliability import journal_tools
 
 
 async def test_a_dispatched_record_torn_by_a_crash_makes_a_repeat_reconcile_never_rerun(
-    short_tmp: Path, fake_program
+    short_tmp: Path
 ) -> None:
     """Issue 27: a write ran, and the disk kept its received record but only half of its
     dispatched one (an fsync acknowledged and not done, then power lost). Nothing proves it
     was not dispatched, so recovery finishes it unknown, and a repeat must not run it again."""
-    effects = short_tmp / "effects.log"
-    tools = journal(short_tmp, fake_program, effects)
+    tools, effects = journal_tools(short_tmp)
+    config = load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{tools}"]\n'))
     async with trio.open_nursery() as first_run:
-        first = await serve_tool_file(first_run, short_tmp, tools, name="journal.toml")
-        done = await first.call("journal_entry_add", {"entry": "r1"}, request_id="req-1")
+        first = await start_daemon(first_run, config)
+        done = await first.call("journal_entry_add", {"entry": "r1", "pause": 0.0}, request_id="req-1")
         first.daemon.stop()
     assert (done.status, done.effect) == ("ok", "changed"), done
     ledger = short_tmp / "state" / "ledger"
@@ -87,8 +37,8 @@ async def test_a_dispatched_record_torn_by_a_crash_makes_a_repeat_reconcile_neve
     path.write_bytes(data[:data.index(dispatched) + len(dispatched) // 2])
 
     async with trio.open_nursery() as second_run:
-        second = await serve_tool_file(second_run, short_tmp, tools, name="journal.toml")
-        repeat = await second.call("journal_entry_add", {"entry": "r1"}, request_id="req-1")
+        second = await start_daemon(second_run, config)
+        repeat = await second.call("journal_entry_add", {"entry": "r1", "pause": 0.0}, request_id="req-1")
         second.daemon.stop()
 
     assert effects.read_text() == "r1\n", "the program ran a second time"

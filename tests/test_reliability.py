@@ -152,23 +152,7 @@ def test_kill_9_at_random_points_of_many_writes_loses_nothing_and_runs_nothing_t
     """Every write appends its request_id to an effect log; kill -9 the daemon at random
     moments, restart, and settle every request. Each must end changed, existing,
     not_started or unknown-then-reconciled, and no request_id may be in the log twice."""
-    effects = short_tmp / "effects.log"
-    program = short_tmp / "append_once"
-    program.write_text(f"""#!{sys.executable}
-import sys, time
-if sys.argv[1] == "--check":
-    lines = open({str(effects)!r}).read().split() if __import__("os").path.exists({str(effects)!r}) else []
-    print("found: " + (sys.argv[2] if sys.argv[2] in lines else "none"))
-    sys.exit(0)
-with open({str(effects)!r}, "a") as f:
-    f.write(sys.argv[1] + "\\n")
-time.sleep(float(sys.argv[2]))
-print("appended")
-""")
-    program.chmod(0o755)
-    tools = short_tmp / "tools"
-    tools.mkdir()
-    (tools / "journal.toml").write_text(JOURNAL.format(program=program, effects=effects))
+    tools, effects = journal_tools(short_tmp)
     daemon = DaemonProcess(short_tmp, f'[plugins]\ntool_dirs = ["{tools}"]\n')
     rng = random.Random(7)
     requests = [f"r{i:03d}" for i in range(100 if SOAK else 30)]
@@ -260,6 +244,37 @@ kind = "regex"
 pattern = '^found: (?P<found>\\S+)$'
 fields = {{ found = "string" }}
 """
+
+
+APPEND = """#!{python}
+import os, sys, time
+effects = {effects!r}
+if sys.argv[1] == "--check":
+    lines = open(effects).read().split() if os.path.exists(effects) else []
+    print("found: " + (sys.argv[2] if sys.argv[2] in lines else "none"))
+    sys.exit(0)
+with open(effects, "a") as f:
+    f.write(sys.argv[1] + "\\n")
+time.sleep(float(sys.argv[2]))
+print("appended")
+"""
+
+
+def journal_tools(folder: Path) -> tuple[Path, Path]:
+    """A tool folder holding ``JOURNAL`` and the effects log its write appends to.
+
+    ``journal_entry_add`` appends its entry to the log, one line per run (then pauses the
+    given seconds), so a request that ran twice shows twice; ``journal_entry_check`` reads
+    the log back. Returns (the tool folder, the effects log).
+    """
+    effects = folder / "effects.log"
+    program = folder / "append_once"
+    program.write_text(APPEND.format(python=sys.executable, effects=str(effects)))
+    program.chmod(0o755)
+    tools = folder / "tools"
+    tools.mkdir()
+    (tools / "journal.toml").write_text(JOURNAL.format(program=program))
+    return tools, effects
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="mounting a small filesystem needs root")

@@ -16,23 +16,10 @@ import pytest
 from rungd_ledgers import verify
 
 from rungd.client import Client, ClientError
-from tests.test_reliability import JOURNAL, DaemonProcess
+from tests.test_reliability import DaemonProcess, journal_tools
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None,
                                 reason="strace is missing: apt-get install strace (.ci/run installs it)")
-
-APPEND = """#!{python}
-import os, sys, time
-effects = {effects!r}
-if sys.argv[1] == "--check":
-    lines = open(effects).read().split() if os.path.exists(effects) else []
-    print("found: " + (sys.argv[2] if sys.argv[2] in lines else "none"))
-    sys.exit(0)
-with open(effects, "a") as f:
-    f.write(sys.argv[1] + "\\n")
-print("appended")
-"""
-
 
 class TracedDaemon(DaemonProcess):
     """``rungd serve`` under strace, which does ``inject`` to its Nth fsync (all threads)."""
@@ -70,13 +57,7 @@ class TracedDaemon(DaemonProcess):
 
 
 def journal(folder: Path) -> tuple[str, Path]:
-    effects = folder / "effects.log"
-    program = folder / "append_once"
-    program.write_text(APPEND.format(python=sys.executable, effects=str(effects)))
-    program.chmod(0o755)
-    tools = folder / "tools"
-    tools.mkdir()
-    (tools / "journal.toml").write_text(JOURNAL.format(program=program, effects=effects))
+    tools, effects = journal_tools(folder)
     return f'[plugins]\ntool_dirs = ["{tools}"]\n', effects
 
 
