@@ -30,12 +30,12 @@ T = TypeVar("T")
 # over, which made a replay twice as slow.
 CHUNK_BYTES: Final = 1 << 16
 
-# The longest line that can be a record, newline excluded. With rungd's limits a record stays
-# far below it: it carries one call's logged inputs (strings of at most 4 KiB unless the tool
-# allows more, from a request of at most 1 MiB by default) or one result (cut to the tool's
-# cap_bytes, at most 1 MiB in a tool file). The writer does not check it. A longer line is
-# damage, or was written by something else: readers report it as any line that is not a
-# record, and stop holding it at this size, so their memory stays bounded whatever a file holds.
+# The longest line that can be a record, newline excluded. rungd keeps every record far below
+# it: one carries a call's logged inputs (at most 1 MiB as JSON, refused at admission past
+# that) or one result (a tool's cap_bytes, at most 1 MiB), and the writer refuses a longer
+# draft. A longer line is damage, or was written by something else: readers report it as any
+# line that is not a record, and stop holding it at this size, so their memory stays bounded
+# whatever a file holds.
 MAX_LINE_BYTES: Final = 16 << 20
 
 _NAME: Final = re.compile(r"ledger-(\d{6,})\.jsonl")
