@@ -712,7 +712,7 @@ _ENV_REFUSED = frozenset({
     "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME", "PERL5OPT", "PERL5LIB", "PERLLIB", "RUBYOPT", "RUBYLIB",
     "NODE_OPTIONS", "NODE_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "IFS",
     # They send a program to a terminal or a desktop session, which rungd does not give it.
-    "DISPLAY", "WAYLAND_DISPLAY", "GPG_TTY", "SSH_ASKPASS_REQUIRE", "DBUS_SESSION_BUS_ADDRESS", "TERM",
+    "DISPLAY", "WAYLAND_DISPLAY", "GPG_TTY", "SSH_ASKPASS_REQUIRE", "DBUS_SESSION_BUS_ADDRESS",
 })
 # RUNGD_CALL is the call's tag (what finds its processes), RUNGD_ASKPASS* where its questions
 # go; GIT_CONFIG_KEY_n / _VALUE_n set git settings inline (core.pager...).
