@@ -54,6 +54,7 @@ from rungd.config import load_config
 from rungd.envelope import Envelope
 from rungd.errors import ConfigError
 from rungd.redact import Redactor
+from rungd.runner.program import credential_files_named
 from rungd.standins import ROLE_ENV, CannotSynthesize, confirmation_text, sample_text, write_standin
 from rungd.testing import RunningDaemon, start_daemon, write_config
 
@@ -295,6 +296,8 @@ class _Plan:
         for spec in self.specs.values():
             names |= set(spec.get("credentials", {}).values()) | set(spec.get("credential_files", {}).values())
             names |= {p["credential"] for key in ("credential_prompt", "askpass") for p in spec.get(key, [])}
+            names |= {name for word in spec.get("argv", []) if isinstance(word, str)
+                      for name in credential_files_named(word)}
         return {name: "rungdck" + secrets.token_hex(16) for name in sorted(names)}
 
     @staticmethod

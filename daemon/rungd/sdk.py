@@ -52,6 +52,8 @@ Trust follows ownership (``rungd.trust``)
 Rung 2, running a command-line program (``rungd.runner``)
     run(ctx, Program(...)) -> Completed, check_exit(done, table)
     Program, Confirmation, CredentialPrompt, Limits, Completed
+    credential_file_marker(name)   what an argv word holds where the runner puts the path of
+                        a sealed file with that credential (``Program.argv_file_credentials``)
 
 Rung 3, file exchange (``rungd.exchange``): ``exchange`` is the package as a namespace, and
 its public names are also here
@@ -149,7 +151,16 @@ from rungd.hookspecs import hookimpl
 from rungd.plugins import PluginSettings
 from rungd.trust import Untrusted
 from rungd.trust import check as check_trusted
-from rungd.runner import Completed, Confirmation, CredentialPrompt, Limits, Program, check_exit, run
+from rungd.runner import (
+    Completed,
+    Confirmation,
+    CredentialPrompt,
+    Limits,
+    Program,
+    check_exit,
+    credential_file_marker,
+    run,
+)
 
 # The lock-file conventions of programs people keep files open in; ``{name}`` is the
 # file's name and ``{stem}`` its name without the suffix.
@@ -180,6 +191,7 @@ __all__ = [
     "Untrusted",
     "check_trusted",
     "Confirmation",
+    "credential_file_marker",
     "CredentialPrompt",
     "Csv",
     "Description",

@@ -27,7 +27,7 @@ What ``run`` guarantees:
 
 Where each concern lives:
 
-    program.py         Program, Confirmation, CredentialPrompt, Completed: what a plugin
+    program.py         Program, Confirmation, CredentialPrompt, Completed, credential_file_marker: what a plugin
                        hands in and gets back
     environment.py     the child's environment, and credentials looked up for a call
     limits.py          Limits: setrlimit and no_new_privs, applied before exec
@@ -48,7 +48,7 @@ from rungd.runner.environment import DEFAULT_PATH, PASS_THROUGH, QUIET_ENV, chil
 from rungd.runner.execute import run
 from rungd.runner.exits import check_exit
 from rungd.runner.limits import Limits
-from rungd.runner.program import Completed, Confirmation, CredentialPrompt, Program
+from rungd.runner.program import Completed, Confirmation, CredentialPrompt, Program, credential_file_marker
 from rungd.runner.questions import CREDENTIAL_QUESTION, TERMINAL_REQUIRED
 
 __all__ = [
@@ -64,5 +64,6 @@ __all__ = [
     "Program",
     "check_exit",
     "child_env",
+    "credential_file_marker",
     "run",
 ]

@@ -31,7 +31,7 @@ from rungd.runner.askpass_server import AskpassServer, CallAskpass
 from rungd.runner.environment import DEFAULT_PATH, child_env, credential
 from rungd.runner.exits import check_limits, check_terminal
 from rungd.runner import launch, limits
-from rungd.runner.program import Completed, Program
+from rungd.runner.program import Completed, Program, credential_file_marker
 from rungd.runner.streams import Outputs, Stream
 from rungd.runner.watch import Watch
 
@@ -259,6 +259,16 @@ def _spawn_error(program: Program, exc: OSError) -> RungdError:
                   hint="nothing was run; the daemon's journal may say more", outcome="not_started")
 
 
+def _with_argv_files(program: Program, secrets: Mapping[int, str], secret_file: Callable[[str, str], str]) -> Program:
+    """``program`` with each declared credential marker in its argv replaced by the path of a
+    sealed in-memory file holding that credential (``Program.argv_file_credentials``)."""
+    argv = list(program.argv)
+    for at, secret in secrets.items():
+        name = program.argv_file_credentials[at]
+        argv[at] = argv[at].replace(credential_file_marker(name), secret_file(f"argv-{name}", secret), 1)
+    return dataclasses.replace(program, argv=tuple(argv))
+
+
 def _check_trusted(ctx: CallContext, program: Program) -> None:
     """Refuse to start a program that someone other than root or rungd's user could have
     replaced since the tool was loaded (:mod:`rungd.trust`), before any credential is read.
@@ -321,13 +331,16 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     # a program run without one may take its absence as an answer.
     credentials = {var: credential(ctx, name) for var, name in program.env_credentials.items()}
     secret_files = {var: credential(ctx, name) for var, name in program.file_credentials.items()}
+    argv_files = {at: credential(ctx, name) for at, name in program.argv_file_credentials.items()}
     # What the call must not show (its sensitive inputs, credentials it already obtained)
     # and this program's own credentials: redacted from its output and evidence.
-    secrets = [*ctx.secrets, *credentials.values(), *secret_files.values()]
+    secrets = [*ctx.secrets, *credentials.values(), *secret_files.values(), *argv_files.values()]
     scratch = _Scratch.open(ctx, _owner(program.user))
     try:
         for var, secret in secret_files.items():
             scratch.helper.env[var] = scratch.helper.secret_file(var, secret)
+        if argv_files:
+            program = _with_argv_files(program, argv_files, scratch.helper.secret_file)
         proc, tracker = await _start(ctx, program, credentials, scratch)
     except BaseException:
         # Cancelled while starting (the deadline, a stop) or a secret file failed: the

@@ -34,6 +34,20 @@ class CredentialPrompt:
     times: int = 1
 
 
+def credential_file_marker(name: str) -> str:
+    """What stands in an argv word for the file that will hold the credential ``name``."""
+    return "{credential_file:" + name + "}"
+
+
+_MARKER = re.compile(r"\{credential_file:([A-Za-z0-9_.-]+)\}")
+
+
+def credential_files_named(word: str) -> list[str]:
+    """The credentials ``word`` names by :func:`credential_file_marker`, for tools that read
+    a tool file's argv without building it (``rungctl check`` seeds each one)."""
+    return _MARKER.findall(word)
+
+
 @dataclasses.dataclass(frozen=True)
 class Program:
     """How to run the program for one call. ``argv`` is complete: no shell will see it."""
@@ -44,6 +58,11 @@ class Program:
     # ENV_VAR -> credential name: the value goes into a 0600 in-memory file the child
     # inherits, and ENV_VAR names it as /dev/fd/N (PGPASSFILE, a --password-file argument...).
     file_credentials: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # argv index -> credential name, for programs that take a password or key file as an
+    # option: ``argv[i]`` holds ``credential_file_marker(name)``, which the runner replaces by
+    # the /dev/fd/N of a sealed in-memory file holding the credential. Declared by index, so a
+    # caller's input that spells the marker is never replaced (only these words are).
+    argv_file_credentials: Mapping[int, str] = dataclasses.field(default_factory=dict)
     stdin: Literal["none", "eof"] | bytes = "none"
     # With bytes: close stdin once they are sent. An end the tool declared (crontab -,
     # sqlite3, chpasswd read to end-of-file), never an implicit one.

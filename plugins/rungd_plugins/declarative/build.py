@@ -61,6 +61,8 @@ from rungd_plugins.declarative.parse import (
 from rungd_plugins.declarative.programs import Resolved
 from rungd_plugins.declarative.schema import RELATIVE_TESTS, ExpectSpec, InputSpec, ReadBackSpec, ToolFile, ToolSpec
 from rungd_plugins.declarative.templates import (
+    CREDENTIAL_FILE,
+    credential_files,
     inside_path,
     literal_text,
     names_no_file,
@@ -249,6 +251,9 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
 
     if not re.match(r"^[a-z][a-z0-9]*(_[a-z0-9]+){1,5}$", name):
         raise ConfigError(f"{path}: key {key}: tool names look like <system>_<object>_<verb>, e.g. inventory_item_show")
+    if CREDENTIAL_FILE in spec.inputs:
+        raise fail(f"inputs.{CREDENTIAL_FILE}", "the name is taken: {credential_file:NAME} in argv names a "
+                   "credential file; call the input something else")
     for i, arg in enumerate(spec.argv):
         if problem := template_problem(arg):
             raise fail(f"argv[{i}]", problem)
@@ -545,7 +550,10 @@ class _ProgramRunner:
     def program(self, values: dict[str, Any], argv: list[str] | None = None) -> Program:
         spec = self.spec
         words = []
+        files: dict[int, str] = {}  # argv index -> credential named there as a file
         for template in argv if argv is not None else spec.argv:
+            for credential in credential_files(template):
+                files[len(words) + 1] = credential  # argv[0] is the command
             value = substitute(template, values)
             if value is None:
                 continue  # an optional input left out drops its whole argument
@@ -572,6 +580,7 @@ class _ProgramRunner:
             env={**self.env, **spec.env},
             env_credentials={**self.credentials, **spec.credentials},
             file_credentials=spec.credential_files,
+            argv_file_credentials=files,
             stdin=stdin,
             confirmations=tuple(Confirmation(re.compile(c.pattern), c.answer, c.times) for c in spec.confirm),
             credential_prompts=tuple(CredentialPrompt(re.compile(c.pattern), c.credential, c.times)

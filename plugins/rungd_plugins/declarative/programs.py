@@ -29,7 +29,7 @@ from pathlib import Path
 from rungd.sdk import ConfigError, check_trusted
 
 from rungd_plugins.declarative.schema import ProgramSpec, ToolFile, ToolSpec
-from rungd_plugins.declarative.templates import placeholders
+from rungd_plugins.declarative.templates import credential_files, placeholders
 
 # Programs that read their arguments as code. The tool's inputs would become a script.
 SHELLS = re.compile(r"(ba|rba|da|z|k|mk|pdk|c|tc|fi|a|ya|o|x)?sh|busybox|toybox|rc|es|elvish|nu|xonsh|oil")
@@ -330,7 +330,7 @@ def _check_credentialed(path: Path, key: str, program: Resolved, spec: ToolSpec)
     """A tool that holds credentials takes no free text in argv: ssh {host}, mysql -h {h},
     git ls-remote {url} or --server={s} would let the caller choose where they are sent."""
     if not (spec.credentials or spec.credential_files or spec.askpass or spec.credential_prompt
-            or program.spec.credentials):
+            or program.spec.credentials or any(credential_files(word) for word in spec.argv)):
         return
     for i, word in enumerate(spec.argv):
         loose = [ref for ref in placeholders(word) if _free_text(spec, ref)]

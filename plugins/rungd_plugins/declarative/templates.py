@@ -3,25 +3,44 @@
 from __future__ import annotations
 
 import functools
+import re
 import string
 from typing import Any
 
-from rungd.sdk import BadInput
+from rungd.sdk import BadInput, credential_file_marker
 
 _FORMATTER = string.Formatter()
+# ``{credential_file:NAME}`` in an argv word: where the runner puts the path of a sealed file
+# holding the credential NAME (rungd.sdk.credential_file_marker). No input fills it.
+CREDENTIAL_FILE = "credential_file"
+_CREDENTIAL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class _Kept:
+    """Formats a ``{credential_file:NAME}`` placeholder back as itself: the runner fills it."""
+
+    def __format__(self, spec: str) -> str:
+        return credential_file_marker(spec)
 
 
 @functools.lru_cache(maxsize=4096)
-def _parsed(template: str) -> tuple[str, tuple[str, ...]]:
-    """A template's literal text and its input names, parsed once: every call of a tool looks
-    at each argv word several times."""
+def _parsed(template: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """A template's literal text, its input names and the credentials it names as files,
+    parsed once: every call of a tool looks at each argv word several times."""
     parts = list(_FORMATTER.parse(template))
-    return "".join(text for text, _, _, _ in parts), tuple(name for _, name, _, _ in parts if name)
+    return ("".join(text for text, _, _, _ in parts),
+            tuple(name for _, name, _, _ in parts if name and name != CREDENTIAL_FILE),
+            tuple(spec or "" for _, name, spec, _ in parts if name == CREDENTIAL_FILE))
 
 
 def placeholders(template: str) -> tuple[str, ...]:
     """The input names a template refers to as ``{name}``."""
     return _parsed(template)[1]
+
+
+def credential_files(template: Any) -> tuple[str, ...]:
+    """The credentials a template names as files, ``{credential_file:NAME}``."""
+    return _parsed(template)[2] if isinstance(template, str) else ()
 
 
 def whole(template: Any) -> str | None:
@@ -39,7 +58,7 @@ def substitute(template: Any, values: dict[str, Any]) -> Any:
     name = whole(template)
     if name is not None:
         return values.get(name)
-    return template.format_map({k: "" if v is None else v for k, v in values.items()})
+    return template.format_map({**{k: "" if v is None else v for k, v in values.items()}, CREDENTIAL_FILE: _Kept()})
 
 
 def inside_path(template: str, values: dict[str, Any], slashed: frozenset[str] = frozenset()) -> None:
@@ -111,8 +130,17 @@ def template_problem(template: str) -> str | None:
     except ValueError as exc:
         return (f"{template!r} is not a template ({exc}); write {{{{ and }}}} for a literal brace, "
                 "e.g. \"{{}}\" for find's -exec")
+    files = [spec for _, name, spec, _ in parts if name == CREDENTIAL_FILE]
+    if files and (len(files) > 1 or any(name not in (None, CREDENTIAL_FILE) for _, name, _, _ in parts)):
+        return (f"{template!r}: a word that names a credential file holds nothing else to fill in (no "
+                "input, no second credential): split it into two arguments")
     for _, name, spec, conversion in parts:
         if name is None:
+            continue
+        if name == CREDENTIAL_FILE:
+            if conversion or not _CREDENTIAL_NAME.match(spec or ""):
+                return (f"{template!r}: write {{credential_file:NAME}} with the name of a credential in rungd's "
+                        "store, e.g. --password-file={credential_file:db_password}")
             continue
         if name == "" or name.isdigit():
             return (f"{template!r} has a placeholder with no input name; write {{{{}}}} for a literal "
