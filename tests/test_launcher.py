@@ -274,11 +274,35 @@ async def test_a_program_never_holds_the_capabilities_the_daemon_runs_users_with
     launcher = _WithAmbientCapabilities(None, compiled=True)
     try:
         status, out = await run_to_end(launcher, ["/bin/cat", "/proc/self/status"], {}, user=user)
+        held = Path(f"/proc/{launcher._process.pid}/status").read_text()
     finally:
         launcher.close()
+    assert "CapAmb:\t00000000000000c0" in held  # the launcher did hold them
     caps = dict(line.split(":\t", 1) for line in out.decode().splitlines() if line.startswith("Cap"))
-    assert status == 0 and caps["CapInh"] == "00000000000000c0"  # the launcher did hold them
-    assert (caps["CapAmb"], caps["CapPrm"], caps["CapEff"]) == ("0000000000000000",) * 3
+    # None of them, not even inheritable: a file with inheritable capabilities would gain them.
+    assert status == 0
+    assert (caps["CapInh"], caps["CapAmb"], caps["CapPrm"], caps["CapEff"]) == ("0000000000000000",) * 4
+
+
+class _WithInheritable(launch.Launcher):
+    """A launcher started holding CAP_CHOWN in its inheritable set (as a daemon given it)."""
+
+    def command(self) -> list[str]:
+        return ["setpriv", "--inh-caps=+chown", *super().command()]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+async def test_both_launchers_empty_the_inheritable_set_of_every_program(compiled: bool) -> None:
+    if os.getuid() != 0 or shutil.which("setpriv") is None or (compiled and launch.compiled_launcher() is None):
+        pytest.skip("needs root, setpriv (and the compiled launcher)")
+    launcher = _WithInheritable(None, compiled=compiled)
+    try:
+        status, out = await run_to_end(launcher, ["/bin/cat", "/proc/self/status"], {})
+        held = Path(f"/proc/{launcher._process.pid}/status").read_text()
+    finally:
+        launcher.close()
+    assert "CapInh:\t0000000000000001" in held
+    assert status == 0 and "CapInh:\t0000000000000000" in out.decode()
 
 
 @pytest.mark.parametrize("argv, env", [

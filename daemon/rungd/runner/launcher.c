@@ -221,6 +221,20 @@ static void report(int fd, int code, const char *where) {
 /* ---- the new process ------------------------------------------------------------------ */
 
 /* mkdir -p, the last part 0700 (as os.makedirs(path, 0o700, exist_ok=True)). */
+/* capget/capset as the kernel defines them (libcap is not needed for two calls). */
+struct cap_header { uint32_t version; int pid; };
+struct cap_data { uint32_t effective, permitted, inheritable; };
+#define CAP_VERSION_3 0x20080522
+
+static int clear_inheritable(void) {
+    struct cap_header header = {CAP_VERSION_3, 0};
+    struct cap_data data[2];
+    if (syscall(SYS_capget, &header, data) < 0) return -1;
+    if (!data[0].inheritable && !data[1].inheritable) return 0;
+    data[0].inheritable = data[1].inheritable = 0;
+    return (int)syscall(SYS_capset, &header, data);
+}
+
 static int make_folders(char *path) {
     size_t length = strlen(path);
     if (length == 0) { errno = ENOENT; return -1; }
@@ -327,6 +341,9 @@ static void become(struct request *r, int *fds, int sock_fd, int join_cgroup) {
      * ambient capabilities (before 4.3) has none to pass on. */
     where = "capabilities";
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL) goto failed;
+    /* And the inheritable set: a program that execs a file with inheritable file
+     * capabilities would gain those it names. Lowering a set needs no privilege. */
+    if (clear_inheritable() < 0) goto failed;
     where = "limits";
     if (r->flags & F_LIMITS) {
         for (int i = 0; i < 6; i++) {

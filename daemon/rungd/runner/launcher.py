@@ -96,6 +96,24 @@ _CLONE_STACK_FIRST = platform.machine() == "s390x"
 _PR_SET_NO_NEW_PRIVS = 38
 # prctl(PR_CAP_AMBIENT, ...): the child clears the set; the daemon (launch.py) also asks and raises.
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_IS_SET, _PR_CAP_AMBIENT_RAISE, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 1, 2, 4
+# capget/capset (glibc's wrappers of the system calls): a header and two 32-bit halves of
+# each set, as <linux/capability.h> has them at version 3.
+_CAP_VERSION_3 = 0x2008_0522
+_CapHeader = ctypes.c_uint32 * 2
+_CapData = ctypes.c_uint32 * 6  # (effective, permitted, inheritable) twice
+
+
+def _clear_inheritable() -> None:
+    """Empty this process's inheritable capability set; lowering a set needs no privilege."""
+    header, data = _CapHeader(_CAP_VERSION_3, 0), _CapData()
+    if _libc.capget(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capabilities")
+    if data[2] or data[5]:
+        data[2] = data[5] = 0
+        if _libc.capset(header, data) != 0:
+            raise OSError(ctypes.get_errno(), "capabilities")
+
+
 _RLIMITS = (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC,
             resource.RLIMIT_FSIZE, resource.RLIMIT_CORE)
 
@@ -427,6 +445,7 @@ def _exec(spec: dict, fds: list[int], join_cgroup: int) -> None:  # pragma: no c
         where = "capabilities"
         if _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:
             raise OSError(ctypes.get_errno(), "ambient capabilities")
+        _clear_inheritable()  # a file with inheritable file capabilities would gain them
         where = "limits"
         if spec["limits"] is not None:
             apply_limits(spec["limits"])
