@@ -33,18 +33,21 @@ SOAK = os.environ.get("RUNGD_SOAK") == "1"
 class DaemonProcess:
     """``rungd serve`` as a child process, the way systemd runs it."""
 
-    def __init__(self, folder: Path, toml: str = "", *, log: Path | None = None) -> None:
+    def __init__(self, folder: Path, toml: str = "", *, log: Path | None = None,
+                 wrapper: tuple[str, ...] = ()) -> None:
         self.folder = folder
         self.config = write_config(folder, toml)
         self.socket = folder / "rungd.sock"
         self.log = log  # where its output (its log) goes, if anywhere
+        self.wrapper = wrapper  # what runs it, as systemd's sandbox would (setpriv ...)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         self.socket.unlink(missing_ok=True)
         with open(self.log, "ab") if self.log else open(os.devnull, "wb") as output:
-            self.proc = subprocess.Popen([sys.executable, "-m", "rungd.main", "serve", "--config", str(self.config)],
-                                         stdout=output, stderr=output)
+            self.proc = subprocess.Popen(
+                [*self.wrapper, sys.executable, "-m", "rungd.main", "serve", "--config", str(self.config)],
+                stdout=output, stderr=output)
         deadline = time.monotonic() + 30
         while not self.socket.exists():
             assert self.proc.poll() is None, "the daemon exited at start"

@@ -95,3 +95,16 @@ async def test_a_wrong_sudo_password_is_sent_once_then_rejected(sudo_user, state
     assert "rejected" in caught.value.message
     assert caught.value.fields["question"] == QUESTION
     assert not target.exists()
+
+
+async def test_sudo_askpass_of_a_tool_run_as_that_user_is_answered(sudo_user, state) -> None:
+    # `user = ...` on the tool, not setpriv in its argv: sudo runs SUDO_ASKPASS as that user,
+    # who must reach and run the helper of the call's private folder (rungd's, 0711) and could
+    # replace none of it.
+    target = state / "touched"
+    program = runner.Program(argv=("sudo", "-A", "-k", "/usr/bin/touch", str(target)), user=USER,
+                             askpass=(DECLARED,))
+    done = await run_quick(make_ctx(state, {"sudo_pw": PASSWORD}), program)
+    assert done.exit_status == 0, done.stderr
+    assert done.answered == ["askpass sudo_pw"]
+    assert target.exists()

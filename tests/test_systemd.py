@@ -175,16 +175,16 @@ def test_every_doc_gives_the_config_one_mode() -> None:
 
 
 def test_docs_say_what_running_a_tool_as_another_user_needs_under_the_unit() -> None:
-    # The code (declarative/programs.py check_user) loads `user =` only with CAP_SETUID and
-    # CAP_SETGID; the unit empties the bounding set and sets NoNewPrivileges, so sudo fails.
+    # The code (declarative/programs.py check_user) loads `user =` only with CAP_SETUID,
+    # CAP_SETGID and CAP_CHOWN; the unit empties the bounding set and sets NoNewPrivileges.
     unit = unit_settings(UNIT.read_text())
     assert unit["NoNewPrivileges"] == ["yes"] and unit["CapabilityBoundingSet"] == [""]
     readme = " ".join((ROOT / "README.md").read_text().split())
     guide = " ".join((ROOT / "plugins" / "README.md").read_text().split())
     assert "not there yet" not in readme and "sudo -u` in a tool file is the way" not in readme
     for text in (readme, guide, " ".join(UNIT.read_text().split())):
-        assert "CapabilityBoundingSet=CAP_SETUID CAP_SETGID" in text
-        assert "AmbientCapabilities=CAP_SETUID CAP_SETGID" in text
+        assert "CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_CHOWN" in text
+        assert "AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_CHOWN" in text
     assert "`NoNewPrivileges=yes` stops every setuid program" in readme
     assert "narrow sudo rule" not in (ROOT / "configs" / "examples" / "apt.toml").read_text()
 

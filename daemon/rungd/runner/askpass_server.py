@@ -196,6 +196,29 @@ class AskpassServer(_Secrets):
             self._close_held()
         self._sock.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+        if self.workdir != self.folder and os.path.lexists(self.folder):
+            # What the program's user made in its folder (0700 folders of its own) is out of
+            # reach of a daemon that is not root: given back to the daemon's user first (the
+            # CAP_CHOWN that gave the folder away), then removed, so no call leaves it behind.
+            _reclaim(self.workdir)
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _reclaim(folder: Path) -> None:
+    """Make ``folder`` and everything below it the daemon's own and open to it, entry by entry
+    from the top (a folder becomes listable once it is ours), without following a link."""
+    uid, gid = os.geteuid(), os.getegid()
+    pending = [str(folder)]
+    while pending:
+        path = pending.pop()
+        try:
+            os.lchown(path, uid, gid)
+            if not os.path.isdir(path) or os.path.islink(path):
+                continue
+            os.chmod(path, 0o700)
+            pending.extend(entry.path for entry in os.scandir(path))
+        except OSError:
+            continue  # gone meanwhile, or not ours to take: rmtree says nothing either way
 
 
 async def _answer_one(conn: trio.socket.SocketType, answer: Answer, held: list[trio.socket.SocketType]) -> None:

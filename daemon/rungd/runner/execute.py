@@ -75,6 +75,12 @@ class _Scratch:
             poller.close()
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise _spawn_error(Program(argv=(ctx.tool.name,)), exc) from None
+            if exc.errno == errno.EPERM and owner is not None:
+                # Not space: the right to give the program's user a folder of its own.
+                raise Failed(f"rungd may not give the account the tool runs as a working folder ({exc.strerror}); "
+                             "nothing was run", retry="no", outcome="not_started",
+                             hint="the operator must grant rungd CAP_CHOWN beside CAP_SETUID and CAP_SETGID (the "
+                             "README's drop-in for user = tools), or run the tool as rungd's own user") from None
             raise _no_folders(exc) from None
         return cls(helper, poller, ctx, [], [])
 

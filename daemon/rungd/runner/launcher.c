@@ -327,14 +327,16 @@ static void become(struct request *r, int *fds, int sock_fd, int join_cgroup) {
         if (r->bad_cwd) { errno = EINVAL; goto failed; }
         if (make_folders(r->cwd) < 0) goto failed;
     }
-    where = "chdir";
-    if (r->bad_cwd) { errno = EINVAL; goto failed; }
-    if (chdir(r->cwd) < 0) goto failed;
     if (r->flags & F_USER) {  /* as subprocess does: groups, gid, then uid */
         where = "user";
         if (setgroups(r->ngroups, r->groups) < 0 || setregid(r->gid, r->gid) < 0
             || setreuid(r->uid, r->uid) < 0) goto failed;
     }
+    /* As the program's user: its folder is its own (0700), which a daemon that is not root
+     * (or root without CAP_DAC_OVERRIDE) may not enter. */
+    where = "chdir";
+    if (r->bad_cwd) { errno = EINVAL; goto failed; }
+    if (chdir(r->cwd) < 0) goto failed;
     /* Capabilities the daemon was given to switch users (AmbientCapabilities=) are not the
      * program's: an ambient set survives exec, and setuid from one non-root user to another
      * keeps it, so a program run as postgres would hold CAP_SETUID. EINVAL: a kernel without

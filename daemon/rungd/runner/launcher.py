@@ -432,14 +432,16 @@ def _exec(spec: dict, fds: list[int], join_cgroup: int) -> None:  # pragma: no c
         if spec["mkdir"]:
             where = "workdir"
             os.makedirs(spec["cwd"], 0o700, exist_ok=True)
-        where = "chdir"
-        os.chdir(spec["cwd"])
         if spec["user"] is not None:  # as subprocess does: groups, gid, then uid
             where = "user"
             uid, gid, groups = spec["user"]
             os.setgroups(groups)
             os.setregid(gid, gid)
             os.setreuid(uid, uid)
+        # As the program's user: its folder is its own (0700), which a daemon that is not root
+        # (or root without CAP_DAC_OVERRIDE) may not enter.
+        where = "chdir"
+        os.chdir(spec["cwd"])
         # Capabilities the daemon was given to switch users are not the program's (launcher.c
         # says why); EINVAL: a kernel without ambient capabilities has none to pass on.
         where = "capabilities"

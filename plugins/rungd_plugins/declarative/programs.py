@@ -147,7 +147,7 @@ _TAR_OLD_STYLE = re.compile(r"[A-Za-z]+")
 _FIND_END = (";", "+", "\\;")
 # Long options that are whole options of their own, though another begins with their name.
 _WHOLE_OPTIONS = frozenset({"--checkpoint"})
-_CAP_SETUID, _CAP_SETGID = 7, 6
+_CAP_CHOWN, _CAP_SETGID, _CAP_SETUID = 0, 6, 7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -665,10 +665,11 @@ def check_user(path: Path, key: str, user: str) -> None:
                           "(useradd --system ...) or name an existing one") from None
     if os.geteuid() == 0:
         return
-    if not (_has_capability(_CAP_SETUID) and _has_capability(_CAP_SETGID)):
+    if not all(_has_capability(bit) for bit in (_CAP_SETUID, _CAP_SETGID, _CAP_CHOWN)):
         raise ConfigError(f"{path}: key {key}: running a program as {user!r} needs rungd to run as root or "
-                          "hold CAP_SETUID and CAP_SETGID (systemd drop-in: CapabilityBoundingSet=CAP_SETUID "
-                          "CAP_SETGID and AmbientCapabilities=CAP_SETUID CAP_SETGID); "
+                          "hold CAP_SETUID, CAP_SETGID and CAP_CHOWN (systemd drop-in: "
+                          "CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_CHOWN and "
+                          "AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_CHOWN); "
                           f"it runs as uid {os.geteuid()} without them")
 
 
