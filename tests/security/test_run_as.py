@@ -23,9 +23,11 @@ from tests.test_reliability import DaemonProcess
 pytestmark = pytest.mark.skipif(os.getuid() != 0 or shutil.which("setpriv") is None,
                                 reason="needs root and setpriv to run the daemon with the drop-in's capabilities")
 
-# Leaves nested folders of its own (0700) in its working folder, then says who it is.
+# Leaves nested folders of its own (0700) in its working folder, and links to a folder and a
+# file of root's (which taking its folder back must not chown), then says who it is.
 PROGRAM = """#!/bin/sh
 mkdir -p kept/deeper && echo x > kept/deeper/file && chmod 700 kept/deeper kept
+ln -s {victim} kept/deeper/to-folder && ln -s {victim}/file kept/to-file
 id -u
 grep '^Cap' /proc/self/status
 """
@@ -35,8 +37,11 @@ def serve_as_nobody(folder: Path, capabilities: str) -> DaemonProcess:
     programs = folder / "programs"  # reachable by nobody, writable by root alone
     programs.mkdir()
     folder.chmod(0o755)
+    victim = folder / "victim"
+    victim.mkdir()
+    (victim / "file").write_text("root's\n")
     program = programs / "who"
-    program.write_text(PROGRAM)
+    program.write_text(PROGRAM.format(victim=victim))
     program.chmod(0o755)
     tools = folder / "tools"
     tools.mkdir()
@@ -66,6 +71,9 @@ def test_a_user_tool_runs_with_the_drop_ins_capabilities_and_leaves_nothing(shor
     assert lines[0] == "65534"
     assert "CapInh:\t0000000000000000" in lines and "CapAmb:\t0000000000000000" in lines
     assert private_folders() == before  # what nobody left in its folder went with the call
+    victim = short_tmp / "victim"
+    assert (victim.stat().st_uid, (victim / "file").stat().st_uid) == (0, 0)  # links were not followed
+    assert (victim / "file").read_text() == "root's\n"
 
 
 def test_without_cap_chown_a_user_tool_says_what_is_missing_and_runs_nothing(short_tmp) -> None:

@@ -24,6 +24,7 @@ nobody. A program run as another user (``user =``) gets a private folder of its 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import math
@@ -51,6 +52,7 @@ _UCRED = struct.Struct("3i")  # struct ucred: pid_t pid; uid_t uid; gid_t gid
 _HELPER = f"#!{sys.executable} -I\n" + Path(askpass.__file__).read_text()
 _SECRET_FD_MIN = 256
 _MAX_DEPTH = 64  # a real call's tree is a few levels deep; a longer chain is refused
+_MAX_NESTING = 128  # folders a program made one in another, removed at most this deep
 _MAX_PER_CALL = 16  # questions of one call in flight at once; more are closed unanswered
 _QUESTION_S = 10.0  # a connection that sends no whole question in this long is closed
 _WAIT_FOR_CLAIM_S = 5.0  # how long a child's question waits for its call to claim it
@@ -197,28 +199,51 @@ class AskpassServer(_Secrets):
         self._sock.close()
         shutil.rmtree(self.folder, ignore_errors=True)
         if self.workdir != self.folder and os.path.lexists(self.folder):
-            # What the program's user made in its folder (0700 folders of its own) is out of
-            # reach of a daemon that is not root: given back to the daemon's user first (the
-            # CAP_CHOWN that gave the folder away), then removed, so no call leaves it behind.
-            _reclaim(self.workdir)
+            # What the program's account made in its folder (0700 folders of its own) is out
+            # of reach of a daemon that is not root: taken back (the CAP_CHOWN that gave the
+            # folder away) and removed, so no call leaves it behind.
+            with contextlib.suppress(OSError):
+                parent = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    _remove_given_away(parent, self.workdir.name)
+                finally:
+                    os.close(parent)
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _reclaim(folder: Path) -> None:
-    """Make ``folder`` and everything below it the daemon's own and open to it, entry by entry
-    from the top (a folder becomes listable once it is ours), without following a link."""
-    uid, gid = os.geteuid(), os.getegid()
-    pending = [str(folder)]
-    while pending:
-        path = pending.pop()
-        try:
-            os.lchown(path, uid, gid)
-            if not os.path.isdir(path) or os.path.islink(path):
-                continue
-            os.chmod(path, 0o700)
-            pending.extend(entry.path for entry in os.scandir(path))
-        except OSError:
-            continue  # gone meanwhile, or not ours to take: rmtree says nothing either way
+def _remove_given_away(parent: int, name: str, depth: int = 0) -> None:
+    """Remove ``name`` in the folder ``parent`` though its owner is another account (what a
+    program run as that account made in the working folder it was given), as a daemon that is
+    not root and holds CAP_CHOWN: each folder is taken back before it is entered.
+
+    Only folders change owner, each reached through a descriptor opened without following a
+    link, so neither a link nor a hard link the program planted can turn the chown on a file
+    elsewhere; files and links are unlinked, which their folder being ours allows. Deeper than
+    ``_MAX_NESTING`` is left in place (a program can nest without end).
+    """
+    try:
+        handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=parent)  # a file or a link: the folder holding it is ours
+        return
+    try:
+        inode = f"/proc/self/fd/{handle}"  # this very folder, whatever is at its name by now
+        os.chown(inode, os.geteuid(), os.getegid())
+        os.chmod(inode, 0o700)
+        folder = os.open(inode, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    finally:
+        os.close(handle)
+    try:
+        if depth < _MAX_NESTING:
+            for entry in list(os.scandir(folder)):
+                _remove_given_away(folder, entry.name, depth + 1)
+    finally:
+        os.close(folder)
+    with contextlib.suppress(OSError):
+        os.rmdir(name, dir_fd=parent)
 
 
 async def _answer_one(conn: trio.socket.SocketType, answer: Answer, held: list[trio.socket.SocketType]) -> None:
