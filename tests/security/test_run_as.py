@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rungd.client import Client
+from rungd.envelope import Envelope
 from rungd.testing import STUB_DESCRIPTION
 from tests.test_reliability import DaemonProcess
 
@@ -58,32 +59,32 @@ def private_folders() -> set[str]:
     return set(glob.glob("/tmp/.rungd-*"))
 
 
-def test_a_user_tool_runs_with_the_drop_ins_capabilities_and_leaves_nothing(short_tmp) -> None:
+def call_as_nobody(folder: Path, capabilities: str) -> tuple[Envelope, set[str]]:
+    """The tool's envelope, and the private folders left in /tmp that were not there before."""
     before = private_folders()
-    daemon = serve_as_nobody(short_tmp, "+setuid,+setgid,+chown")
+    daemon = serve_as_nobody(folder, capabilities)
     try:
         with Client(daemon.socket) as client:
             env = client.call("host_who_show", {})
     finally:
         daemon.stop()
+    return env, private_folders() - before
+
+
+def test_a_user_tool_runs_with_the_drop_ins_capabilities_and_leaves_nothing(short_tmp) -> None:
+    env, left = call_as_nobody(short_tmp, "+setuid,+setgid,+chown")
     assert env.status == "ok", env.error
     lines = env.fields["lines"]
     assert lines[0] == "65534"
     assert "CapInh:\t0000000000000000" in lines and "CapAmb:\t0000000000000000" in lines
-    assert private_folders() == before  # what nobody left in its folder went with the call
+    assert not left  # what nobody left in its folder went with the call
     victim = short_tmp / "victim"
     assert (victim.stat().st_uid, (victim / "file").stat().st_uid) == (0, 0)  # links were not followed
     assert (victim / "file").read_text() == "root's\n"
 
 
 def test_without_cap_chown_a_user_tool_says_what_is_missing_and_runs_nothing(short_tmp) -> None:
-    before = private_folders()
-    daemon = serve_as_nobody(short_tmp, "+setuid,+setgid")
-    try:
-        with Client(daemon.socket) as client:
-            env = client.call("host_who_show", {})
-    finally:
-        daemon.stop()
+    env, left = call_as_nobody(short_tmp, "+setuid,+setgid")
     assert (env.error.code, env.error.retry, env.outcome) == ("FAILED", "no", "not_started"), env.error
     assert "CAP_CHOWN" in env.error.hint and "free space" not in env.error.hint
-    assert private_folders() == before
+    assert not left
