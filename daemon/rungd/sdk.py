@@ -47,6 +47,9 @@ Errors a plugin raises (failures are raised, never returned)
 Trust follows ownership (``rungd.trust``)
     check_trusted(path, what)   refuse a file (a program, a script) unless it and every folder
                         above it are owned by root or rungd's user and writable by no one else
+    check_trusted_operand(path, what)   the same for a path a tool fixes in its arguments: a
+                        folder is judged as on the way (``df /tmp``), a path not made yet by
+                        the folder it would be made in; ``Program.fixed_paths`` re-checks per call
     RungdError          the base class, for ``except``
 
 Rung 2, running a command-line program (``rungd.runner``)
@@ -151,6 +154,7 @@ from rungd.hookspecs import hookimpl
 from rungd.plugins import PluginSettings
 from rungd.trust import Untrusted
 from rungd.trust import check as check_trusted
+from rungd.trust import check_operand as check_trusted_operand
 from rungd.runner import (
     Completed,
     Confirmation,
@@ -190,6 +194,7 @@ __all__ = [
     "ConfigError",
     "Untrusted",
     "check_trusted",
+    "check_trusted_operand",
     "Confirmation",
     "credential_file_marker",
     "CredentialPrompt",

@@ -28,7 +28,7 @@ import errno
 import os
 import pwd
 import stat
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from rungd.errors import ConfigError
@@ -130,6 +130,8 @@ def _problem(entry: _Entry, owners: Collection[int]) -> tuple[str, str] | None:
                 f"chown root {entry.path}")
     if stat.S_ISLNK(info.st_mode):
         return None  # a link's own mode means nothing; its folder and owner decide who can replace it
+    if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
+        return None  # what a device gives is the kernel's (/dev/null is 0666): its folder decides the rest
     writable = mode & 0o022
     if not writable:
         return None
@@ -152,6 +154,35 @@ def check(path: str | os.PathLike[str], what: str, *, owners: Collection[int] | 
         OSError: the path or a folder on it is missing or cannot be looked at.
     """
     _judge(_walk(os.fspath(path)), os.fspath(path), what, daemon_owners() if owners is None else owners)
+
+
+def check_operand(path: str | os.PathLike[str], what: str, *, owners: Collection[int] | None = None) -> None:
+    """As :func:`check`, for a path a tool fixes in its program's arguments (a script, SQL or
+    job file, a folder it works in, a file it makes).
+
+    What the path names is judged as :func:`check` judges a file, with two differences: a
+    folder is judged as a folder on the way (``df /tmp`` names a sticky folder, which is
+    fine), and a path not made yet is judged by the nearest folder above it that exists (who
+    could make it first). Once made, the next check judges what was made.
+
+    Raises:
+        Untrusted: as :func:`check`.
+        OSError: an entry on the way cannot be looked at.
+    """
+    _judge(_walk_operand(os.fspath(path)), os.fspath(path), what, daemon_owners() if owners is None else owners)
+
+
+def _walk_operand(path: str) -> list[_Entry]:
+    """The walk :func:`check_operand` judges (see there)."""
+    try:
+        entries = _walk(path)
+    except FileNotFoundError:
+        entries = _walk(_nearest_existing(path))
+        return [dataclasses.replace(entries[-1], last=False) if i == len(entries) - 1 else e
+                for i, e in enumerate(entries)]
+    if stat.S_ISDIR(entries[-1].info.st_mode):
+        entries[-1] = dataclasses.replace(entries[-1], last=False)
+    return entries
 
 
 def _judge(entries: list[_Entry], path: str, what: str, owners: Collection[int]) -> None:
@@ -186,12 +217,26 @@ class Trust:
             Untrusted: as :func:`check`.
             OSError: as :func:`check`.
         """
-        known = self._walks.get(path)
+        self._recheck(path, what, _walk, path)
+
+    def operand(self, path: str, what: str) -> None:
+        """As :func:`check_operand`, answered from the cache as :meth:`recheck` is. A path
+        not made yet is remembered by the folder that would hold it, whose change time moves
+        when anything is made in it.
+
+        Raises:
+            Untrusted: as :func:`check_operand`.
+            OSError: as :func:`check_operand`.
+        """
+        self._recheck(path, what, _walk_operand, f"operand:{path}")
+
+    def _recheck(self, path: str, what: str, walk: Callable[[str], list[_Entry]], key: str) -> None:
+        known = self._walks.get(key)
         if known is not None and all(_same(entry) for entry in known):
             return
-        entries = _walk(path)
+        entries = walk(path)
         _judge(entries, path, what, self._owners)
-        self._walks[path] = entries
+        self._walks[key] = entries
 
     def program(self, name: str, search_path: str) -> None:
         """Refuse to run ``name`` unless what the kernel will execute is trusted.

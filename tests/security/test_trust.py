@@ -137,6 +137,39 @@ def test_a_bare_name_is_refused_when_a_folder_searched_before_it_is_writable(sho
         trust.Trust().program("true", f"{early}/missing:/usr/bin")
 
 
+def test_a_path_a_tool_fixes_in_argv_is_judged_as_what_it_names(short_tmp) -> None:
+    sticky = short_tmp / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    trust.check_operand(sticky, "path")  # df /tmp: a sticky folder named is fine
+    trust.check_operand("/dev/null", "path")  # 0666, but what it gives is the kernel's
+    trust.check_operand(sticky / "report.out", "path")  # not made yet: only root's or ours can be
+    shared = short_tmp / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(trust.Untrusted, match=f"{shared} is writable by group and others"):
+        trust.check_operand(shared, "path")
+    with pytest.raises(trust.Untrusted, match=f"on its path: {shared}"):
+        trust.check_operand(shared / "job.sql", "path")  # anyone could make it first
+    theirs = sticky / "job.sql"
+    theirs.write_text("select 1;\n")
+    os.chown(theirs, NOBODY, NOBODY) if os.geteuid() == 0 else theirs.chmod(0o666)
+    with pytest.raises(trust.Untrusted):
+        trust.check_operand(theirs, "path")
+
+
+def test_a_path_not_made_at_first_is_judged_again_once_someone_makes_it(short_tmp) -> None:
+    sticky = short_tmp / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    cache = trust.Trust()
+    cache.operand(str(sticky / "job.sql"), "path")
+    (sticky / "job.sql").write_text("select 1;\n")
+    (sticky / "job.sql").chmod(0o666)
+    with pytest.raises(trust.Untrusted, match="job.sql is writable by group and others"):
+        cache.operand(str(sticky / "job.sql"), "path")
+
+
 # --- a daemon: what is refused does not load, the rest serves -----------------------------
 
 
@@ -203,6 +236,30 @@ async def test_a_reload_drops_a_tool_file_made_writable_and_keeps_serving_the_re
     assert "a_list_show" in daemon.daemon.tools and "b_list_show" not in daemon.daemon.tools
     assert "b.toml is writable by group and others" in daemon.daemon.hooks.refused[0]
     assert (await daemon.call("a_list_show", {})).status == "ok"
+    daemon.daemon.stop()
+
+
+async def test_a_script_a_tool_fixes_in_argv_must_be_owned_right_at_load_and_at_each_call(short_tmp, nursery) -> None:
+    jobs = short_tmp / "jobs"
+    jobs.mkdir()
+    good, bad = jobs / "good.sql", jobs / "bad.sql"
+    good.write_text("select 1;\n")
+    bad.write_text("select 2;\n")
+    bad.chmod(0o666)  # anyone could write the SQL this tool runs
+    daemon = await serve_tool_file(nursery, short_tmp, tool("bad_list_show", "/bin/cat", f'["--", "{bad}"]'))
+    assert "bad_list_show" not in daemon.daemon.tools
+    [refused] = daemon.daemon.hooks.refused
+    assert f"bad ownership or modes for path in {short_tmp}" in refused and "tools.bad_list_show.argv[1]" in refused
+    assert f"{bad} is writable by group and others (mode 0666)" in refused and "chmod go-w" in refused
+    daemon.daemon.stop()
+    (short_tmp / "second").mkdir()
+    daemon = await serve_tool_file(nursery, short_tmp / "second", tool("good_list_show", "/bin/cat", f'["{good}"]'))
+    env = await daemon.call("good_list_show", {})
+    assert (env.status, env.fields["lines"]) == ("ok", ["select 1;"]), env.error
+    jobs.chmod(0o777)  # now anyone could swap the file for one of theirs
+    env = await daemon.call("good_list_show", {})
+    assert (env.status, env.error.code, env.outcome) == ("error", "FAILED", "not_started")
+    assert f"bad ownership or modes for path in the tool's argv {good}" in env.error.message
     daemon.daemon.stop()
 
 
@@ -292,3 +349,10 @@ async def test_a_program_cannot_replace_the_askpass_helper_a_later_call_runs(sho
     assert act.read_text() == f"secret length {len('s3cret-pass')}\n"  # the real helper answered
     assert not stolen.exists(), f"the replaced helper ran: {evil.fields}"
     daemon.daemon.stop()
+
+
+def test_the_paths_a_tool_fixes_are_its_literal_absolute_words_never_its_inputs() -> None:
+    from rungd_plugins.declarative.programs import fixed_paths
+    argv = ["-f", "/etc/app/../app/job.sql", "--script=/opt/jobs/n.job", "{path}", "/srv/{name}",
+            "--password-file={credential_file:db}", "-x=relative", "/tmp"]
+    assert fixed_paths(argv) == [(1, "/etc/app/job.sql"), (2, "/opt/jobs/n.job"), (7, "/tmp")]

@@ -37,6 +37,8 @@ from rungd.runner.watch import Watch
 
 # Programs found trusted, re-checked at each call by a stat of each entry on their path.
 _TRUSTED = trust.Trust()
+# Paths a tool fixes in argv, by the account it runs as (who may own them too).
+_TRUSTED_FOR: dict[int, trust.Trust] = {}
 
 
 @dataclasses.dataclass
@@ -286,6 +288,12 @@ def _check_trusted(ctx: CallContext, program: Program) -> None:
     search = program.env.get("PATH") or os.environ.get("PATH") or DEFAULT_PATH
     try:
         _TRUSTED.program(program.argv[0], search)
+        if program.fixed_paths:
+            account = _owner(program.user)
+            uid = os.geteuid() if account is None else account[0]
+            fixed = _TRUSTED_FOR.setdefault(uid, trust.Trust(trust.daemon_owners() | {uid}))
+            for path in program.fixed_paths:
+                fixed.operand(path, "path in the tool's argv")
     except trust.Untrusted as exc:
         raise Failed(f"{exc}; this program was not run", hint="the operator must fix the ownership or modes "
                      "the message names (rungd check-config lists every such problem)",

@@ -63,6 +63,9 @@ class Program:
     # the /dev/fd/N of a sealed in-memory file holding the credential. Declared by index, so a
     # caller's input that spells the marker is never replaced (only these words are).
     argv_file_credentials: Mapping[int, str] = dataclasses.field(default_factory=dict)
+    # Paths the tool itself wrote into argv (a script, SQL or job file): trusted as the
+    # program is (rungd.trust.check_operand), re-checked at each call before it starts.
+    fixed_paths: tuple[str, ...] = ()
     stdin: Literal["none", "eof"] | bytes = "none"
     # With bytes: close stdin once they are sent. An end the tool declared (crontab -,
     # sqlite3, chpasswd read to end-of-file), never an implicit one.

@@ -517,6 +517,7 @@ class _ProgramRunner:
         self.slashed = frozenset(name for name, inp in spec.inputs.items() if inp.allow_slash)
         self.exit_table = {int(code): ErrorRule(r.code, r.retry, r.next_action, r.hint, r.meaning)
                            for code, r in spec.exit.items()}
+        self.fixed_paths = tuple(fixed for _, fixed in programs.fixed_paths(spec.argv))
 
     def _check_word(self, template: str, word: str, values: dict[str, Any]) -> None:
         """Refuse inputs that would make ``word`` name what the tool file did not mean: a file
@@ -547,11 +548,11 @@ class _ProgramRunner:
                 raise BadInput(f"{used}: {str(value)!r} is refused for {self.command.name}: {why}",
                                hint=f"give {used} as a plain name")
 
-    def program(self, values: dict[str, Any], argv: list[str] | None = None) -> Program:
+    def program(self, values: dict[str, Any]) -> Program:
         spec = self.spec
         words = []
         files: dict[int, str] = {}  # argv index -> credential named there as a file
-        for template in argv if argv is not None else spec.argv:
+        for template in spec.argv:
             for credential in credential_files(template):
                 files[len(words) + 1] = credential  # argv[0] is the command
             value = substitute(template, values)
@@ -581,6 +582,7 @@ class _ProgramRunner:
             env_credentials={**self.credentials, **spec.credentials},
             file_credentials=spec.credential_files,
             argv_file_credentials=files,
+            fixed_paths=self.fixed_paths,
             stdin=stdin,
             confirmations=tuple(Confirmation(re.compile(c.pattern), c.answer, c.times) for c in spec.confirm),
             credential_prompts=tuple(CredentialPrompt(re.compile(c.pattern), c.credential, c.times)

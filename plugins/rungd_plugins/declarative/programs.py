@@ -26,7 +26,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from rungd.sdk import ConfigError, check_trusted
+from rungd.sdk import ConfigError, check_trusted, check_trusted_operand
 
 from rungd_plugins.declarative.schema import ProgramSpec, ToolFile, ToolSpec
 from rungd_plugins.declarative.templates import credential_files, placeholders
@@ -359,6 +359,24 @@ def check_argv(path: Path, key: str, program: Resolved, spec: ToolSpec, *, user:
     _check_words(path, key, program.command, list(spec.argv), 0, dashed, spec.stdin_input)
     _check_operands(path, key, program.command, spec)
     _check_credentialed(path, key, program, spec)
+    owners = _owners(user)
+    for i, fixed in fixed_paths(spec.argv):
+        check_trusted_operand(fixed, f"path in {path} key {key}.argv[{i}]", owners=owners)
+
+
+def fixed_paths(argv: Iterable[object]) -> list[tuple[int, str]]:
+    """The absolute paths a tool file writes into argv itself (``-f /etc/app/report.sql``,
+    ``--script=/opt/jobs/nightly.job``), with their index: what its program reads there is
+    the tool file's choice as much as its arguments are, so they are trusted as it is
+    (:func:`rungd.sdk.check_trusted_operand`), at load and again at each call."""
+    found = []
+    for i, word in enumerate(argv):
+        if not isinstance(word, str) or placeholders(word) or credential_files(word):
+            continue
+        value = word.partition("=")[2] if word.startswith("-") else word
+        if value.startswith("/"):
+            found.append((i, os.path.normpath(value)))
+    return found
 
 
 def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: int, dashed: set[str],
@@ -783,13 +801,19 @@ def check_env(path: Path, key: str, env: dict[str, str], *, user: str | None = N
             _check_env_path(path, f"{key}.{name}", value, user)
 
 
-def _check_env_path(path: Path, key: str, value: str, user: str | None) -> None:
-    """A path a variable names must be fixed, absolute and owned right (rungd.trust): whoever
-    could write it would choose what the program reads there, as a tool file does."""
+def _owners(user: str | None) -> set[int]:
+    """Who may own a path a tool fixes: root, rungd's user and the account the tool runs as."""
     owners = {0, os.geteuid()}
     if user is not None:
         with contextlib.suppress(KeyError):  # a missing account is check_user's to say
             owners.add(pwd.getpwnam(user).pw_uid)
+    return owners
+
+
+def _check_env_path(path: Path, key: str, value: str, user: str | None) -> None:
+    """A path a variable names must be fixed, absolute and owned right (rungd.trust): whoever
+    could write it would choose what the program reads there, as a tool file does."""
+    owners = _owners(user)
     for part in value.split(":") if not _TYPED_PATH.match(value) else [_TYPED_PATH.sub("", value)]:
         if "{" in part or not part.startswith("/"):
             raise ConfigError(f"{path}: key {key}: {value!r} must be a fixed absolute path (never an input), "
