@@ -105,6 +105,14 @@ async def test_lines_of_output_cut_at_the_byte_cap_have_no_total(short_tmp, nurs
     assert env.truncated is True
     assert env.fields.get("lines_total") is None  # the runner kept a head and a tail: the count is unknown
     assert "byte cap" in env.narrow
+    # Every line is one the program printed, whole: the gap is said in the envelope, never
+    # by words among the program's (which a program could print too).
+    # (A line made of two halves would break the counting; the envelope's cap may leave the
+    # head only.)
+    numbers = [int(line) for line in env.fields["lines"]]
+    assert numbers[0] == 1 and all(1 <= n <= 200000 for n in numbers)
+    jumps = [i for i in range(1, len(numbers)) if numbers[i] != numbers[i - 1] + 1]
+    assert len(jumps) <= 1 and all(numbers[i] > numbers[i - 1] for i in jumps)
     daemon.daemon.stop()
 
 

@@ -7,6 +7,7 @@ the 15 s deadline of ``fake_run``, which is how the tests tell detection from ti
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -157,8 +158,20 @@ async def test_flood_is_drained_capped_and_marked_truncated(rungd_daemon) -> Non
     assert env.fields["stdout_bytes"] == size
     assert env.truncated is True
     evidence = Path(rungd_daemon.config.state_dir / "evidence" / env.evidence[0])
-    assert evidence.stat().st_size < 2 * 1024 * 1024  # evidence is capped too, and says so
-    assert b"more bytes were not kept" in evidence.read_bytes()[-200:]
+    kept = evidence.stat().st_size
+    assert kept < 2 * 1024 * 1024  # evidence is capped too, and says so
+    # The file holds the program's bytes only; rungd says what it did not keep beside it, where
+    # a program's own "[rungd: ...]" line cannot pass for it.
+    assert b"rungd" not in evidence.read_bytes()[-200:]
+    part = await rungd_daemon.run(lambda c: c.evidence(env.evidence[0], offset=kept - 10))
+    assert (part.size, part.not_kept) == (kept, size - kept)
+    assert "evidence cap" in part.not_kept_why
+    note = evidence.with_name(f".{evidence.name}.not-kept")
+    assert note.exists()
+    old = time.time() - 30 * 86400
+    os.utime(evidence, (old, old))
+    await rungd_daemon.daemon.evidence.prune()
+    assert not evidence.exists() and not note.exists()  # the note goes with its file
 
 
 async def test_mapped_exit_status_becomes_its_code(rungd_daemon) -> None:
@@ -283,3 +296,18 @@ async def test_a_calls_work_folder_and_private_files_are_gone_when_it_ends(rungd
     kept = list(work.iterdir())
     assert kept, "the call's empty folder is kept for the next call"
     assert all(path.is_dir() and not list(path.iterdir()) for path in kept)
+
+
+def test_output_cut_to_its_head_and_tail_is_whole_lines_with_no_words_of_rungds() -> None:
+    import io
+
+    from rungd.redact import Redactor
+    from rungd.runner.streams import Stream
+    stream = Stream("stdout", 64, io.BytesIO(), 1 << 20, Redactor())
+    for n in range(1, 1001):
+        stream.take(b"%d\n" % n)
+    stream.close()
+    assert stream.truncated
+    numbers = [int(line) for line in stream.text().splitlines()]  # a note, or half a line, fails here
+    [jump] = [i for i in range(1, len(numbers)) if numbers[i] != numbers[i - 1] + 1]
+    assert numbers[0] == 1 and numbers[-1] == 1000 and numbers[jump] > numbers[jump - 1] + 1

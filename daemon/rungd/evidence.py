@@ -34,6 +34,7 @@ Evidence is stored redacted; nothing here can undo that.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -58,6 +59,7 @@ from rungd.engine.calls import CallTable
 from rungd.errors import BadInput, EvidenceGone, UnknownEvidence
 from rungd.gates import is_operator
 from rungd.protocol import Evidence, EvidenceNext, EvidenceSlice
+from rungd.runner.streams import not_kept_path
 
 log = logging.getLogger("rungd.evidence")
 
@@ -117,6 +119,13 @@ class Tombstone(msgspec.Struct, frozen=True):
 
 
 _tombstone_encoder = msgspec.json.Encoder()
+
+
+class _NotKept(msgspec.Struct, frozen=True):
+    """rungd's note beside an evidence file it cut (``runner.streams.not_kept_path``)."""
+
+    bytes: int
+    why: str
 _tombstone_decoder = msgspec.json.Decoder(Tombstone)
 _record_decoder = msgspec.json.Decoder(Record)
 
@@ -342,10 +351,28 @@ class EvidenceStore:
             size = info.st_size
             lines = self._line_count(file, info)
             if want.mode == "bytes":
-                return _bytes(evidence_id, file, size, lines, want)
-            if want.mode == "lines":
-                return _lines(evidence_id, file, size, lines, want)
-            return _grep(evidence_id, file, size, lines, want)
+                part = _bytes(evidence_id, file, size, lines, want)
+            elif want.mode == "lines":
+                part = _lines(evidence_id, file, size, lines, want)
+            else:
+                part = _grep(evidence_id, file, size, lines, want)
+        return self._with_not_kept(part)
+
+    def _with_not_kept(self, part: EvidenceSlice) -> EvidenceSlice:
+        """``part`` with what the file's call did not keep, from rungd's note beside it."""
+        try:
+            fd = os.open(not_kept_path(self.folder / part.evidence_id), _OPEN_FLAGS)
+        except OSError:
+            return part  # kept whole (or a note that cannot be read: the envelope said evidence_cut)
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return part
+            try:
+                note = msgspec.json.decode(file.read(1024), type=_NotKept)
+            except msgspec.DecodeError:
+                log.warning("evidence %s: its not-kept note is damaged; ignored", part.evidence_id)
+                return part
+        return msgspec.structs.replace(part, not_kept=note.bytes, not_kept_why=note.why)
 
     def _line_count(self, file: BinaryIO, info: os.stat_result) -> int:
         # Counting is a pass over the file; a file being read page by page is counted once.
@@ -486,10 +513,9 @@ class EvidenceStore:
             finally:
                 os.close(fd)
         for file, _ in batch:
-            try:
-                os.unlink(self.folder / file.name)
-            except FileNotFoundError:
-                pass
+            for path in (self.folder / file.name, not_kept_path(self.folder / file.name)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
 
     def _compact_tombstones(self, now: float) -> None:
         """Drop tombstones older than ``TOMBSTONE_RETENTIONS`` retentions; their ids still

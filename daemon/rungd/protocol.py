@@ -248,6 +248,9 @@ class EvidenceSlice(Message, tag="evidence_slice"):
     matching lines, each as ``LINE:text``. ``size`` and ``lines`` count the whole file now.
     ``truncated`` says the cap (or the search's time bound) stopped the answer short of what
     was asked; ``next`` says where the rest of the file goes on, None at its end.
+    ``not_kept`` counts what the program printed past the end of the file that rungd did not
+    keep, and ``not_kept_why`` says why (the evidence cap, a full disk): rungd's words, never
+    the program's (the file holds only what it printed).
     """
 
     evidence_id: str
@@ -260,6 +263,8 @@ class EvidenceSlice(Message, tag="evidence_slice"):
     matches: int = 0
     truncated: bool = False
     next: EvidenceNext | None = None
+    not_kept: int = 0
+    not_kept_why: str = ""
 
 
 class Resumed(Message, tag="resumed"):

@@ -44,6 +44,8 @@ def _status(ctx: Context, part: EvidenceSlice) -> str:
         line += f"; line {part.first_line} is past the end: it has {part.lines}"
     if part.truncated:
         line += "; cut at the reply cap" if ctx.args.grep is None else "; cut (reply cap or search time)"
+    if part.not_kept:
+        line += f"; rungd did not keep the {part.not_kept} bytes the program printed past the file's end: {part.not_kept_why}"
     if part.next is None:
         return line + "; end of file]"
     if part.next.offset is not None:

@@ -5,9 +5,12 @@ which reads a program's pipes and notes its exit for the call's one watching tas
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import select
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import BinaryIO
 
 import trio
@@ -22,6 +25,13 @@ _CARRY = 256
 # What one wake takes from a pipe at most: a flood of output still lets the loop go round.
 _CHUNK = 1 << 16
 _CHUNKS_PER_WAKE = 4
+
+
+def not_kept_path(evidence: Path) -> Path:
+    """Where rungd says how much of an evidence file it did not keep, and why: beside it,
+    under a name no evidence id can take (a leading dot). The evidence holds the program's
+    bytes only, so nothing a program prints can forge the note or hide it."""
+    return evidence.with_name(f".{evidence.name}.not-kept")
 
 
 class Stream:
@@ -122,12 +132,16 @@ class Stream:
         if self._evidence is None:
             return
         with contextlib.suppress(OSError):
-            if self.clean_total > self._evidence_written:
-                why = f": {self.evidence_error}" if self.evidence_error else ""
-                note = f"\n[rungd: {self.clean_total - self._evidence_written} more bytes were not kept{why}]\n"
-                self._evidence.write(note.encode())
-        with contextlib.suppress(OSError):
             self._evidence.close()
+        name = getattr(self._evidence, "name", None)
+        if self.evidence_cut and isinstance(name, str):
+            note = {"bytes": self.clean_total - self._evidence_written,
+                    "why": self.evidence_error or "the evidence cap (the tool's evidence_bytes)"}
+            with contextlib.suppress(OSError):  # a full disk: the envelope still says evidence_cut
+                fd = os.open(not_kept_path(Path(name)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o600)
+                with os.fdopen(fd, "w") as file:
+                    json.dump(note, file)
 
     @property
     def evidence_cut(self) -> bool:
@@ -139,12 +153,17 @@ class Stream:
         return self.clean_total > len(self.head) + len(self.tail)
 
     def text(self) -> str:
-        kept = bytes(self.head)
-        if self.truncated:
-            cut = self.clean_total - len(self.head) - len(self.tail)
-            kept += (f"\n[... {cut} bytes cut; read them with `rungctl evidence ID --bytes {len(self.head)}:{cut}`, "
-                     f"ID being this call's {self.name} evidence id in the envelope ...]\n").encode()
-        kept += bytes(self.tail)
+        """What the program printed, as kept. Cut, it is the whole lines of the head and of
+        the tail, one after the other: no line is made of two halves, and no words of rungd's
+        mark the gap (the program could print the same words); ``truncated`` and the
+        envelope say it was cut, and where the rest is."""
+        if not self.truncated:
+            kept = bytes(self.head)
+        else:
+            head, tail = bytes(self.head), bytes(self.tail)
+            head = head[:head.rfind(b"\n") + 1]
+            tail = tail[tail.find(b"\n") + 1:]
+            kept = head + tail
         return self.redactor.text(kept.decode("utf-8", "replace"))
 
     @property
