@@ -73,6 +73,7 @@ from rungd.protocol import (
     Status,
     ToolDefinition,
     ToolSummary,
+    Tools,
     Wait,
     Welcome,
 )
@@ -151,7 +152,11 @@ class AsyncClient:
         return await self._ask(Hello(client="rungd.aclient"))
 
     async def list_tools(self) -> list[ToolSummary]:
-        return (await self._ask(ListTools())).tools
+        return (await self.tool_listing()).tools
+
+    async def tool_listing(self) -> Tools:
+        """The tools this caller may use and, for an operator, what the daemon refused to load."""
+        return await self._ask(ListTools())
 
     async def describe(self, tool: str) -> ToolDefinition:
         return await self._ask(Describe(tool=tool))

@@ -58,6 +58,7 @@ from rungd.protocol import (
     Status,
     ToolDefinition,
     ToolSummary,
+    Tools,
     Wait,
     Welcome,
 )
@@ -206,7 +207,11 @@ class Client:
         return self._ask(Hello(client="rungd.client"))
 
     def list_tools(self) -> list[ToolSummary]:
-        return self._ask(ListTools()).tools
+        return self.tool_listing().tools
+
+    def tool_listing(self) -> Tools:
+        """The tools this caller may use and, for an operator, what the daemon refused to load."""
+        return self._ask(ListTools())
 
     def describe(self, tool: str) -> ToolDefinition:
         return self._ask(Describe(tool=tool))

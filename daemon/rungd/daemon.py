@@ -120,6 +120,7 @@ class Daemon:
                     self.tools, self.config, self._observe, self.credentials, self.audit, calls_nursery,
                     reaper=reaper, askpass=askpass,
                 )
+                self.dispatcher.use_tools(self.tools, self.hooks.refused)
                 # Evidence is pruned by age and size at start-up and every prune_every_s,
                 # in threads of its own; serving does not wait for the first prune.
                 self.evidence = EvidenceStore(self.config, self.dispatcher.calls, max_frame=server.max_frame_bytes)
@@ -231,7 +232,7 @@ class Daemon:
             self.evidence.config = self.config
         if self.dispatcher is not None:
             self.dispatcher.use_config(self.config)
-            self.dispatcher.admission.tools = tools
+            self.dispatcher.use_tools(tools, hooks.refused)
         log.info("reloaded %s: %d tools", self.config.source, len(tools))
 
     def _unlink_socket(self) -> None:

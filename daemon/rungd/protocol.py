@@ -174,6 +174,9 @@ class ToolSummary(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
 
 class Tools(Message, tag="tools"):
     tools: list[ToolSummary]
+    # For operators only: what the daemon refused to load and why, one line each (the
+    # journal's and ``rungd check-config``'s ``refused:`` lines). Empty for everyone else.
+    refused: list[str] = []
 
 
 class ToolDefinition(Message, tag="tool"):

@@ -606,8 +606,9 @@ class Connection:
     async def _list_tools(self, request: ListTools) -> Response:
         admission = self.dispatcher.admission
         marks = admission.step_downs.marks() if admission.step_downs is not None else {}
+        refused = list(admission.refused) if is_operator(self.caller, self.dispatcher.config) else []
         return Tools(tools=[summary(r.tool, r.plugin, marks.get(r.tool.name))
-                            for r in admission.visible_tools(self.caller)])
+                            for r in admission.visible_tools(self.caller)], refused=refused)
 
     async def _describe(self, request: Describe) -> Response:
         admission = self.dispatcher.admission

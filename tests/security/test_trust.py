@@ -9,12 +9,14 @@ the tools it touches do not load and the rest of the daemon keeps serving.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import trio
 
 from rungd import trust
 from rungd.config import load_config
@@ -260,6 +262,30 @@ async def test_a_script_a_tool_fixes_in_argv_must_be_owned_right_at_load_and_at_
     env = await daemon.call("good_list_show", {})
     assert (env.status, env.error.code, env.outcome) == ("error", "FAILED", "not_started")
     assert f"bad ownership or modes for path in the tool's argv {good}" in env.error.message
+    daemon.daemon.stop()
+
+
+async def test_lint_against_the_running_daemon_names_what_it_refused_to_operators_only(short_tmp, nursery) -> None:
+    tools = short_tmp / "tools"
+    tools.mkdir()
+    (tools / "a.toml").write_text(tool("a_list_show", "/bin/echo"))
+    (tools / "b.toml").write_text(tool("b_list_show", "/bin/echo"))
+    (tools / "b.toml").chmod(0o666)
+    config = load_config(write_config(short_tmp, f'[access]\nuids = [0, {NOBODY}]\n[plugins]\ntool_dirs = ["{tools}"]\n'))
+    config = config.model_copy(update={"server": config.server.model_copy(update={"socket_mode": "0666"})})
+    short_tmp.chmod(0o755)
+    daemon = await start_daemon(nursery, config)
+    done = await trio.run_process([sys.executable, "-m", "rungd.ctl", "lint", "--json", "--socket", str(daemon.socket)],
+                                  capture_stdout=True, capture_stderr=True, check=False)
+    assert done.returncode == 1, done.stderr  # a fix-first finding
+    [finding] = [f for f in json.loads(done.stdout)["findings"] if f["code"] == "UNTRUSTED_FILE"]
+    assert f"{tools / 'b.toml'} is writable by group and others" in finding["message"]
+    if os.geteuid() == 0:  # another caller learns nothing of the daemon's files
+        script = (f"import os\nfrom rungd.client import Client\nos.setgroups([]); os.setgid({NOBODY}); "
+                  f"os.setuid({NOBODY})\nlisting = Client({str(daemon.socket)!r}).tool_listing()\n"
+                  "print('a_list_show' in [t.name for t in listing.tools], listing.refused)\n")
+        seen = await trio.run_process([sys.executable, "-c", script], capture_stdout=True, capture_stderr=True)
+        assert seen.stdout.decode().strip() == "True []", seen.stderr
     daemon.daemon.stop()
 
 

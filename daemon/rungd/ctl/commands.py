@@ -261,8 +261,13 @@ def _decided(ctx: Context, decision: Any) -> int:
     return EXIT_OK
 
 
-def _chosen_definitions(ctx: Context) -> tuple[list[ToolDefinition], list[str]]:
-    names = [t.name for t in ctx.client.list_tools()]
+def _chosen_definitions(ctx: Context, refused: list[str] | None = None) -> tuple[list[ToolDefinition], list[str]]:
+    """The definitions ``--tools`` picks (all by default) and every tool's name; ``refused``
+    gets what the daemon refused to load, when the caller is an operator."""
+    listing = ctx.client.tool_listing()
+    if refused is not None:
+        refused.extend(listing.refused)
+    names = [t.name for t in listing.tools]
     chosen = names
     if ctx.args.tools:
         chosen = [n.strip() for n in ctx.args.tools.split(",") if n.strip()]
@@ -303,7 +308,7 @@ def lint(ctx: Context) -> int:
             defs = [d for d in defs if d.name in wanted]
     else:
         try:
-            defs, known = _chosen_definitions(ctx)
+            defs, known = _chosen_definitions(ctx, refused)
         except ConnectFailed as exc:  # linting needs no daemon: say how
             raise ConnectFailed(f"{exc}; or lint without a daemon: rungctl lint --offline [--config FILE] "
                                 "loads the config's plugins here", exc.path, exc.reason) from None

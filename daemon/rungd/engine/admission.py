@@ -75,6 +75,9 @@ class Admission:
         self.big_requests = trio.Lock()
         # The daemon's step-down watch, once serving: it marks tools and may suspend them.
         self.step_downs: StepDownWatch | None = None
+        # What the plugins refused to load (a file not owned right, a bad tool file), one line
+        # each: told to operators when they list tools (rungctl lint), never to other callers.
+        self.refused: tuple[str, ...] = ()
 
     def visible_tools(self, caller: Caller) -> list[RegisteredTool]:
         """The tools this caller may call, in name order."""

@@ -136,6 +136,12 @@ class Dispatcher:
         self.approvals._config = config
         self.reconciler._config = config
 
+    def use_tools(self, tools: Mapping[str, RegisteredTool], refused: Sequence[str]) -> None:
+        """Admit calls to ``tools`` from now on (a start or a reload); ``refused`` is what
+        the plugins left out and why, for operators."""
+        self.admission.tools = tools
+        self.admission.refused = tuple(refused)
+
     # --- what the server asks ---------------------------------------------------------------
 
     async def call(
