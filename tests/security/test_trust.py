@@ -382,3 +382,43 @@ def test_the_paths_a_tool_fixes_are_its_literal_absolute_words_never_its_inputs(
     argv = ["-f", "/etc/app/../app/job.sql", "--script=/opt/jobs/n.job", "{path}", "/srv/{name}",
             "--password-file={credential_file:db}", "-x=relative", "/tmp"]
     assert fixed_paths(argv) == [(1, "/etc/app/job.sql"), (2, "/opt/jobs/n.job"), (7, "/tmp")]
+
+
+async def test_a_daemon_that_cannot_use_a_memfd_runs_the_helper_root_installed(short_tmp, nursery, monkeypatch) -> None:
+    # A non-root daemon with the drop-in's capabilities cannot hand its programs a memfd (and
+    # some hosts forbid executable ones): the branch such a daemon takes, taken here as root.
+    from rungd.runner import askpass_server
+    monkeypatch.setattr(askpass_server, "_sealed_helper", lambda: None)
+    installed = Path(sys.executable).parent / "rungd-askpass"
+    if os.stat(installed).st_uid != 0:
+        pytest.skip("this checkout's venv is not root's")
+    asked = short_tmp / "asked"
+    creds = short_tmp / "creds.toml"
+    creds.write_text('deploy = "s3cret-pass"\n')
+    creds.chmod(0o600)
+    printenv = tool("which_list_show", "/usr/bin/printenv", '["SSH_ASKPASS"]')
+    text = (printenv + tool("key_list_show", FAKES / "askpass_asker", f'["--ask", "Passphrase:", "--act", "{asked}"]')
+            + '[[tools.key_list_show.askpass]]\npattern = "^Passphrase:"\ncredential = "deploy"\n')
+    daemon = await serve_tool_file(nursery, short_tmp, text, config=f'[credentials]\nfile = "{creds}"\n')
+    which = await daemon.call("which_list_show", {})
+    assert which.fields["lines"] == [str(installed)]  # no file of the daemon's user: nothing to replace
+    assert not (daemon.config.state_dir / "work" / ".askpass").exists()
+    key = await daemon.call("key_list_show", {})
+    assert key.status == "ok", key.error
+    assert asked.read_text() == f"secret length {len('s3cret-pass')}\n"  # the installed helper answered
+    daemon.daemon.stop()
+
+
+def test_an_installed_helper_root_does_not_own_is_not_used(short_tmp, monkeypatch) -> None:
+    from rungd.runner import askpass_server
+    bin_ = short_tmp / "bin"
+    bin_.mkdir()
+    (bin_ / "rungd-askpass").write_text("#!/bin/false\n")
+    (bin_ / "rungd-askpass").chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(bin_ / "python3"))
+    assert askpass_server.installed_helper() == bin_ / "rungd-askpass"
+    if os.geteuid() == 0:
+        os.chown(bin_ / "rungd-askpass", NOBODY, NOBODY)  # a file its programs' user could write
+        assert askpass_server.installed_helper() is None
+    bin_.chmod(0o777)
+    assert askpass_server.installed_helper() is None

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import trio
 
-from rungd import askpass, proctree
+from rungd import askpass, proctree, trust
 
 log = logging.getLogger("rungd.askpass")
 
@@ -319,6 +319,23 @@ def _sealed_helper() -> int | None:
 _F_SEAL_EXEC = 0x0020  # <linux/fcntl.h>; not in Python 3.11's fcntl
 
 
+def installed_helper() -> Path | None:
+    """The ``rungd-askpass`` script installed beside the daemon's interpreter, when root owns
+    it and every folder above it (rungd.trust, with root as the only owner), else None.
+
+    This is the helper for a daemon that cannot use the sealed memfd: a non-root daemon
+    holding the drop-in's capabilities, as the shipped unit runs for ``user =`` tools. Its
+    programs run as rungd's user or as a tool's, and neither can replace a file root owns in
+    folders root owns; a script rungd's user owns is no better than one written at start.
+    """
+    script = Path(sys.executable).parent / "rungd-askpass"
+    try:
+        trust.check(script, "askpass helper", owners={0})
+    except (trust.Untrusted, OSError):
+        return None
+    return script if os.access(script, os.X_OK) else None
+
+
 def _permitted_capabilities() -> int:
     with open("/proc/self/status", "rb") as status:
         for line in status:
@@ -351,18 +368,22 @@ class AskpassEndpoint:
             inside the daemon's work folder, which start-up sweeps.
     """
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, sealed: bool = True) -> None:
         self.folder = folder
-        self._script_fd = _sealed_helper()
+        self._script_fd = _sealed_helper() if sealed else None
         if self._script_fd is not None:
             script = f"/proc/{os.getpid()}/fd/{self._script_fd}"
+        elif (installed := installed_helper()) is not None:
+            script = str(installed)
         else:
             folder.mkdir(mode=0o711)
             script = str(folder / "askpass")
             Path(script).write_text(_HELPER)
             Path(script).chmod(0o755)
             log.warning("askpass: the helper is the file %s, which programs run as rungd's user could replace "
-                        "(this daemon holds capabilities they lack, or the host forbids executable memfds)", script)
+                        "(this daemon holds capabilities they lack, or the host forbids executable memfds, and "
+                        "rungd-askpass beside its interpreter is not root's); hint: install rungd as root "
+                        "(pip install into a root-owned venv), as the README's production install does", script)
         self._sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             # A random abstract name: nobody can bind it first, and nobody can replace it.
