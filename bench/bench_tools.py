@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from rungd import runner
-from rungd.contract import CallContext, Description, Result, Timing, Tool, ToolInputs
-from rungd.hookspecs import hookimpl
+from rungd.core.contract import CallContext, Description, Result, Timing, Tool, ToolInputs
+from rungd.core.hookspecs import hookimpl
 
 FAKES = Path(__file__).resolve().parents[1] / "tests" / "fakes"
 

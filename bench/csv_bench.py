@@ -87,7 +87,7 @@ def child_export(path: Path, which: str) -> dict[str, float]:
 
     import trio
     from pydantic import BaseModel
-    from rungd.contract import (
+    from rungd.core.contract import (
         CallContext,
         Caller,
         Description,

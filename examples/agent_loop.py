@@ -5,7 +5,7 @@
 ``model(messages, tool_definitions)`` is any function (sync or async) you write around your
 provider's SDK. It gets the conversation so far in the neutral shape below and the tool
 definitions in the provider's own shape (``fmt``: anthropic, openai, mcp or jsonschema, from
-``rungd.definitions.export``), and returns one of
+``rungd.authoring.definitions.export``), and returns one of
 
     {"tool_calls": [{"id": "t1", "name": "inventory_item_show", "arguments": {...}}, ...]}
     {"text": "the final answer"}
@@ -52,8 +52,8 @@ from typing import Any
 
 import msgspec
 from rungd.aclient import AsyncClient
-from rungd.definitions import Format, export, split_request_id
-from rungd.envelope import Envelope
+from rungd.authoring.definitions import Format, export, split_request_id
+from rungd.core.envelope import Envelope
 from rungd.protocol import ToolDefinition
 
 Message = dict[str, Any]

@@ -65,7 +65,7 @@ def no_survivors() -> Iterator[None]:
 
 def _call_cgroups() -> set[str]:
     """The per-call cgroups (``rungd-<call_id>``) under this process's cgroup, by name."""
-    from rungd.proctree import _own_cgroup
+    from rungd.system.proctree import _own_cgroup
 
     base = _own_cgroup()
     return {path.name for path in base.glob("rungd-*")} if base is not None else set()

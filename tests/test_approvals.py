@@ -7,10 +7,10 @@ import time
 import trio
 
 from rungd.config import Config
-from rungd.contract import Caller, NoInputs
+from rungd.core.contract import Caller, NoInputs
 from rungd.engine.approvals import Approvals
 from rungd.engine.calls import Call, CallTable
-from rungd.errors import ApprovalExpired, GateDenied
+from rungd.core.errors import ApprovalExpired, GateDenied
 
 CALLER = Caller(uid=1000, gid=1000, pid=1)
 OPERATOR = Caller(uid=0, gid=0, pid=2)
@@ -78,7 +78,7 @@ async def test_an_approval_while_the_daemon_stops_is_refused() -> None:
 
 
 async def test_an_expiry_the_ledger_cannot_record_still_ends_the_call_expired() -> None:
-    from rungd.errors import LedgerUnavailable
+    from rungd.core.errors import LedgerUnavailable
 
     config = Config.model_validate({"gates": {"approval_ttl_s": 0.2}})
     calls = CallTable(60, lambda caller: caller.uid == 0)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rungd.errors import ConfigError
+from rungd.core.errors import ConfigError
 from rungd.testing import STUB_DESCRIPTION, serve_tool_file
 from rungd_plugins.declarative import read_tool_file
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from rungd.check import check_files
+from rungd.authoring.check import check_files
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILT_IN = sorted((ROOT / "configs" / "tools").glob("*.toml")) + sorted((ROOT / "configs" / "examples").glob("*.toml"))
@@ -121,8 +121,8 @@ async def test_a_file_with_several_programs_gets_every_one_replaced(short_tmp: P
 def test_a_read_back_is_given_a_before_and_an_after_its_expectation_tells_apart(expected) -> None:
     # Relative expectations ("before_plus = 1") once made rungctl check skip the write, the
     # tool most worth checking.
-    from rungd import expectations
-    from rungd.check import _before_and_after
+    from rungd.core import expectations
+    from rungd.authoring.check import _before_and_after
 
     before, after = _before_and_after(expected)
     assert expectations.judge({"f": after}, {"f": expected}, {"f": before}) is True
@@ -132,8 +132,8 @@ def test_a_read_back_is_given_a_before_and_an_after_its_expectation_tells_apart(
 def test_a_question_to_a_program_fed_its_input_on_stdin_is_not_expected_to_wait() -> None:
     # bc reads the expression it is given on stdin: a question it asked would read that, so
     # the check once failed such a tool for not answering PROMPT_UNEXPECTED.
-    from rungd.check import _judge
-    from rungd.envelope import Envelope
+    from rungd.authoring.check import _judge
+    from rungd.core.envelope import Envelope
 
     answered = Envelope(call_id="c1", tool="t", status="ok", outcome="done", effect="none")
     assert _judge("question", {"stdin_input": "expression"}, answered, acted=False, write=False) == []
@@ -143,7 +143,7 @@ def test_a_question_to_a_program_fed_its_input_on_stdin_is_not_expected_to_wait(
 def test_a_file_whose_checked_copy_does_not_load_is_one_error_not_a_crash(short_tmp: Path) -> None:
     # Raised inside the check's nurseries, it once came out as an ExceptionGroup: rungctl
     # said "unexpected failure" instead of what is wrong with the file.
-    from rungd.check import CheckError, run_check
+    from rungd.authoring.check import CheckError, run_check
 
     tool_file = short_tmp / "bad.toml"
     tool_file.write_text('[program]\ncommand = "echo"\n\n[tools.bad_x_show]\nargv = []\nuser = "Not A User"\n'

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from rungd.config import load_config
-from rungd.errors import ConfigError
+from rungd.core.errors import ConfigError
 
 
 def test_wrong_type_names_file_key_and_example(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ import pydantic
 import pytest
 from pydantic import Field
 
-from rungd.contract import Description, Result, Tool, ToolInputs
-from rungd.errors import BadInput
+from rungd.core.contract import Description, Result, Tool, ToolInputs
+from rungd.core.errors import BadInput
 
 SLOTS = ("Does:", "Use when:", "Do not use when:", "Returns:", "On error:", "If unknown:")
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from rungd.config import load_config
-from rungd.daemon import Daemon
-from rungd.errors import ConfigError
+from rungd.service.daemon import Daemon
+from rungd.core.errors import ConfigError
 from rungd.testing import write_config
 from rungd_plugins.declarative import read_tool_file
 
@@ -503,7 +503,7 @@ async def test_a_whole_argument_input_names_no_file_unless_the_tool_file_says_so
 
 
 def test_a_pattern_decides_on_a_slash_but_never_lets_a_dotdot_part_through() -> None:
-    from rungd.errors import BadInput
+    from rungd.core.errors import BadInput
     from rungd_plugins.declarative.templates import names_no_file
 
     names_no_file("file", "/srv/data/x.csv", constrained=True, allow_path=False)
@@ -611,7 +611,7 @@ def test_a_precondition_pattern_is_checked_for_backtracking_at_load(short_tmp) -
 
 
 def test_an_input_allowed_a_slash_names_a_subfolder_and_never_walks_out() -> None:
-    from rungd.errors import BadInput
+    from rungd.core.errors import BadInput
     from rungd_plugins.declarative.templates import inside_path
 
     inside_path("/srv/repos/{repo}", {"repo": "group/project"}, frozenset({"repo"}))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rungd.errors import ConfigError
+from rungd.core.errors import ConfigError
 from rungd_plugins.declarative import read_tool_file
 
 TOOL_FILE = """

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rungd.config import load_config
-from rungd.errors import ConfigError
+from rungd.core.errors import ConfigError
 from rungd.testing import start_daemon, write_config
 from rungd_plugins.declarative import read_tool_file
 from tests.conftest import FAKES

@@ -189,7 +189,7 @@ async def test_no_output_and_nothing_on_stderr_is_still_an_empty_listing(short_t
 
 
 def test_empty_answer_is_refused_where_no_output_cannot_parse(short_tmp) -> None:
-    from rungd.errors import ConfigError
+    from rungd.core.errors import ConfigError
     from rungd_plugins.declarative import read_tool_file
 
     folder = short_tmp / "tools"

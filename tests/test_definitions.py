@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 import pytest
 from pydantic import Field
 from rungd.config import embedded_configs, load_config
-from rungd.contract import (
+from rungd.core.contract import (
     Description,
     ErrorRule,
     Result,
@@ -34,7 +34,7 @@ from rungd.contract import (
     Tool,
     ToolInputs,
 )
-from rungd.definitions import (
+from rungd.authoring.definitions import (
     FORMATS,
     REQUEST_ID,
     ExportError,
@@ -48,9 +48,9 @@ from rungd.definitions import (
     split_request_id,
     strict_schema,
 )
-from rungd.lint import definitions_from_config
+from rungd.authoring.lint import definitions_from_config
 from rungd.protocol import ToolDefinition
-from rungd.server import describe
+from rungd.service.server import describe
 from rungd.testing import write_config
 
 # --- the provider shapes, as published -------------------------------------------------------

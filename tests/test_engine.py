@@ -164,7 +164,7 @@ async def test_a_daemon_that_is_stopping_starts_no_new_call(rungd_daemon) -> Non
 def test_one_callers_flood_forgets_its_own_results_not_anothers() -> None:
     # An unprivileged caller sending 20,000 bad requests used to push root's one-minute-old
     # result out of the table (UNKNOWN_CALL long before keep_results_s).
-    from rungd.contract import Caller
+    from rungd.core.contract import Caller
     from rungd.engine.calls import Call, CallTable
 
     table = CallTable(3600, lambda caller: caller.uid == 0, max_results=400)
@@ -184,7 +184,7 @@ def test_one_callers_flood_forgets_its_own_results_not_anothers() -> None:
 
 def test_calls_running_at_once_are_bounded_per_caller_and_in_all() -> None:
     from rungd.engine.slots import Slots
-    from rungd.errors import Busy
+    from rungd.core.errors import Busy
 
     tool = types.SimpleNamespace(name="slow_show", concurrency=None)
     slots = Slots(max_running=5, max_per_uid=2)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rungd.envelope import Envelope, ErrorInfo, encoded_size, fit_to_cap
+from rungd.core.envelope import Envelope, ErrorInfo, encoded_size, fit_to_cap
 
 
 def envelope(**fields) -> Envelope:

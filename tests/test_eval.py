@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trio
 
-from rungd.evalharness import EvalError, Task, command_model, evaluate, load_tasks
+from rungd.authoring.evalharness import EvalError, Task, command_model, evaluate, load_tasks
 from rungd.testing import RunningDaemon
 
 ROOT = Path(__file__).resolve().parent.parent

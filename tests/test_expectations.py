@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rungd.contract import SettleSpec, shows
+from rungd.core.contract import SettleSpec, shows
 
 
 @pytest.mark.parametrize(("fields", "expect", "before", "verdict"), [

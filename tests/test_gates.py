@@ -19,7 +19,7 @@ from rungd_ledgers import iter_records
 
 from rungd.client import Client, RequestRejected
 from rungd.config import load_config
-from rungd.gates import approval_message
+from rungd.service.gates import approval_message
 from rungd.testing import start_daemon, write_config
 from tests.conftest import TEST_PLUGINS
 
@@ -60,7 +60,7 @@ async def daemon_for(nursery, short_tmp: Path, toml: str):
 async def as_operator(socket: Path, code: str) -> dict:
     """Run ``code`` (with ``c``, a connected Client) as uid 65534; returns its JSON print."""
     script = (
-        "import json, os\nfrom rungd.client import Client, RequestRejected\nfrom rungd.gates import sign\n"
+        "import json, os\nfrom rungd.client import Client, RequestRejected\nfrom rungd.service.gates import sign\n"
         f"os.setgroups([]); os.setgid({OPERATOR}); os.setuid({OPERATOR})\n"
         f"c = Client({str(socket)!r})\n" + code
     )
@@ -228,8 +228,8 @@ async def test_a_key_also_listed_for_the_caller_cannot_approve_its_call(nursery,
 
 
 def test_signature_gate_without_signers_refuses_to_start(short_tmp) -> None:
-    from rungd.daemon import Daemon
-    from rungd.errors import ConfigError
+    from rungd.service.daemon import Daemon
+    from rungd.core.errors import ConfigError
 
     path = write_config(short_tmp, f'[plugins]\nfiles = ["{TEST_PLUGINS / "signed_tools.py"}"]\n')
     with pytest.raises(ConfigError, match="fake_archive_purge"):

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rungd.catalog import describe
+from rungd.service.catalog import describe
 from rungd.config import embedded_configs, load_config
-from rungd.contract import Heading, RuledOut, Session, StepDown
-from rungd.definitions import export
-from rungd.errors import ConfigError, PluginError
-from rungd.lint import definitions_from_config, lint, lint_tool
+from rungd.core.contract import Heading, RuledOut, Session, StepDown
+from rungd.authoring.definitions import export
+from rungd.core.errors import ConfigError, PluginError
+from rungd.authoring.lint import definitions_from_config, lint, lint_tool
 from rungd.testing import write_config
 
 from tests.conftest import FAKES

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from rungd.health import compute, format_text, sparkline
+from rungd.service.health import compute, format_text, sparkline
 
 from tests.test_ctl_tail import write_ledger
 

@@ -21,9 +21,9 @@ from typing import Any
 import pluggy
 import pytest
 
-from rungd import hookspecs
+from rungd.core import hookspecs
 from rungd.config import load_config
-from rungd.plugins import Hooks, make_plugin_manager
+from rungd.service.plugins import Hooks, make_plugin_manager
 from rungd.sdk import Caller, hookimpl
 from rungd.testing import write_config
 from tests.conftest import TEST_PLUGINS

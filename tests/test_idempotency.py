@@ -14,7 +14,7 @@ from rungd_ledgers import iter_records, verify
 
 from tests.conftest import TEST_PLUGINS
 from rungd.client import Client
-from rungd.proctree import tagged_pids
+from rungd.system.proctree import tagged_pids
 from rungd.testing import write_config
 
 FAKE_TOOLS = f"""

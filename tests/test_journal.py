@@ -1,4 +1,4 @@
-"""rungd.journal: each log event reaches the journal socket as one datagram with its fields.
+"""rungd.service.journal: each log event reaches the journal socket as one datagram with its fields.
 
 A real AF_UNIX datagram socket stands in for journald; the test parses what arrives with
 its own reader of the native protocol, so a mistake in the encoder cannot hide itself.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rungd.journal import JournalHandler, journal_wanted, make_handler
+from rungd.service.journal import JournalHandler, journal_wanted, make_handler
 
 
 def parse_entry(data: bytes) -> dict[str, str]:

@@ -24,8 +24,10 @@ import psutil
 import pytest
 import trio
 
-from rungd import askpass, proctree, runner
-from rungd.errors import AuthRequired, Failed
+from rungd import runner
+from rungd.runner import askpass
+from rungd.system import proctree
+from rungd.core.errors import AuthRequired, Failed
 from rungd.runner import launch
 from rungd.runner import launcher as launcher_wire
 from rungd.runner.limits import Limits

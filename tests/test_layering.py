@@ -105,13 +105,13 @@ def test_the_core_never_imports_a_plugin() -> None:
 
 
 @pytest.mark.parametrize(("rule", "source", "expected"), [
-    (plugin_rule, "from rungd.contract import Tool\n", ["1: rungd.contract", "1: rungd.contract.Tool"]),
+    (plugin_rule, "from rungd.core.contract import Tool\n", ["1: rungd.core.contract", "1: rungd.core.contract.Tool"]),
     (plugin_rule, "from rungd import runner\n", ["1: rungd.runner"]),
-    (plugin_rule, "def f():\n    import rungd.server\n", ["2: rungd.server"]),
-    (plugin_rule, "import importlib\nimportlib.import_module('rungd.audit')\n", ["2: rungd.audit"]),
+    (plugin_rule, "def f():\n    import rungd.service.server\n", ["2: rungd.service.server"]),
+    (plugin_rule, "import importlib\nimportlib.import_module('rungd.service.audit')\n", ["2: rungd.service.audit"]),
     (plugin_rule, "from rungd.sdk import Tool, hookimpl\nfrom rungd import sdk\nimport trio\n", []),
     (ledger_rule, "import trio\n", ["1: trio"]),
-    (ledger_rule, "from rungd.errors import ConfigError\n", ["1: rungd.errors", "1: rungd.errors.ConfigError"]),
+    (ledger_rule, "from rungd.core.errors import ConfigError\n", ["1: rungd.core.errors", "1: rungd.core.errors.ConfigError"]),
     (ledger_rule, "import msgspec\nfrom rungd_ledgers.records import Record\n", []),
     (core_rule, "from rungd_plugins.demo import tools\n", ["1: rungd_plugins.demo", "1: rungd_plugins.demo.tools"]),
     (core_rule, "from rungd.sdk import Tool\n", []),

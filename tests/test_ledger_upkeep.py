@@ -19,7 +19,7 @@ from rungd_ledgers import GENESIS, iter_records, verify
 from rungd_ledgers.chain import seal
 
 from rungd.config import load_config
-from rungd.journal import JournalHandler
+from rungd.service.journal import JournalHandler
 from rungd.testing import start_daemon, write_config
 from tests.test_journal import parse_entry
 

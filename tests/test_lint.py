@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import pytest
 from pydantic import Field
 from rungd.config import embedded_configs, load_config
-from rungd.contract import (
+from rungd.core.contract import (
     Description,
     ErrorRule,
     Heading,
@@ -21,7 +21,7 @@ from rungd.contract import (
     Tool,
     ToolInputs,
 )
-from rungd.lint import (
+from rungd.authoring.lint import (
     SET,
     Finding,
     definitions_from_config,
@@ -34,7 +34,7 @@ from rungd.lint import (
     too_close,
 )
 from rungd.protocol import ToolDefinition
-from rungd.server import describe
+from rungd.service.server import describe
 from rungd.testing import write_config
 
 from tests.conftest import FAKES, TEST_PLUGINS
@@ -368,6 +368,6 @@ def test_lint_does_not_import_the_server() -> None:
     import subprocess
     import sys
 
-    code = "import sys, rungd.lint; print('rungd.server' in sys.modules, 'trio' in sys.modules)"
+    code = "import sys, rungd.authoring.lint; print('rungd.service.server' in sys.modules, 'trio' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["False", "False"], done.stderr

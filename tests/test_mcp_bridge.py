@@ -37,8 +37,8 @@ from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from rungd.client import Client, ClientError
 from rungd.config import Config, load_config
-from rungd.definitions import to_mcp
-from rungd.envelope import Envelope
+from rungd.authoring.definitions import to_mcp
+from rungd.core.envelope import Envelope
 from rungd.mcp_bridge import EVIDENCE_TOOL, INSTRUCTIONS, WAIT_TOOL, Bridge, envelope_result
 from rungd.testing import write_config
 

@@ -13,9 +13,9 @@ import pytest
 
 from rungd import main as rungd_main
 from rungd.config import embedded_configs, load_config
-from rungd.credentials import CredentialStore
-from rungd.daemon import Daemon
-from rungd.errors import ConfigError
+from rungd.service.credentials import CredentialStore
+from rungd.service.daemon import Daemon
+from rungd.core.errors import ConfigError
 from rungd.testing import write_config
 from tests.conftest import TEST_PLUGINS
 
@@ -213,7 +213,7 @@ def test_a_socket_folder_that_is_a_file_is_named_before_anything_is_made(short_t
 
 
 def test_a_file_at_the_socket_path_is_refused_and_never_deleted(short_tmp, capsys) -> None:
-    from rungd.server import bind_unix_socket
+    from rungd.service.server import bind_unix_socket
 
     precious = short_tmp / "notes.txt"
     precious.write_text("keep me")
@@ -229,7 +229,7 @@ NOBODY = 65534
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as another uid")
 def test_a_socket_folder_this_user_may_not_write_is_named_with_the_user(short_tmp) -> None:
-    from rungd.preflight import check_paths
+    from rungd.service.preflight import check_paths
 
     short_tmp.chmod(0o755)  # nobody may look, not write
     (short_tmp / "run").mkdir(mode=0o755)

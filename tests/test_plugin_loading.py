@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rungd.config import Config, embedded_configs, load_config
-from rungd.plugins import Hooks, make_plugin_manager
+from rungd.service.plugins import Hooks, make_plugin_manager
 from rungd.testing import write_config
 
 DEMO_TOOLS = {"inventory_item_show", "inventory_count_set", "ledgerbook_invoices_list", "ledgerbook_invoices_import"}

@@ -1,4 +1,4 @@
-"""Tests for rungd.proctree: whole-tree kills, the subreaper, the reaper and call cgroups.
+"""Tests for rungd.system.proctree: whole-tree kills, the subreaper, the reaper and call cgroups.
 
 Every test runs real processes: small inline Python programs, started as the runner starts a
 call's child (a new session, ``RUNGD_CALL`` in the environment). Each prints the pids the
@@ -20,7 +20,7 @@ import psutil
 import pytest
 import trio
 
-from rungd.proctree import TAG_ENV, CallCgroup, Reaper, Tracker, kill_tree, set_child_subreaper, spawning
+from rungd.system.proctree import TAG_ENV, CallCgroup, Reaper, Tracker, kill_tree, set_child_subreaper, spawning
 
 # Unique per run, so that no leftover of another run counts as this call's.
 CALL = f"c{secrets.token_hex(4)}"
@@ -421,7 +421,7 @@ async def test_reaper_never_steals_the_status_of_children_in_the_daemons_own_ses
 
 
 def test_sweep_removes_old_empty_call_cgroups_and_kills_the_recovered_ones() -> None:
-    from rungd.proctree import _own_cgroup, sweep_cgroups
+    from rungd.system.proctree import _own_cgroup, sweep_cgroups
 
     base = _own_cgroup()
     if base is None or not os.access(base, os.W_OK):

@@ -1,4 +1,4 @@
-"""rungd.procwatch tells a child blocked on its stdin from one that is busy, by evidence.
+"""rungd.runner.procwatch tells a child blocked on its stdin from one that is busy, by evidence.
 
 Every test starts real programs the way rungd does (a new session, stdin, stdout and stderr
 pipes) and looks at them through /proc while they run.
@@ -19,7 +19,7 @@ from typing import TypeVar
 import psutil
 import pytest
 
-from rungd import procwatch
+from rungd.runner import procwatch
 
 FAKES = Path(__file__).parent / "fakes"
 SAMPLE_EVERY = 0.05

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from rungd.config import load_config
-from rungd.errors import ConfigError
+from rungd.core.errors import ConfigError
 from rungd.testing import STUB_DESCRIPTION, write_config
 from rungd_plugins.declarative import read_tool_file
 

@@ -9,7 +9,7 @@ import pytest
 import trio
 from rungd_ledgers import Ledger, iter_records, verify
 
-from rungd.audit import Audit
+from rungd.service.audit import Audit
 from rungd.config import load_config
 from rungd.engine.recovery import recover
 from rungd.testing import start_daemon, write_config

@@ -213,7 +213,7 @@ async def test_child_has_no_terminal_and_a_quiet_environment(rungd_daemon, fake_
     from rungd.engine import new_call_id
     import errno
     import trio
-    from rungd.contract import CallContext, Caller
+    from rungd.core.contract import CallContext, Caller
 
     tool = rungd_daemon.daemon.tools["fake_run"].tool
     state = rungd_daemon.config.state_dir
@@ -263,7 +263,7 @@ async def test_a_secret_cut_at_the_head_boundary_leaves_no_fragment_and_streams_
 
     from rungd import runner
     from rungd.engine import new_call_id
-    from rungd.contract import CallContext, Caller
+    from rungd.core.contract import CallContext, Caller
 
     monkeypatch.setenv("RUNGD_CRED_SPLIT", "TOPSECRET-abcdefghijklmnop")
     leaky = fake_program("leaky", """

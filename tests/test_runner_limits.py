@@ -23,7 +23,7 @@ files = ["{TEST_PLUGINS / 'fake_tools.py'}"]
 
 
 def _context(daemon, label: str):
-    from rungd.contract import CallContext, Caller
+    from rungd.core.contract import CallContext, Caller
     from rungd.engine import new_call_id
 
     tool = daemon.daemon.tools["fake_run"].tool
@@ -74,7 +74,7 @@ async def test_default_limits_apply_to_every_program_and_are_reported_by_name(ru
     assert address_space == resource.RLIM_INFINITY and runner.limits.DEFAULT.address_space_bytes is None
     assert file_size == runner.limits.DEFAULT.file_size_bytes
 
-    from rungd.errors import ToolError
+    from rungd.core.errors import ToolError
 
     with pytest.raises(ToolError) as caught:
         await runner.run(_context(rungd_daemon, "memory"), runner.Program(
@@ -84,7 +84,7 @@ async def test_default_limits_apply_to_every_program_and_are_reported_by_name(ru
 
 async def test_a_tools_own_file_size_limit_wins_and_a_hit_is_limit_exceeded(rungd_daemon) -> None:
     from rungd import runner
-    from rungd.errors import ToolError
+    from rungd.core.errors import ToolError
 
     ctx = _context(rungd_daemon, "fsize")
     with pytest.raises(ToolError) as caught:
@@ -97,7 +97,7 @@ async def test_a_tools_own_file_size_limit_wins_and_a_hit_is_limit_exceeded(rung
 async def test_an_argument_too_long_for_the_kernel_is_args_too_long_not_install_the_program(
         rungd_daemon) -> None:
     from rungd import runner
-    from rungd.errors import RungdError
+    from rungd.core.errors import RungdError
 
     ctx = _context(rungd_daemon, "e2big")
     with pytest.raises(RungdError) as caught:
@@ -110,7 +110,7 @@ async def test_out_of_descriptors_at_spawn_is_resource_exhausted(rungd_daemon) -
     import resource
 
     from rungd import runner
-    from rungd.errors import RungdError
+    from rungd.core.errors import RungdError
 
     ctx = _context(rungd_daemon, "emfile")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -131,7 +131,7 @@ async def test_out_of_descriptors_at_spawn_is_resource_exhausted(rungd_daemon) -
 
 
 async def test_no_call_leaves_its_cgroup_behind(rungd_daemon) -> None:
-    from rungd.proctree import CallCgroup, _own_cgroup
+    from rungd.system.proctree import CallCgroup, _own_cgroup
 
     base = _own_cgroup()
     if base is None or not os.access(base, os.W_OK):

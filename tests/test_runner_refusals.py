@@ -26,8 +26,8 @@ import pytest
 import trio
 
 from rungd import runner
-from rungd.contract import CallContext, Caller, Description, Result, Timing, Tool, ToolInputs
-from rungd.errors import AuthRequired, PromptUnexpected
+from rungd.core.contract import CallContext, Caller, Description, Result, Timing, Tool, ToolInputs
+from rungd.core.errors import AuthRequired, PromptUnexpected
 
 FAKES = Path(__file__).parent / "fakes"
 SECRET = "Pw-9xq-never-leaks"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rungd import runner
-from rungd.errors import AuthRequired
+from rungd.core.errors import AuthRequired
 from tests.test_runner_refusals import make_ctx, run_quick
 
 USER = "rungd-sudo-test"

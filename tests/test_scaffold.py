@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rungd.errors import ConfigError
-from rungd.plugins import PluginSettings
-from rungd.scaffold import new_plugin
+from rungd.core.errors import ConfigError
+from rungd.service.plugins import PluginSettings
+from rungd.authoring.scaffold import new_plugin
 from rungd.testing import write_config
 from rungd_plugins.declarative import read_tool_file
 
@@ -64,7 +64,7 @@ def test_scaffold_refuses_bad_names_and_overwrites(tmp_path: Path) -> None:
 def test_python_scaffold_lints_clean_of_fix_first_findings(tmp_path: Path, monkeypatch) -> None:
     import importlib
 
-    from rungd.lint import lint_tool
+    from rungd.authoring.lint import lint_tool
 
     new_plugin("erp", tmp_path, python=True)
     monkeypatch.syspath_prepend(str(tmp_path / "rungd-erp"))

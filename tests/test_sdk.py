@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 import rungd.sdk as sdk
-from rungd import contract, errors, runner
+from rungd import runner
+from rungd.core import contract, errors
 from rungd.config import Config
-from rungd.errors import ConfigError
+from rungd.core.errors import ConfigError
 from rungd.sdk import PluginSettings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,8 +17,8 @@ from tests.conftest import TEST_PLUGINS
 from rungd import protocol
 from rungd.client import Client, RequestRejected
 from rungd.config import load_config
-from rungd.daemon import Daemon
-from rungd.errors import PluginError
+from rungd.service.daemon import Daemon
+from rungd.core.errors import PluginError
 from rungd.testing import write_config
 
 ECHO = f"""
@@ -290,7 +290,7 @@ async def test_values_no_tool_could_take_never_reach_the_ledger_or_kill_the_daem
 
 async def test_another_users_call_is_not_theirs_to_read(rungd_daemon) -> None:
     env = await rungd_daemon.call("test_text_echo", {"text": "mine"})
-    from rungd.contract import Caller
+    from rungd.core.contract import Caller
 
     stranger = Caller(uid=4242, gid=4242, pid=1)
     with pytest.raises(KeyError):

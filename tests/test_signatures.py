@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rungd.errors import GateDenied
-from rungd.gates import approval_message, sign, verify_signature
+from rungd.core.errors import GateDenied
+from rungd.service.gates import approval_message, sign, verify_signature
 
 ALICE = {"alice", "1000"}  # how _user_names spells the caller: login name and uid
 MESSAGE = approval_message("c0123456789abcdef", "fake_archive_purge", "d" * 64)

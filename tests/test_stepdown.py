@@ -10,9 +10,9 @@ import pytest
 import trio
 from rungd.client import RequestRejected
 from rungd.config import load_config
-from rungd.contract import Description, Heading, NoInputs, Result, StepDown, Tool
-from rungd.envelope import Envelope, ErrorInfo
-from rungd.stepdown import StepDownWatch
+from rungd.core.contract import Description, Heading, NoInputs, Result, StepDown, Tool
+from rungd.core.envelope import Envelope, ErrorInfo
+from rungd.service.stepdown import StepDownWatch
 from rungd.testing import start_daemon, write_config
 from rungd_ledgers import iter_records
 

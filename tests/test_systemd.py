@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from rungd import sdnotify
+from rungd.system import sdnotify
 from rungd.client import Client
 from rungd.config import load_config
 from rungd.testing import write_config

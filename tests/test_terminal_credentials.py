@@ -75,7 +75,7 @@ async def test_gpg_reaching_for_dev_tty_without_saying_why_stays_prompt_unexpect
 def test_ordinary_output_about_passwords_is_no_statement_that_a_credential_is_needed() -> None:
     # A listing that mentions a password reset, then a question on /dev/tty: a question,
     # not AUTH_REQUIRED (only stderr and status lines state what the program needs).
-    from rungd.errors import PromptUnexpected
+    from rungd.core.errors import PromptUnexpected
     from rungd.runner.exits import check_terminal
     from rungd.runner.program import Completed, Program
 

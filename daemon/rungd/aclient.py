@@ -50,7 +50,7 @@ from rungd.client import (
     connect_failed,
     default_socket,
 )
-from rungd.envelope import Envelope
+from rungd.core.envelope import Envelope
 from rungd.protocol import (
     Approve,
     Call,

@@ -34,7 +34,7 @@ import msgspec
 
 from rungd import protocol
 from rungd.config import SOCKET_ENV
-from rungd.envelope import Envelope
+from rungd.core.envelope import Envelope
 from rungd.protocol import (
     Approve,
     Call,

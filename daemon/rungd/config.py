@@ -18,8 +18,8 @@ from typing import Any, Literal, TypeVar
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from rungd.errors import ConfigError
-from rungd.gates import Gate
+from rungd.core.errors import ConfigError
+from rungd.service.gates import Gate
 
 CONFIG_ENV = "RUNGD_CONFIG"
 SOCKET_ENV = "RUNGD_SOCKET"
@@ -193,7 +193,7 @@ class Config(_Section):
     # the config the same way, $RUNGD_SOCKET and all.
     loaded_from: Path | None = Field(None, exclude=True)
     # The file read (--config or $RUNGD_CONFIG), None for the embedded default: it decides
-    # what runs, so its owner and modes are checked (rungd.trust).
+    # what runs, so its owner and modes are checked (rungd.system.trust).
     file: Path | None = Field(None, exclude=True)
 
     @property

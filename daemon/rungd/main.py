@@ -15,12 +15,12 @@ from pathlib import Path
 import trio
 
 from rungd.ctl.cli import fail, read_config, unexpected, version
-from rungd.daemon import Daemon, run_until_signalled
-from rungd.errors import ConfigError, PluginError
-from rungd.journal import make_handler
-from rungd.preflight import check_paths
+from rungd.service.daemon import Daemon, run_until_signalled
+from rungd.core.errors import ConfigError, PluginError
+from rungd.service.journal import make_handler
+from rungd.service.preflight import check_paths
 from rungd.runner import launch
-from rungd.server import SocketInUse
+from rungd.service.server import SocketInUse
 from rungd_ledgers import LedgerUnavailable
 
 EXIT_OK = 0
@@ -47,7 +47,7 @@ def setup_logging(verbose: bool, quiet: bool = False) -> None:
     """Log to the journal natively when stdout or stderr goes there, else plain lines on stdout.
 
     In the journal each event is one entry with its priority and its fields (CALL_ID, TOOL,
-    ...), a traceback included; see ``rungd.journal``.
+    ...), a traceback included; see ``rungd.service.journal``.
     """
     handler = make_handler()
     root = logging.getLogger("rungd")
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"state:     {config.state_dir}")
         for name, reg in sorted(daemon.tools.items()):
             print(f"  {name:32} {reg.tool.side_effect:12} plugin {reg.plugin}")
-        # Left out by ownership (rungd.trust): the daemon serves the rest, so this is no
+        # Left out by ownership (rungd.system.trust): the daemon serves the rest, so this is no
         # failure of the config (a reload still applies), but each is said, with its fix.
         for problem in daemon.hooks.refused:
             fail("rungd", f"refused: {problem}")
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         try:
             if args.command == "demo":
-                from rungd.demo import run_demo
+                from rungd.service.demo import run_demo
 
                 trio.run(run_demo, daemon)
             else:
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     except SocketInUse as exc:
         fail("rungd", f"{exc}; hint: stop the other daemon or set server.socket")
         return EXIT_RUNTIME
-    except ConfigError as exc:  # a file of the state folder serve refuses (rungd.sensitive's key)
+    except ConfigError as exc:  # a file of the state folder serve refuses (rungd.service.sensitive's key)
         fail("rungd", str(exc))
         return EXIT_CONFIG
     except LedgerUnavailable as exc:

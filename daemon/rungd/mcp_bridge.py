@@ -9,7 +9,7 @@ own connection, so a slow call never holds up another.
 What an MCP client sees:
 
 - ``tools/list``: every tool the daemon lists for this uid, with the MCP definition from
-  ``rungd.definitions.to_mcp`` (rungd's input schema, plus a required ``request_id`` for
+  ``rungd.authoring.definitions.to_mcp`` (rungd's input schema, plus a required ``request_id`` for
   a write; annotations from the side-effect class) and, added here (``bridge_tool``), a
   ``title`` made from the name and the envelope's JSON Schema as ``outputSchema``. Two
   tools are the bridge's own: ``rungd_call_wait``, which picks up a call that answered
@@ -99,7 +99,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
 import rungd
 from rungd.aclient import AsyncClient
 from rungd.client import ClientError, ConnectFailed, RequestRejected, default_socket
-from rungd.definitions import (
+from rungd.authoring.definitions import (
     ExportError,
     compact_json,
     envelope_schema,
@@ -107,8 +107,8 @@ from rungd.definitions import (
     split_request_id,
     to_mcp,
 )
-from rungd.envelope import Envelope, ErrorInfo
-from rungd.errors import CORE_ERRORS, NextAction, Outcome, Retry
+from rungd.core.envelope import Envelope, ErrorInfo
+from rungd.core.errors import CORE_ERRORS, NextAction, Outcome, Retry
 from rungd.protocol import EvidenceSlice, ToolDefinition
 
 log = logging.getLogger("rungd.mcp_bridge")

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
-from rungd.envelope import Envelope
+from rungd.core.envelope import Envelope
 
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct(">I")
@@ -193,7 +193,7 @@ class ToolDefinition(Message, tag="tool"):
     cap_bytes: int = 4096
     plugin: str = ""
     lint_waivers: dict[str, str] = {}
-    # The contract's heading (``rungd.contract.Heading.as_dict``) and the credential names
+    # The contract's heading (``rungd.core.contract.Heading.as_dict``) and the credential names
     # the tool declares; for operators and lint, never part of the model's description.
     heading: dict[str, Any] | None = None
     credentials: list[str] = []

@@ -7,7 +7,7 @@ release in which using it warns. Anything not listed here is internal.
 
     from rungd.sdk import Description, Program, Result, Tool, ToolInputs, check_exit, hookimpl, run
 
-Hooks (see ``rungd.hookspecs`` for when each is called)
+Hooks (see ``rungd.core.hookspecs`` for when each is called)
     hookimpl            the marker: ``@hookimpl def rungd_register_tools(register, settings)``
     PluginSettings      a plugin's own ``[plugins.settings.<name>]`` table, ``parse(model,
                         example)``, the config label, ``tool_dirs`` and its ``state_dir``
@@ -44,7 +44,7 @@ Errors a plugin raises (failures are raised, never returned)
     Untrusted           a ConfigError: a file that decides what runs is not owned right; raised
                         from rungd_register_tools it drops that plugin's tools, not the daemon
 
-Trust follows ownership (``rungd.trust``)
+Trust follows ownership (``rungd.system.trust``)
     check_trusted(path, what)   refuse a file (a program, a script) unless it and every folder
                         above it are owned by root or rungd's user and writable by no one else
     check_trusted_operand(path, what)   the same for a path a tool fixes in its arguments: a
@@ -78,7 +78,7 @@ Test helpers for plugin authors live in ``rungd.testing`` (a pytest plugin; it n
 from __future__ import annotations
 
 from rungd import exchange
-from rungd.contract import (
+from rungd.core.contract import (
     CallContext,
     Caller,
     CommitPoint,
@@ -99,9 +99,9 @@ from rungd.contract import (
     ToolInputs,
     shows,
 )
-from rungd.envelope import Effect, Envelope
-from rungd.gates import Gate
-from rungd.errors import (
+from rungd.core.envelope import Effect, Envelope
+from rungd.service.gates import Gate
+from rungd.core.errors import (
     CORE_ERRORS,
     AuthRequired,
     BadInput,
@@ -150,11 +150,11 @@ from rungd.exchange import locks as _locks
 from rungd.exchange.patterns import HINT as PATTERN_HINT
 from rungd.exchange.patterns import catastrophic as catastrophic_pattern
 from rungd.exchange.patterns import refused as refused_pattern
-from rungd.hookspecs import hookimpl
-from rungd.plugins import PluginSettings
-from rungd.trust import Untrusted
-from rungd.trust import check as check_trusted
-from rungd.trust import check_operand as check_trusted_operand
+from rungd.core.hookspecs import hookimpl
+from rungd.service.plugins import PluginSettings
+from rungd.system.trust import Untrusted
+from rungd.system.trust import check as check_trusted
+from rungd.system.trust import check_operand as check_trusted_operand
 from rungd.runner import (
     Completed,
     Confirmation,

@@ -29,8 +29,8 @@ import trio
 
 from rungd.client import Client
 from rungd.config import Config, load_config
-from rungd.daemon import Daemon
-from rungd.envelope import Envelope
+from rungd.service.daemon import Daemon
+from rungd.core.envelope import Envelope
 
 
 # The demo-only plugins a test daemon offers unless asked not to: the fake programs every

@@ -6,7 +6,7 @@ daemon logs ``(seq, hash of that record, time)`` to the journal every few minute
 journal ships off-host, and ``rungctl ledger verify --anchors FILE`` checks a copy of the
 ledger against them: a rewritten chain has, at some anchored seq, another hash.
 
-The journal entry (see ``rungd.ledger_upkeep``) carries these fields::
+The journal entry (see ``rungd.service.ledger_upkeep``) carries these fields::
 
     RUNGD_LEDGER_ANCHOR=1
     LEDGER_SEQ=1234

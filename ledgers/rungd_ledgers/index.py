@@ -86,7 +86,7 @@ class Unfinished(msgspec.Struct, frozen=True, gc=False):
 
     Attributes:
         time: when it was dispatched. Recovery finds its leftover processes by the call's
-            tag and kills each by pid and start time (``rungd.proctree.kill_tagged``).
+            tag and kills each by pid and start time (``rungd.system.proctree.kill_tagged``).
     """
 
     call_id: str

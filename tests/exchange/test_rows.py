@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter, ValidationError, field_validator
 from pydantic_core import to_jsonable_python
-from rungd.errors import BadInput, SurfaceChanged
+from rungd.core.errors import BadInput, SurfaceChanged
 from rungd.exchange import formats
 from rungd.exchange.formats import Csv, FlatBatch, open_reader
 from rungd.exchange.rows import _NUMBER, Filter, Predicate, RowSchema, header_diff

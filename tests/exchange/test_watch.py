@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from rungd.errors import BadInput
+from rungd.core.errors import BadInput
 from rungd.exchange.paths import OutsideRoots, Roots, checked_name
 from rungd.exchange.watch import Watcher, changed, wait_for
 

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 import trio
 from pydantic import BaseModel, Field
-from rungd.contract import (
+from rungd.core.contract import (
     Description,
     ErrorRule,
     Result,
@@ -43,7 +43,7 @@ from rungd.exchange import (
     Tsv,
     Watcher,
 )
-from rungd.hookspecs import hookimpl
+from rungd.core.hookspecs import hookimpl
 
 
 class Stock(BaseModel):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rungd.errors import ConfigError
-from rungd.trust import Untrusted
+from rungd.core.errors import ConfigError
+from rungd.system.trust import Untrusted
 from rungd_plugins.declarative import read_tool_file
 
 BASE = """

@@ -11,8 +11,8 @@ from rungd_ledgers import MAX_LINE_BYTES, iter_records
 from rungd import protocol
 from rungd.client import Client
 from rungd.config import load_config
-from rungd.contract import Caller
-from rungd.errors import BadInput
+from rungd.core.contract import Caller
+from rungd.core.errors import BadInput
 from rungd.testing import STUB_DESCRIPTION, serve_tool_file, start_daemon, write_config
 from tests.conftest import TEST_PLUGINS
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from rungd.errors import ConfigError, SurfaceChanged
+from rungd.core.errors import ConfigError, SurfaceChanged
 from rungd.exchange.formats import Csv, JsonLines, Limits, Stopped, open_reader
 from rungd.exchange.patterns import catastrophic
 from rungd.exchange.rows import header_diff

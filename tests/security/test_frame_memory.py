@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from rungd.config import load_config
-from rungd.server import FRAMES_IN_FLIGHT_PER_UID, SMALL_FRAME
+from rungd.service.server import FRAMES_IN_FLIGHT_PER_UID, SMALL_FRAME
 from rungd.testing import start_daemon, write_config
 from tests.conftest import TEST_PLUGINS
 

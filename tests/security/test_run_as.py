@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rungd.client import Client
-from rungd.envelope import Envelope
+from rungd.core.envelope import Envelope
 from rungd.testing import STUB_DESCRIPTION
 from tests.test_reliability import DaemonProcess
 

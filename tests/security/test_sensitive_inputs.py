@@ -1,5 +1,5 @@
 """Sensitive inputs: the program gets the value; pending, the ledger, the envelope, errors,
-evidence and the journal show at most its keyed mark (rungd.sensitive).
+evidence and the journal show at most its keyed mark (rungd.service.sensitive).
 
 The attack these tests replay: an agent creates an account with an initial password, the
 call is held for review, and the password is read off ``rungctl pending`` by whoever looks,
@@ -22,10 +22,10 @@ import pytest
 from pydantic import Field
 from rungd_ledgers import input_digest
 
-from rungd import sensitive
+from rungd.service import sensitive
 from rungd.client import Client
 from rungd.config import load_config
-from rungd.errors import ConfigError
+from rungd.core.errors import ConfigError
 from rungd.sdk import Description, SettleSpec, Timing, Tool, ToolInputs
 from rungd.testing import STUB_DESCRIPTION, start_daemon, write_config
 from tests.test_ctl_cli import ctl
@@ -261,7 +261,7 @@ def test_a_settle_read_that_would_echo_a_sensitive_input_is_refused_at_declarati
 
 
 def test_a_tool_file_whose_read_back_settles_with_a_sensitive_input_does_not_load(short_tmp) -> None:
-    from rungd.daemon import Daemon
+    from rungd.service.daemon import Daemon
 
     program = short_tmp / "accounts"
     program.write_text(ACCOUNTS)

@@ -1,5 +1,5 @@
 """Trust follows ownership: what decides what runs is owned by root or rungd's user and
-writable by no one else, all the way up its path (rungd.trust).
+writable by no one else, all the way up its path (rungd.system.trust).
 
 The attack these tests replay: a user who can write a folder the daemon reads (a tool folder,
 a folder above a program, a plugin file) puts a file there, and a call runs it as rungd's
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from rungd import trust
+from rungd.system import trust
 from rungd.config import load_config
 from rungd.testing import STUB_DESCRIPTION, serve_tool_file, start_daemon, write_config
 from tests.conftest import FAKES

@@ -21,7 +21,7 @@ from rungd.ctl.registry import (
     Context,
     UsageError,
 )
-from rungd.errors import ConfigError, PluginError
+from rungd.core.errors import ConfigError, PluginError
 
 PROG = "rungctl"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it

@@ -1,4 +1,4 @@
-"""``rungctl check``: adverse-outcome receipts for tool files (``rungd.check``)."""
+"""``rungctl check``: adverse-outcome receipts for tool files (``rungd.authoring.check``)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 import tomllib
 from pathlib import Path
 
-from rungd.check import CheckError, Receipt, run_check
+from rungd.authoring.check import CheckError, Receipt, run_check
 from rungd.ctl.registry import EXIT_ERROR_RESULT, EXIT_OK, Context, UsageError, arg, command
-from rungd.errors import ConfigError, PluginError
-from rungd.plugins import Hooks
+from rungd.core.errors import ConfigError, PluginError
+from rungd.service.plugins import Hooks
 
 
 @command(

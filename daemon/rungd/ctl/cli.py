@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 
 from rungd.config import CONFIG_ENV, Config, load_config
-from rungd.errors import ConfigError
+from rungd.core.errors import ConfigError
 
 DEBUG_ENV = "RUNGD_DEBUG"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from rungd import definitions
+from rungd.authoring import definitions
 from rungd.client import Client, ConnectFailed, RequestRejected
 from rungd.ctl.registry import (
     EXIT_OK,
@@ -23,15 +23,15 @@ from rungd.ctl.registry import (
 )
 from rungd.ctl.cli import read_config
 from rungd.ctl.show import as_json, local_time, print_definition, print_envelope, record_details
-from rungd.envelope import Envelope
-from rungd.errors import ConfigError
-from rungd.gates import sign
-from rungd.journal import visible
-from rungd.lint import definitions_from_config, refused_findings
-from rungd.lint import exit_status as lint_exit_status
-from rungd.lint import format_json as lint_json
-from rungd.lint import format_text as lint_text
-from rungd.lint import lint as lint_definitions
+from rungd.core.envelope import Envelope
+from rungd.core.errors import ConfigError
+from rungd.service.gates import sign
+from rungd.service.journal import visible
+from rungd.authoring.lint import definitions_from_config, refused_findings
+from rungd.authoring.lint import exit_status as lint_exit_status
+from rungd.authoring.lint import format_json as lint_json
+from rungd.authoring.lint import format_text as lint_text
+from rungd.authoring.lint import lint as lint_definitions
 from rungd.protocol import ToolDefinition
 
 TOOL = arg("tool", help="the tool's name, as `rungctl tools` lists it")
@@ -334,7 +334,7 @@ def mcp(ctx: Context) -> int:
          arg("--dir", type=Path, default=Path("."), help="an existing folder to write into (default: here)"))
 def new_plugin(ctx: Context) -> int:
     """Write a starting point for wrapping one more legacy program."""
-    from rungd.scaffold import new_plugin as scaffold
+    from rungd.authoring.scaffold import new_plugin as scaffold
 
     folder: Path = ctx.args.dir
     if not folder.is_dir():

@@ -1,4 +1,4 @@
-"""``rungctl eval``: run a task file through a model the user plugs in (``rungd.evalharness``)."""
+"""``rungctl eval``: run a task file through a model the user plugs in (``rungd.authoring.evalharness``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 
 from rungd.ctl.registry import EXIT_ERROR_RESULT, EXIT_OK, Context, UsageError, arg, command
-from rungd.evalharness import EvalError, command_model, evaluate, format_text, load_tasks, module_model
+from rungd.authoring.evalharness import EvalError, command_model, evaluate, format_text, load_tasks, module_model
 
 
 @command(

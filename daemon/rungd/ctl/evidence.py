@@ -10,7 +10,7 @@ import sys
 
 from rungd.ctl.registry import EXIT_OK, Context, UsageError, arg, command
 from rungd.ctl.show import as_json
-from rungd.journal import visible
+from rungd.service.journal import visible
 from rungd.protocol import EvidenceSlice
 
 

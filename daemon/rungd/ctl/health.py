@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rungd_ledgers import LedgerCorrupt
 
-from rungd import health as computed
+from rungd.service import health as computed
 from rungd.ctl.ledger import ledger_folder, parse_since, unreadable
 from rungd.ctl.registry import EXIT_OK, CommandFailed, Context, arg, command
 from rungd.ctl.show import as_json

@@ -21,7 +21,7 @@ from rungd_ledgers.verify import Problem, VerifyReport
 
 from rungd.ctl.registry import EXIT_ERROR_RESULT, EXIT_OK, CommandFailed, Context, UsageError, arg, command
 from rungd.ctl.show import as_json, ledger_line
-from rungd.ledger_upkeep import check_anchor_signature
+from rungd.service.ledger_upkeep import check_anchor_signature
 
 FOLLOW_LINES = 10  # what `-f` shows of the past, as journalctl and tail do
 _AGO = re.compile(r"-?\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)\s*(?:ago)?")

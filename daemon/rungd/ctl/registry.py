@@ -26,7 +26,7 @@ from typing import Any
 from rungd.client import Client
 from rungd.config import CONFIG_ENV, Config
 from rungd.ctl.cli import read_config
-from rungd.envelope import Envelope
+from rungd.core.envelope import Envelope
 
 EXIT_OK, EXIT_ERROR_RESULT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_PENDING = 0, 1, 2, 3, 4
 

@@ -10,8 +10,8 @@ from typing import Any
 import msgspec
 from rungd_ledgers import Record
 
-from rungd.envelope import Envelope
-from rungd.journal import visible
+from rungd.core.envelope import Envelope
+from rungd.service.journal import visible
 from rungd.protocol import ToolDefinition
 
 

@@ -7,7 +7,7 @@ The first stage of every call, decided before anything is recorded or run:
     suspended    TOOL_SUSPENDED: a step-down observation fired and the config suspends (stepdown.py)
     validate     BAD_INPUT, naming the field and a valid example
     digest       the input digest the ledger, the idempotency index and approvals share, of
-                 the inputs as shown: a sensitive one is its keyed mark (rungd.sensitive)
+                 the inputs as shown: a sensitive one is its keyed mark (rungd.service.sensitive)
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ import trio
 from rungd_ledgers import input_digest
 
 from rungd.config import Config
-from rungd.contract import Caller, Tool, ToolInputs
-from rungd.errors import BadInput, UnknownTool
-from rungd.plugins import RegisteredTool
-from rungd.sensitive import Marks
+from rungd.core.contract import Caller, Tool, ToolInputs
+from rungd.core.errors import BadInput, UnknownTool
+from rungd.service.plugins import RegisteredTool
+from rungd.service.sensitive import Marks
 
 if TYPE_CHECKING:
-    from rungd.stepdown import StepDownWatch
+    from rungd.service.stepdown import StepDownWatch
 
 
 # The logged inputs one received record may carry: far below what a ledger line may be

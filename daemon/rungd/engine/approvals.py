@@ -17,10 +17,10 @@ from typing import Literal
 import trio
 
 from rungd.config import Config
-from rungd.contract import Caller, ToolInputs
-from rungd.errors import ApprovalExpired, Busy, Denied, GateDenied, RungdError
-from rungd.gates import approval_message, is_operator, verify_signature
-from rungd.proctree import spawning
+from rungd.core.contract import Caller, ToolInputs
+from rungd.core.errors import ApprovalExpired, Busy, Denied, GateDenied, RungdError
+from rungd.service.gates import approval_message, is_operator, verify_signature
+from rungd.system.proctree import spawning
 
 from rungd.engine.calls import Call, CallTable, Held
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import trio
 
-from rungd.contract import Caller
-from rungd.envelope import Envelope
-from rungd.errors import UnknownCall
+from rungd.core.contract import Caller
+from rungd.core.envelope import Envelope
+from rungd.core.errors import UnknownCall
 
 
 def new_call_id() -> str:

@@ -3,7 +3,7 @@
     admission     which tool, may this caller use it, are the inputs valid     (admission.py)
     repeats       is this request_id new, running, finished or unknown         (idempotency.py)
     slots         may another call of this tool run now                        (slots.py)
-    ledger        received + dispatched (or held), durable before anything runs (rungd.audit)
+    ledger        received + dispatched (or held), durable before anything runs (rungd.service.audit)
     approvals     held calls wait for a person                                  (approvals.py)
     precondition  the write's expected revision, under its resource lock        (preconditions.py)
     run           the handler under its deadline, in the daemon's call nursery
@@ -28,16 +28,16 @@ from typing import Any
 import msgspec
 import trio
 
-from rungd import sensitive
-from rungd.audit import Audit
+from rungd.service import sensitive
+from rungd.service.audit import Audit
 from rungd.config import Config
-from rungd.contract import CallContext, Caller, Tool, ToolInputs
-from rungd.credentials import CredentialStore
-from rungd.envelope import Envelope
-from rungd.errors import Busy, ReconcileRequired, RungdError
-from rungd.gates import gate_for, is_operator
-from rungd.plugins import RegisteredTool
-from rungd.proctree import Reaper
+from rungd.core.contract import CallContext, Caller, Tool, ToolInputs
+from rungd.service.credentials import CredentialStore
+from rungd.core.envelope import Envelope
+from rungd.core.errors import Busy, ReconcileRequired, RungdError
+from rungd.service.gates import gate_for, is_operator
+from rungd.service.plugins import RegisteredTool
+from rungd.system.proctree import Reaper
 from rungd.redact import Redactor
 from rungd.runner import limits
 from rungd.runner.limits import Limits

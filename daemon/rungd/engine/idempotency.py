@@ -18,8 +18,8 @@ from typing import Any
 
 from rungd_ledgers import IdempotencyIndex
 
-from rungd.contract import Tool
-from rungd.errors import BadInput, IdempotencyMismatch, ReconcileRequired
+from rungd.core.contract import Tool
+from rungd.core.errors import BadInput, IdempotencyMismatch, ReconcileRequired
 
 from rungd.engine.calls import Call, CallTable
 

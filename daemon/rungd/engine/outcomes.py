@@ -22,9 +22,9 @@ from typing import Any
 
 import msgspec
 
-from rungd.contract import CallContext, Result, Tool, shows
-from rungd.envelope import DEFAULT_CAP_BYTES, Envelope, ErrorInfo, Settle, fit_to_cap
-from rungd.errors import Failed, Interrupted, NextAction, Outcome, Retry, RungdError, ToolError, ToolTimeout
+from rungd.core.contract import CallContext, Result, Tool, shows
+from rungd.core.envelope import DEFAULT_CAP_BYTES, Envelope, ErrorInfo, Settle, fit_to_cap
+from rungd.core.errors import Failed, Interrupted, NextAction, Outcome, Retry, RungdError, ToolError, ToolTimeout
 from rungd.protocol import ProtocolError
 from rungd.redact import redact_fields
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import trio
 
-from rungd.contract import Caller, Tool, ToolInputs, shows
-from rungd.envelope import Envelope
-from rungd.errors import Conflict, Failed
+from rungd.core.contract import Caller, Tool, ToolInputs, shows
+from rungd.core.envelope import Envelope
+from rungd.core.errors import Conflict, Failed
 
 # await read(tool, inputs, caller) -> the read's envelope
 ReadCall = Callable[[str, dict[str, Any], Caller], Awaitable[Envelope]]

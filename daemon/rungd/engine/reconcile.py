@@ -16,10 +16,10 @@ from typing import Any
 import msgspec
 
 from rungd.config import Config
-from rungd.contract import Caller, Tool, shows
-from rungd.envelope import Envelope
-from rungd.errors import Denied, ReconcileRequired, UnknownCall
-from rungd.gates import is_operator
+from rungd.core.contract import Caller, Tool, shows
+from rungd.core.envelope import Envelope
+from rungd.core.errors import Denied, ReconcileRequired, UnknownCall
+from rungd.service.gates import is_operator
 
 from rungd.engine import outcomes
 

@@ -25,10 +25,10 @@ from typing import Any
 import msgspec
 from rungd_ledgers import Unfinished, iter_records
 
-from rungd import proctree
-from rungd.audit import Audit
-from rungd.contract import Tool
-from rungd.envelope import Settle
+from rungd.system import proctree
+from rungd.service.audit import Audit
+from rungd.core.contract import Tool
+from rungd.core.envelope import Settle
 
 from rungd.engine import outcomes
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import trio
 
-from rungd.contract import Tool
-from rungd.errors import Busy
+from rungd.core.contract import Tool
+from rungd.core.errors import Busy
 
 
 class Slots:

@@ -45,8 +45,8 @@ import msgspec
 import trio
 from pydantic import BaseModel
 
-from rungd.contract import CallContext, Result
-from rungd.errors import NextAction, Retry, StaleExport, SurfaceChanged, UnexpectedState
+from rungd.core.contract import CallContext, Result
+from rungd.core.errors import NextAction, Retry, StaleExport, SurfaceChanged, UnexpectedState
 from rungd.exchange import locks, patterns, safe
 from rungd.exchange.formats import Csv, Format, JsonLines, Limits, Reader, Stopped, open_reader
 from rungd.exchange.paths import Roots

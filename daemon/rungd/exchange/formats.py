@@ -44,7 +44,7 @@ from typing import Any, BinaryIO, Literal
 
 import msgspec
 
-from rungd.errors import BadInput, SurfaceChanged
+from rungd.core.errors import BadInput, SurfaceChanged
 from rungd.exchange.safe import open_regular
 
 BOMS: tuple[tuple[bytes, str], ...] = (

@@ -48,8 +48,8 @@ import pydantic
 import trio
 from pydantic import BaseModel, TypeAdapter
 
-from rungd.contract import CallContext, Result
-from rungd.errors import BadInput, ImportPartial, Locked, UnexpectedState
+from rungd.core.contract import CallContext, Result
+from rungd.core.errors import BadInput, ImportPartial, Locked, UnexpectedState
 from rungd.exchange import locks, patterns, safe
 from rungd.exchange.formats import Csv, Format, render
 from rungd.exchange.paths import Roots, checked_name

@@ -30,7 +30,7 @@ from typing import ClassVar
 import filelock
 import psutil
 
-from rungd.errors import Locked
+from rungd.core.errors import Locked
 from rungd.exchange import safe
 
 LIBREOFFICE = ".~lock.{name}#"

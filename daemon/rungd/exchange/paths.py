@@ -22,8 +22,8 @@ import os
 import re
 from pathlib import Path
 
-from rungd.contract import ErrorRule
-from rungd.errors import BadInput, ToolError
+from rungd.core.contract import ErrorRule
+from rungd.core.errors import BadInput, ToolError
 
 OUTSIDE_ROOTS_CODE = "OUTSIDE_ROOTS"
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -51,7 +51,7 @@ import pydantic
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_jsonable_python
 
-from rungd.errors import BadInput, SurfaceChanged
+from rungd.core.errors import BadInput, SurfaceChanged
 from rungd.exchange.formats import FlatBatch, Malformed
 
 # Number cells a shortcut may accept without asking pydantic: each pattern accepts only

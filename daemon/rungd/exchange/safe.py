@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 
 import trio
 
-from rungd.contract import ErrorRule
-from rungd.errors import ToolError, ToolTimeout
+from rungd.core.contract import ErrorRule
+from rungd.core.errors import ToolError, ToolTimeout
 from rungd.exchange.paths import OutsideRoots, Roots
 
 T = TypeVar("T")

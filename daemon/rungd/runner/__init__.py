@@ -12,7 +12,7 @@ What ``run`` guarantees:
   for many programs): it stays open and silent, carries declared data, or is closed right
   away only when the tool declares ``stdin="eof"``.
 * A question is recognised by evidence: when output goes quiet, the runner asks the kernel
-  whether a process of the call is blocked reading its stdin (``rungd.procwatch``). A
+  whether a process of the call is blocked reading its stdin (``rungd.runner.procwatch``). A
   declared confirmation is answered only when the call passed its gate; a credential
   question is answered only with a credential the tool declared, at most as often as
   declared; anything else kills the tree and raises PromptUnexpected or AuthRequired,
@@ -23,7 +23,7 @@ What ``run`` guarantees:
   redacted streams go to evidence files (themselves capped, and saying so; a stream that
   printed nothing has none).
 * On the deadline or any cancellation the whole tree dies, descendants that left the
-  process group included (``rungd.proctree``). Every wait after the kill is bounded.
+  process group included (``rungd.system.proctree``). Every wait after the kill is bounded.
 
 Where each concern lives:
 

@@ -1,7 +1,7 @@
 """The call's private folder and the askpass endpoint in it.
 
 GIT_ASKPASS, SSH_ASKPASS and SUDO_ASKPASS point at a script in this folder that runs
-``rungd.askpass.main``; that helper hands the exact question to :class:`AskpassServer` over a
+``rungd.runner.askpass.main``; that helper hands the exact question to :class:`AskpassServer` over a
 Unix socket in the same folder, and prints the answer only if it gets one. Credential files
 a tool declares are handed to the child as in-memory files, never written to a folder.
 
@@ -41,7 +41,8 @@ from pathlib import Path
 
 import trio
 
-from rungd import askpass, proctree, trust
+from rungd.runner import askpass
+from rungd.system import proctree, trust
 
 log = logging.getLogger("rungd.askpass")
 
@@ -321,7 +322,7 @@ _F_SEAL_EXEC = 0x0020  # <linux/fcntl.h>; not in Python 3.11's fcntl
 
 def installed_helper() -> Path | None:
     """The ``rungd-askpass`` script installed beside the daemon's interpreter, when root owns
-    it and every folder above it (rungd.trust, with root as the only owner), else None.
+    it and every folder above it (rungd.system.trust, with root as the only owner), else None.
 
     This is the helper for a daemon that cannot use the sealed memfd: a non-root daemon
     holding the drop-in's capabilities, as the shipped unit runs for ``user =`` tools. Its

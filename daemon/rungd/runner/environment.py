@@ -6,9 +6,9 @@ import os
 import pwd
 from collections.abc import Mapping
 
-from rungd import proctree
-from rungd.contract import CallContext
-from rungd.errors import AuthRequired
+from rungd.system import proctree
+from rungd.core.contract import CallContext
+from rungd.core.errors import AuthRequired
 from rungd.runner.program import Program
 
 # Environment every child gets. Nothing is inherited from the daemon except the names in

@@ -23,9 +23,9 @@ from typing import Any, BinaryIO
 
 import trio
 
-from rungd import proctree, trust
-from rungd.contract import CallContext
-from rungd.errors import Failed, RungdError, ToolError
+from rungd.system import proctree, trust
+from rungd.core.contract import CallContext
+from rungd.core.errors import Failed, RungdError, ToolError
 from rungd.redact import Redactor
 from rungd.runner.askpass_server import AskpassServer, CallAskpass
 from rungd.runner.environment import DEFAULT_PATH, child_env, credential
@@ -279,7 +279,7 @@ def _with_argv_files(program: Program, secrets: Mapping[int, str], secret_file: 
 
 def _check_trusted(ctx: CallContext, program: Program) -> None:
     """Refuse to start a program that someone other than root or rungd's user could have
-    replaced since the tool was loaded (:mod:`rungd.trust`), before any credential is read.
+    replaced since the tool was loaded (:mod:`rungd.system.trust`), before any credential is read.
 
     Raises:
         Failed: naming the path, its owner and mode, and the fix; this program was not run

@@ -7,8 +7,8 @@ import re
 import signal
 from collections.abc import Mapping
 
-from rungd.contract import ErrorRule
-from rungd.errors import AuthRequired, Failed, PromptUnexpected, ToolError
+from rungd.core.contract import ErrorRule
+from rungd.core.errors import AuthRequired, Failed, PromptUnexpected, ToolError
 from rungd.runner.limits import Limits
 from rungd.runner.program import Completed, Program
 from rungd.runner.questions import CREDENTIAL_NEEDED, CREDENTIAL_QUESTION, TERMINAL_REQUIRED

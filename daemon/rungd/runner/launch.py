@@ -42,7 +42,7 @@ from pathlib import Path
 
 import trio
 
-from rungd import proctree
+from rungd.system import proctree
 from rungd.runner import launcher as _launcher
 from rungd.runner.limits import Limits
 
@@ -116,7 +116,7 @@ def source_digest() -> str:
 
 
 def own_files() -> list[tuple[Path, str]]:
-    """rungd's own files that run every program, for :func:`rungd.daemon.check_sources`: the
+    """rungd's own files that run every program, for :func:`rungd.service.daemon.check_sources`: the
     package (its folder: the Python launcher, the askpass helper's source, every module) and the
     compiled launcher where one was built."""
     files = [(_LAUNCHER.parent.parent, "rungd's own code"), (_LAUNCHER, "the Python launcher")]

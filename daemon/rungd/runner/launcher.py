@@ -53,7 +53,7 @@ or ``R`` and a start request, big-endian throughout:
         set (all ones: RLIM_INFINITY); _NO_NEW_PRIVS counts only with _LIMITS
     with _LABEL (only with _CGROUP): the call's id, a string; once the process is made, the
         launcher writes it to the cgroup's ``user.rungd.call`` attribute (start-up recovery
-        reads it: ``rungd.proctree.sweep_cgroups``)
+        reads it: ``rungd.system.proctree.sweep_cgroups``)
     cwd, then argv (count u32, then each), then env (count u32, then name and value each):
     every string a u32 length and its bytes
 
@@ -81,7 +81,7 @@ MAX_BODY = 64 << 20  # the largest request either launcher reads (argv and env a
 MAX_ITEMS = 1 << 20  # arguments and environment entries together (the kernel's own limit is lower)
 MAX_TARGET = 1 << 20  # the highest descriptor number a program's descriptor may become (fs.nr_open)
 _MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS, _LABEL = 1, 2, 4, 8, 16, 32
-LABEL_XATTR = b"user.rungd.call"  # launcher.c names it too; rungd.proctree reads it
+LABEL_XATTR = b"user.rungd.call"  # launcher.c names it too; rungd.system.proctree reads it
 MAX_LABEL = 255  # a call id is far shorter; an attribute's value may be longer
 _U8, _U16, _U32, _I32, _U64 = (struct.Struct(f"!{kind}") for kind in "BHIiQ")
 _INFINITY = (1 << 64) - 1  # RLIM_INFINITY on the wire

@@ -64,7 +64,7 @@ class Program:
     # caller's input that spells the marker is never replaced (only these words are).
     argv_file_credentials: Mapping[int, str] = dataclasses.field(default_factory=dict)
     # Paths the tool itself wrote into argv (a script, SQL or job file): trusted as the
-    # program is (rungd.trust.check_operand), re-checked at each call before it starts.
+    # program is (rungd.system.trust.check_operand), re-checked at each call before it starts.
     fixed_paths: tuple[str, ...] = ()
     stdin: Literal["none", "eof"] | bytes = "none"
     # With bytes: close stdin once they are sent. An end the tool declared (crontab -,

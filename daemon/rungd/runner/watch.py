@@ -10,9 +10,10 @@ import time
 
 import trio
 
-from rungd import procwatch, proctree
-from rungd.contract import CallContext
-from rungd.errors import AuthRequired, Failed, PromptUnexpected, RungdError
+from rungd.runner import procwatch
+from rungd.system import proctree
+from rungd.core.contract import CallContext
+from rungd.core.errors import AuthRequired, Failed, PromptUnexpected, RungdError
 from rungd.redact import Redactor
 from rungd.runner.program import CredentialPrompt, Program
 from rungd.runner.questions import CREDENTIAL_QUESTION

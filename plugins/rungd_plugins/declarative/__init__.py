@@ -127,7 +127,7 @@ def tool_files(tool_dirs: tuple[Path, ...], refuse: Callable[[str], None]) -> li
 
     Args:
         refuse: told of each folder or file left out because someone other than root or
-            rungd's user could write it (rungd.trust); the others are still returned.
+            rungd's user could write it (rungd.system.trust); the others are still returned.
 
     Raises:
         ConfigError: a folder in ``plugins.tool_dirs`` does not exist.

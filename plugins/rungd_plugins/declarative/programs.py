@@ -210,7 +210,7 @@ def resolve_command(path: Path, key: str, command: str) -> Path:
     Raises:
         ConfigError: ``<file>: key <key>: ...`` when it is not on PATH, not an executable file,
             or is a shell, an interpreter or an exec wrapper (itself or through symlinks).
-        Untrusted: someone other than root or rungd's user could replace it (rungd.trust).
+        Untrusted: someone other than root or rungd's user could replace it (rungd.system.trust).
     """
     if "/" in command:
         resolved = Path(command) if os.path.isabs(command) else (path.parent / command).resolve()
@@ -811,7 +811,7 @@ def _owners(user: str | None) -> set[int]:
 
 
 def _check_env_path(path: Path, key: str, value: str, user: str | None) -> None:
-    """A path a variable names must be fixed, absolute and owned right (rungd.trust): whoever
+    """A path a variable names must be fixed, absolute and owned right (rungd.system.trust): whoever
     could write it would choose what the program reads there, as a tool file does."""
     owners = _owners(user)
     for part in value.split(":") if not _TYPED_PATH.match(value) else [_TYPED_PATH.sub("", value)]:

@@ -119,7 +119,7 @@ class InputSpec(_Strict):
     # Text of several lines (\n, \r, \t allowed): only for the input a tool feeds on stdin.
     multiline: bool = False
     # A value only the program may read (a password, a PIN): shown everywhere else as a
-    # keyed mark, and redacted from what the program prints (rungd.sensitive).
+    # keyed mark, and redacted from what the program prints (rungd.service.sensitive).
     sensitive: bool = False
     filter: FilterSpec | None = None
 
@@ -183,7 +183,7 @@ class CredentialPromptSpec(_Strict):
 class ExpectSpec(_Strict):
     """One test a read-back field must pass, instead of a literal value (exactly one key):
     ``{ present = true }``, ``{ equals = "{name}" }``, ``{ before_plus = "{n}" }``...
-    The rule itself is ``rungd.expectations``."""
+    The rule itself is ``rungd.core.expectations``."""
 
     equals: str | int | float | bool | None = None
     present: bool | None = None
@@ -209,7 +209,7 @@ class ExpectSpec(_Strict):
         return self.model_dump(exclude_none=True)
 
 
-# Tests that compare with the read made before the act (rungd.expectations.RELATIVE).
+# Tests that compare with the read made before the act (rungd.core.expectations.RELATIVE).
 RELATIVE_TESTS = frozenset({"before_plus", "greater_than_before", "less_than_before", "differs_from_before"})
 # A read-back field's expectation: a literal (or "{input}"), or one test.
 Expectation = str | int | float | bool | ExpectSpec

@@ -18,22 +18,22 @@ from pathlib import Path
 
 import trio
 
-from rungd import proctree, sdnotify, trust
-from rungd.audit import Audit
+from rungd.system import proctree, sdnotify, trust
+from rungd.service.audit import Audit
 from rungd.config import Config, load_config
-from rungd.contract import Caller, Tool
-from rungd.credentials import CredentialStore
+from rungd.core.contract import Caller, Tool
+from rungd.service.credentials import CredentialStore
 from rungd.engine import Dispatcher
 from rungd.engine.recovery import recover
-from rungd.envelope import Envelope
-from rungd.evidence import EvidenceStore
-from rungd.gates import check_gates, is_operator
-from rungd.ledger_upkeep import LedgerUpkeep
-from rungd.plugins import Hooks
+from rungd.core.envelope import Envelope
+from rungd.service.evidence import EvidenceStore
+from rungd.service.gates import check_gates, is_operator
+from rungd.service.ledger_upkeep import LedgerUpkeep
+from rungd.service.plugins import Hooks
 from rungd.runner import launch
 from rungd.runner.askpass_server import AskpassEndpoint
-from rungd.server import Connection, ConnectionLimits, FrameBudget, Replies, bind_unix_socket
-from rungd.stepdown import StepDownWatch
+from rungd.service.server import Connection, ConnectionLimits, FrameBudget, Replies, bind_unix_socket
+from rungd.service.stepdown import StepDownWatch
 
 log = logging.getLogger("rungd")
 
@@ -243,7 +243,7 @@ def check_sources(config: Config) -> None:
     """Refuse a config whose own files decide what runs but are not owned right.
 
     The config file, ``gates.allowed_signers`` (who may approve), ``ledger.anchor_key`` and
-    rungd's own code and launcher must pass :func:`rungd.trust.check`: unlike one tool file,
+    rungd's own code and launcher must pass :func:`rungd.system.trust.check`: unlike one tool file,
     none of them can be left out while the rest serves. A missing one is said where it is used.
 
     Raises:

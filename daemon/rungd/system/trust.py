@@ -31,7 +31,7 @@ import stat
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from rungd.errors import ConfigError
+from rungd.core.errors import ConfigError
 
 # Links followed while walking one path, as the kernel's own limit (ELOOP past 40).
 _MAX_LINKS = 40

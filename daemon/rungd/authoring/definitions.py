@@ -45,7 +45,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from rungd.envelope import Envelope
+from rungd.core.envelope import Envelope
 from rungd.protocol import ToolDefinition
 
 Format = Literal["openai", "openai-responses", "anthropic", "mcp", "jsonschema"]
@@ -161,7 +161,7 @@ def root_schema(struct: type, title: str, description: str) -> dict[str, Any]:
 
 
 def envelope_schema() -> dict[str, Any]:
-    """The result envelope's JSON Schema (from ``rungd.envelope.Envelope``): every tool's
+    """The result envelope's JSON Schema (from ``rungd.core.envelope.Envelope``): every tool's
     ``outputSchema``, since every result's ``structuredContent`` is an envelope."""
     return root_schema(
         Envelope, "rungd result envelope",

@@ -33,8 +33,8 @@ import secrets
 import stat
 from pathlib import Path
 
-from rungd.contract import ToolInputs
-from rungd.errors import ConfigError
+from rungd.core.contract import ToolInputs
+from rungd.core.errors import ConfigError
 
 KEY_FILE = "sensitive.key"
 _KEY_BYTES = 32

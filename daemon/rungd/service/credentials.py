@@ -18,12 +18,12 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rungd import trust
+from rungd.system import trust
 from rungd.config import read_toml
-from rungd.errors import ConfigError
+from rungd.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from rungd.plugins import Hooks
+    from rungd.service.plugins import Hooks
 
 ENV_PREFIX = "RUNGD_CRED_"
 

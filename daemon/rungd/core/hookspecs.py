@@ -1,7 +1,7 @@
 """The hooks a rungd plugin may implement. Project name ``rungd``; every hook is ``rungd_*``.
 
 Hooks are synchronous and cheap: they run on the daemon's event loop. Slow work belongs in
-a tool's handler, never in a hook. ``rungd.plugins.Hooks`` makes every call; a plugin
+a tool's handler, never in a hook. ``rungd.service.plugins.Hooks`` makes every call; a plugin
 imports ``hookimpl`` and the argument types from ``rungd.sdk``.
 
     hook                    called                          result
@@ -19,9 +19,9 @@ import pluggy
 
 if TYPE_CHECKING:  # only for the annotations: the core modules import this one
     from rungd.config import Config
-    from rungd.contract import Caller, Tool
-    from rungd.envelope import Envelope
-    from rungd.plugins import PluginSettings
+    from rungd.core.contract import Caller, Tool
+    from rungd.core.envelope import Envelope
+    from rungd.service.plugins import PluginSettings
 
 hookspec = pluggy.HookspecMarker("rungd")
 hookimpl = pluggy.HookimplMarker("rungd")
@@ -79,7 +79,7 @@ def rungd_observe_result(tool: str, envelope: Envelope, caller: Caller) -> None:
 
     Args:
         tool: the tool's name.
-        envelope: the ``rungd.envelope.Envelope`` (read-only; credentials already redacted).
+        envelope: the ``rungd.core.envelope.Envelope`` (read-only; credentials already redacted).
         caller: the ``rungd.sdk.Caller`` of the call.
 
     Returns:

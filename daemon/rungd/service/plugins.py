@@ -34,20 +34,20 @@ import pluggy
 import pydantic
 from pydantic import BaseModel
 
-from rungd import hookspecs
+from rungd.core import hookspecs
 from rungd.config import Config
-from rungd.contract import Caller, Tool
-from rungd.errors import ConfigError, PluginError
-from rungd.trust import Untrusted, check as check_trusted
+from rungd.core.contract import Caller, Tool
+from rungd.core.errors import ConfigError, PluginError
+from rungd.system.trust import Untrusted, check as check_trusted
 
 if TYPE_CHECKING:
-    from rungd.envelope import Envelope
+    from rungd.core.envelope import Envelope
 
 ENTRY_POINT_GROUP = "rungd.plugins"
 FILE_PREFIX = "file:"
 # The built-in plugin that turns every tool file in plugins.tool_dirs into tools.
 DECLARATIVE = "declarative"
-log = logging.getLogger(__name__)
+log = logging.getLogger("rungd.plugins")
 
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
 
@@ -131,7 +131,7 @@ def make_plugin_manager(config: Config, refused: list[str] | None = None) -> plu
     """A fresh plugin manager with every enabled plugin loaded and checked.
 
     A module of ``plugins.modules`` or a file of ``plugins.files`` that someone other than
-    root or rungd's user could write (:mod:`rungd.trust`) is not imported: with ``refused``
+    root or rungd's user could write (:mod:`rungd.system.trust`) is not imported: with ``refused``
     it is told there and the other plugins load; without, it raises.
 
     Raises:
@@ -305,7 +305,7 @@ class Hooks:
 
     def __init__(self, pm: pluggy.PluginManager, refused: list[str] | None = None) -> None:
         self.pm = pm
-        # What was left out because its owner or modes are wrong (rungd.trust): plugin files
+        # What was left out because its owner or modes are wrong (rungd.system.trust): plugin files
         # and modules at load, tool files and programs at collect_tools.
         self._refused_at_load = list(refused or ())
         self.refused: list[str] = list(self._refused_at_load)

@@ -47,7 +47,7 @@ from typing import Any
 import msgspec
 
 from rungd.client import Client
-from rungd.definitions import Format, export, split_request_id
+from rungd.authoring.definitions import Format, export, split_request_id
 from rungd.protocol import ToolDefinition
 
 Model = Callable[[dict[str, Any]], dict[str, Any]]

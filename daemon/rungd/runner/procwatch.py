@@ -33,7 +33,7 @@ import os
 import struct
 from collections.abc import Callable, Iterable
 
-from rungd.proctree import read_file
+from rungd.system.proctree import read_file
 
 # poll(2) and epoll(7) share these bits; either one means "wake me when there is data to read".
 _READ_EVENTS = 0x001 | 0x040  # POLLIN | POLLRDNORM, EPOLLIN | EPOLLRDNORM

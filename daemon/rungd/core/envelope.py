@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from rungd.errors import NextAction, Outcome, Retry
+from rungd.core.errors import NextAction, Outcome, Retry
 
 Status = Literal["ok", "error", "pending"]
 Effect = Literal["changed", "existing", "no_change", "none"]

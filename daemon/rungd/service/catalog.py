@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rungd.contract import Tool
+from rungd.core.contract import Tool
 from rungd.protocol import ToolDefinition, ToolSummary
 
 if TYPE_CHECKING:
-    from rungd.stepdown import Mark
+    from rungd.service.stepdown import Mark
 
 
 def summary(tool: Tool, plugin: str, mark: Mark | None = None) -> ToolSummary:
     """Name, side effect, the ``does`` slot, the plugin that registered it, and its
-    step-down mark when an observation fired (``rungd.stepdown``)."""
+    step-down mark when an observation fired (``rungd.service.stepdown``)."""
     return ToolSummary(name=tool.name, side_effect=tool.side_effect, summary=tool.description.does, plugin=plugin,
                        step_down=mark.text() if mark else None, suspended=bool(mark and mark.suspended))
 

@@ -8,7 +8,7 @@ and its envelope lists their ids. This module reads them back and deletes them:
     EvidenceStore.prune()                  by age, then by total size, oldest first
     EvidenceStore.run()                    the housekeeping task: prune at start-up, then every so often
 
-**Who may read.** The call's own caller, and operators (``rungd.gates.is_operator``). For
+**Who may read.** The call's own caller, and operators (``rungd.service.gates.is_operator``). For
 anyone else an id answers UNKNOWN_EVIDENCE, exactly as an id never written does, so the ids
 of others cannot be probed. The owner comes from the call table while the daemon still
 remembers the call, else from the ledger's ``received`` record (``LedgerOwners``: only the
@@ -54,10 +54,10 @@ from rungd_ledgers.files import ledger_files
 from rungd_ledgers.records import Record
 
 from rungd.config import Config
-from rungd.contract import Caller
+from rungd.core.contract import Caller
 from rungd.engine.calls import CallTable
-from rungd.errors import BadInput, EvidenceGone, UnknownEvidence
-from rungd.gates import is_operator
+from rungd.core.errors import BadInput, EvidenceGone, UnknownEvidence
+from rungd.service.gates import is_operator
 from rungd.protocol import Evidence, EvidenceNext, EvidenceSlice
 from rungd.runner.streams import not_kept_path
 

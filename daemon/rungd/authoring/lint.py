@@ -46,22 +46,22 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from rungd.catalog import describe
-from rungd.contract import Description
-from rungd.definitions import (
+from rungd.service.catalog import describe
+from rungd.core.contract import Description
+from rungd.authoring.definitions import (
     PROVIDER_NAME,
     ExportError,
     compact_json,
     estimate_tokens,
     to_anthropic,
 )
-from rungd.errors import CORE_ERRORS, NextAction, Retry
-from rungd.plugins import Hooks
+from rungd.core.errors import CORE_ERRORS, NextAction, Retry
+from rungd.service.plugins import Hooks
 from rungd.protocol import ToolDefinition
 
 if TYPE_CHECKING:
     from rungd.config import Config
-    from rungd.contract import Tool
+    from rungd.core.contract import Tool
 
 Rank = Literal["fix-first", "should-fix", "consider"]
 RANKS: tuple[Rank, ...] = ("fix-first", "should-fix", "consider")
@@ -210,7 +210,7 @@ def definitions_from_config(config: Config, refused: list[str] | None = None) ->
 
     Args:
         refused: given, what the daemon would leave out because its owner or modes are wrong
-            (:mod:`rungd.trust`) is added to it; :func:`refused_findings` makes findings of it.
+            (:mod:`rungd.system.trust`) is added to it; :func:`refused_findings` makes findings of it.
 
     Raises:
         PluginError: as ``Hooks.load`` and ``Hooks.collect_tools`` do.

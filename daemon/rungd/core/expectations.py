@@ -1,5 +1,5 @@
 """What a read must show for an effect to count as happened: the one rule read-backs, the
-settle read and reconcile judge by (``rungd.contract.shows`` delegates here).
+settle read and reconcile judge by (``rungd.core.contract.shows`` delegates here).
 
 An expectation maps a field of the read to either a literal (the field equals it, compared
 as text, since a parsed "7" and an input 7 mean the same) or a one-key table naming a test:

@@ -1,7 +1,7 @@
 """Adverse-outcome receipts: a tool file's contract run against stand-ins for its program.
 
 ``rungctl check`` copies a tool file into a throw-away folder with its ``[program] command``
-pointed at a stand-in (``rungd.standins``), starts a throw-away daemon on that copy, and calls
+pointed at a stand-in (``rungd.authoring.standins``), starts a throw-away daemon on that copy, and calls
 every tool once per adverse fixture, twice each, never running the real program:
 
     read tools    missing  hang  question  flood  secret  empty
@@ -48,14 +48,14 @@ from typing import Any
 import msgspec
 import trio
 
-from rungd import expectations
+from rungd.core import expectations
 from rungd.client import ClientError
 from rungd.config import load_config
-from rungd.envelope import Envelope
-from rungd.errors import ConfigError
+from rungd.core.envelope import Envelope
+from rungd.core.errors import ConfigError
 from rungd.redact import Redactor
 from rungd.runner.program import credential_files_named
-from rungd.standins import ROLE_ENV, CannotSynthesize, confirmation_text, sample_text, write_standin
+from rungd.authoring.standins import ROLE_ENV, CannotSynthesize, confirmation_text, sample_text, write_standin
 from rungd.testing import RunningDaemon, start_daemon, write_config
 
 READ_FIXTURES = ("missing", "hang", "question", "flood", "secret", "empty")
@@ -578,7 +578,7 @@ def _other(value: Any) -> Any:
 
 def _before_and_after(expected: Any) -> tuple[Any, Any]:
     """A field's value before a change and after it, such that ``expected`` (a literal or a
-    test of ``rungd.expectations``) holds after and not before; a relative test ("greater
+    test of ``rungd.core.expectations``) holds after and not before; a relative test ("greater
     than before") compares the two.
 
     Raises:

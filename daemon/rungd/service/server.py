@@ -35,14 +35,14 @@ import msgspec
 import trio
 
 from rungd import protocol
-from rungd.catalog import describe, summary
+from rungd.service.catalog import describe, summary
 from rungd.config import ServerConfig
-from rungd.contract import Caller
+from rungd.core.contract import Caller
 from rungd.engine import Call as CallState
 from rungd.engine import Dispatcher, outcomes
-from rungd.errors import RungdError
-from rungd.evidence import EvidenceStore
-from rungd.gates import approval_message, is_operator
+from rungd.core.errors import RungdError
+from rungd.service.evidence import EvidenceStore
+from rungd.service.gates import approval_message, is_operator
 from rungd.protocol import (
     Approve,
     Call,

@@ -24,7 +24,7 @@ def new_plugin(name: str, folder: Path, *, python: bool = False) -> list[Path]:
     """
     if not NAME.match(name):
         raise ValueError(f"{name!r}: a plugin is named after its program: one lower-case word, e.g. 'erp'")
-    templates = resources.files("rungd") / "templates"
+    templates = resources.files("rungd.authoring") / "templates"
     if not python:
         target = folder / f"{name}.toml"
         _refuse_overwrite([target])

@@ -32,10 +32,10 @@ from typing import Any, ClassVar, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
-from rungd import expectations
-from rungd.envelope import DEFAULT_CAP_BYTES, Effect
-from rungd.errors import CORE_ERRORS, BadInput, NextAction, Outcome, Retry
-from rungd.gates import Gate
+from rungd.core import expectations
+from rungd.core.envelope import DEFAULT_CAP_BYTES, Effect
+from rungd.core.errors import CORE_ERRORS, BadInput, NextAction, Outcome, Retry
+from rungd.service.gates import Gate
 from rungd.protocol import DISGUISING
 
 # The most a result may hold (``Tool.cap_bytes``), as a tool file's cap_bytes: results are kept
@@ -161,7 +161,7 @@ class StepDown:
     breaks the row) or within a sliding window of ``within_s`` seconds.
 
     The daemon watches for it in the ledger's ``finished`` records as calls finish
-    (``rungd.stepdown``): "3 SURFACE_CHANGED in a row" is
+    (``rungd.service.stepdown``): "3 SURFACE_CHANGED in a row" is
     ``StepDown(("SURFACE_CHANGED",), count=3)``; "PROMPT_UNEXPECTED twice in 24 h" is
     ``StepDown(("PROMPT_UNEXPECTED",), count=2, within_s=86400)``; "UNEXPECTED_STATE
     once" is ``StepDown(("UNEXPECTED_STATE",))``.
@@ -321,7 +321,7 @@ def shows(fields: Mapping[str, Any], expect: Mapping[str, Any],
           before: Mapping[str, Any] | None = None) -> bool | None:
     """Whether a read's fields show every expected value: a literal (compared as text, since
     a parsed "7" and an input 7 mean the same) or a test table such as ``{"present": True}``
-    or ``{"before_plus": 1}`` (``rungd.expectations`` lists them). The one rule read-backs
+    or ``{"before_plus": 1}`` (``rungd.core.expectations`` lists them). The one rule read-backs
     and reconcile both judge by.
 
     Args:
@@ -368,7 +368,7 @@ class ToolInputs(BaseModel):
     A text field nobody but the program may read (a new account's initial password, a PIN)
     says so with ``json_schema_extra={"sensitive": True}``: the handler gets the value, and
     everywhere else (pending, the ledger, errors, the envelope) shows its keyed mark
-    (``rungd.sensitive``), and the value is redacted from what the program prints.
+    (``rungd.service.sensitive``), and the value is redacted from what the program prints.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -576,7 +576,7 @@ class Tool:
     def __post_init__(self) -> None:
         object.__setattr__(self, "credentials", tuple(self.credentials))
         if not issubclass(self.inputs, ToolInputs):
-            raise TypeError(f"tool {self.name}: inputs must subclass rungd.contract.ToolInputs")
+            raise TypeError(f"tool {self.name}: inputs must subclass rungd.core.contract.ToolInputs")
         unknown = set(self.log_fields) - set(self.inputs.model_fields)
         if unknown:
             raise TypeError(f"tool {self.name}: log_fields names unknown inputs {sorted(unknown)}")

@@ -1,6 +1,6 @@
 """Step-down signals: noticing, from evidence, that a wrapper has stopped fitting its program.
 
-A tool's heading may declare step-down observations (``rungd.contract.StepDown``): "3
+A tool's heading may declare step-down observations (``rungd.core.contract.StepDown``): "3
 SURFACE_CHANGED in a row", "PROMPT_UNEXPECTED twice within 24h", "UNEXPECTED_STATE once".
 The daemon evaluates them on every call's final result, in the order the ledger's
 ``finished`` records have, and when one fires:
@@ -36,10 +36,10 @@ from pathlib import Path
 import trio
 from rungd_ledgers import iter_events
 
-from rungd.audit import Audit
-from rungd.contract import Caller, StepDown, Tool
-from rungd.envelope import Envelope
-from rungd.errors import Denied, RungdError, ToolSuspended, UnknownTool
+from rungd.service.audit import Audit
+from rungd.core.contract import Caller, StepDown, Tool
+from rungd.core.envelope import Envelope
+from rungd.core.errors import Denied, RungdError, ToolSuspended, UnknownTool
 
 log = logging.getLogger("rungd.stepdown")
 

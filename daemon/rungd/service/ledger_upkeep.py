@@ -33,15 +33,15 @@ import trio
 from rungd_ledgers import LedgerError, PruneResult, anchor_message, prune
 from rungd_ledgers.anchors import SIGNATURE_NAMESPACE, Anchor
 
-from rungd.audit import Audit
+from rungd.service.audit import Audit
 from rungd.config import LedgerConfig
-from rungd.errors import RungdError
-from rungd.gates import signing_principals, verifies
+from rungd.core.errors import RungdError
+from rungd.service.gates import signing_principals, verifies
 
 log = logging.getLogger("rungd.ledger")
 
 SIGN_TIMEOUT_S = 10.0
-# Reads' records are written without an fsync of their own (rungd.audit): at most this long
+# Reads' records are written without an fsync of their own (rungd.service.audit): at most this long
 # passes before one makes them durable, when no write's record does it sooner.
 FLUSH_EVERY_S = 1.0
 _DAY = 86400.0

@@ -24,7 +24,7 @@ from rungd_ledgers import IdempotencyIndex, Ledger
 from rungd_ledgers.writer import DEFAULT_RESERVE_BYTES
 from rungd_ledgers import LedgerUnavailable as LedgerWriteFailed
 
-from rungd.errors import LedgerUnavailable
+from rungd.core.errors import LedgerUnavailable
 
 log = logging.getLogger("rungd.audit")
 

@@ -14,7 +14,7 @@ import trio
 
 from rungd.client import Client
 from rungd.ctl import print_envelope
-from rungd.daemon import Daemon, run_until_signalled
+from rungd.service.daemon import Daemon, run_until_signalled
 
 STEPS: list[tuple[str, str, dict[str, object], bool]] = [
     ("a read, parsed into typed fields", "inventory_item_show", {"item": "widget"}, False),
