@@ -18,7 +18,7 @@ pytest_plugins = ["rungd.testing"]
 TESTS = Path(__file__).parent
 FAKES = TESTS / "fakes"
 TEST_PLUGINS = TESTS / "plugin_fixtures"
-# Call ids the daemon mints (rungd.engine.new_call_id); other tag values are not ours.
+# Call ids the daemon mints (rungd.service.engine.new_call_id); other tag values are not ours.
 CALL_ID = re.compile(r"^c[0-9a-f]{16,}$")
 
 

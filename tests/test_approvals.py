@@ -8,8 +8,8 @@ import trio
 
 from rungd.config import Config
 from rungd.core.contract import Caller, NoInputs
-from rungd.engine.approvals import Approvals
-from rungd.engine.calls import Call, CallTable
+from rungd.service.engine.approvals import Approvals
+from rungd.service.engine.calls import Call, CallTable
 from rungd.core.errors import ApprovalExpired, GateDenied
 
 CALLER = Caller(uid=1000, gid=1000, pid=1)

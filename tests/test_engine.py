@@ -165,7 +165,7 @@ def test_one_callers_flood_forgets_its_own_results_not_anothers() -> None:
     # An unprivileged caller sending 20,000 bad requests used to push root's one-minute-old
     # result out of the table (UNKNOWN_CALL long before keep_results_s).
     from rungd.core.contract import Caller
-    from rungd.engine.calls import Call, CallTable
+    from rungd.service.engine.calls import Call, CallTable
 
     table = CallTable(3600, lambda caller: caller.uid == 0, max_results=400)
     root, flooder = Caller(uid=0, gid=0, pid=1), Caller(uid=65534, gid=65534, pid=2)
@@ -183,7 +183,7 @@ def test_one_callers_flood_forgets_its_own_results_not_anothers() -> None:
 
 
 def test_calls_running_at_once_are_bounded_per_caller_and_in_all() -> None:
-    from rungd.engine.slots import Slots
+    from rungd.service.engine.slots import Slots
     from rungd.core.errors import Busy
 
     tool = types.SimpleNamespace(name="slow_show", concurrency=None)
@@ -202,7 +202,7 @@ def test_calls_running_at_once_are_bounded_per_caller_and_in_all() -> None:
 
 
 def test_a_flood_of_made_up_names_is_counted_in_bounded_memory() -> None:
-    from rungd.engine.rejections import Rejections
+    from rungd.service.engine.rejections import Rejections
 
     rejections = Rejections()
     assert rejections.leave_out(1000, "UNKNOWN_TOOL", "name_0")

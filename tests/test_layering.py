@@ -1,11 +1,14 @@
-"""The layering the project keeps, kept by a test (issue 10):
+"""The layering the project keeps, kept by a test (issues 10 and 28):
 
     rungd_plugins -> rungd.sdk -> rungd -> rungd_ledgers
 
 * a plugin (``plugins/``, and the test plugins in ``tests/plugin_fixtures/``) imports nothing
   from ``rungd`` but ``rungd.sdk``;
 * ``rungd_ledgers`` imports neither Trio nor ``rungd`` nor ``rungd_plugins``;
-* the core (``daemon/rungd``) never imports ``rungd_plugins``.
+* the core (``daemon/rungd``) never imports ``rungd_plugins``;
+* inside ``rungd``, each package and top-level module imports only those below it in
+  ``LAYERS`` (``rungd.core`` nothing but itself), type-checking imports included: no
+  cycle, and no room reaching up.
 
 Imports are read with ``ast``: every ``import``/``from ... import`` anywhere in a file (inside
 functions too) and ``importlib.import_module("literal")``. A name built at run time is not
@@ -75,6 +78,23 @@ def files_under(*folders: Path) -> list[Path]:
     return sorted(p for folder in folders for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+# rungd's packages and top-level modules, from the bottom up: each may import those before it.
+LAYERS = ("core", "redact", "system", "config", "protocol", "exchange", "runner", "client", "aclient",
+          "service", "sdk", "testing", "authoring", "mcp_bridge", "ctl", "main")
+
+
+def layer_of(module: str) -> str | None:
+    """The entry of ``LAYERS`` a ``rungd.`` module belongs to (None for ``rungd`` itself)."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "rungd" and len(parts) > 1 else None
+
+
+def layer_rule(importer: str) -> Callable[[str], bool]:
+    """The rule for code of the layer ``importer``: a rungd module of its own layer or below."""
+    below = set(LAYERS[:LAYERS.index(importer) + 1])
+    return lambda module: layer_of(module) in below | {None} if module.split(".")[0] == "rungd" else True
+
+
 def broken(folders: list[Path], rule: Callable[[str], bool]) -> dict[str, list[str]]:
     found = {}
     for path in files_under(*folders):
@@ -104,6 +124,19 @@ def test_the_core_never_imports_a_plugin() -> None:
     assert broken([CORE], core_rule) == {}
 
 
+def test_each_part_of_rungd_imports_only_the_parts_below_it() -> None:
+    found = {}
+    for path in files_under(CORE):
+        importer = path.relative_to(CORE).parts[0].removesuffix(".py")
+        if importer == "__init__":
+            continue
+        assert importer in LAYERS, f"{importer} is in no layer: add it to LAYERS where it belongs"
+        bad = violations(path.read_text(encoding="utf-8"), layer_rule(importer))
+        if bad:
+            found[str(path.relative_to(ROOT))] = bad
+    assert found == {}, "a part of rungd imports one above it (LAYERS): move the name down, or the importer up"
+
+
 @pytest.mark.parametrize(("rule", "source", "expected"), [
     (plugin_rule, "from rungd.core.contract import Tool\n", ["1: rungd.core.contract", "1: rungd.core.contract.Tool"]),
     (plugin_rule, "from rungd import runner\n", ["1: rungd.runner"]),
@@ -115,6 +148,10 @@ def test_the_core_never_imports_a_plugin() -> None:
     (ledger_rule, "import msgspec\nfrom rungd_ledgers.records import Record\n", []),
     (core_rule, "from rungd_plugins.demo import tools\n", ["1: rungd_plugins.demo", "1: rungd_plugins.demo.tools"]),
     (core_rule, "from rungd.sdk import Tool\n", []),
+    (layer_rule("core"), "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rungd.config import Config\n",
+     ["3: rungd.config", "3: rungd.config.Config"]),
+    (layer_rule("runner"), "from rungd.service import audit\n", ["1: rungd.service", "1: rungd.service.audit"]),
+    (layer_rule("service"), "from rungd.runner import run\nfrom rungd import protocol\n", []),
 ])
 def test_a_violation_is_caught(rule: Callable[[str], bool], source: str, expected: list[str]) -> None:
     assert violations(source, rule) == expected

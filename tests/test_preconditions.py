@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import trio
 
-from rungd.engine.preconditions import ResourceLocks
+from rungd.service.engine.preconditions import ResourceLocks
 
 
 async def test_a_stale_expected_count_is_a_conflict_and_changes_nothing(rungd_daemon) -> None:

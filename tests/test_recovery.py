@@ -11,7 +11,7 @@ from rungd_ledgers import Ledger, iter_records, verify
 
 from rungd.service.audit import Audit
 from rungd.config import load_config
-from rungd.engine.recovery import recover
+from rungd.service.engine.recovery import recover
 from rungd.testing import start_daemon, write_config
 from tests.test_reliability import journal_tools
 

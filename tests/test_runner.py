@@ -210,7 +210,7 @@ async def test_child_has_no_terminal_and_a_quiet_environment(rungd_daemon, fake_
         print(json.dumps({"tty": tty, "env": dict(os.environ), "sid": os.getsid(0) == os.getpid()}))
     """)
     from rungd import runner
-    from rungd.engine import new_call_id
+    from rungd.service.engine import new_call_id
     import errno
     import trio
     from rungd.core.contract import CallContext, Caller
@@ -262,7 +262,7 @@ async def test_a_secret_cut_at_the_head_boundary_leaves_no_fragment_and_streams_
     import trio
 
     from rungd import runner
-    from rungd.engine import new_call_id
+    from rungd.service.engine import new_call_id
     from rungd.core.contract import CallContext, Caller
 
     monkeypatch.setenv("RUNGD_CRED_SPLIT", "TOPSECRET-abcdefghijklmnop")

@@ -24,7 +24,7 @@ files = ["{TEST_PLUGINS / 'fake_tools.py'}"]
 
 def _context(daemon, label: str):
     from rungd.core.contract import CallContext, Caller
-    from rungd.engine import new_call_id
+    from rungd.service.engine import new_call_id
 
     tool = daemon.daemon.tools["fake_run"].tool
     state = daemon.config.state_dir

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rungd.core.errors import ConfigError
-from rungd.service.plugins import PluginSettings
+from rungd.core.settings import PluginSettings
 from rungd.authoring.scaffold import new_plugin
 from rungd.testing import write_config
 from rungd_plugins.declarative import read_tool_file

@@ -16,6 +16,7 @@ from rungd.core import contract, errors
 from rungd.config import Config
 from rungd.core.errors import ConfigError
 from rungd.sdk import PluginSettings
+from rungd.service.plugins import settings_for
 
 ROOT = Path(__file__).resolve().parent.parent
 # What issue 10 says a plugin author needs; removing one breaks plugins.
@@ -70,7 +71,7 @@ def test_plugin_settings_parse_names_the_file_the_key_and_an_example() -> None:
 
 def test_plugin_settings_cannot_be_changed_by_a_plugin() -> None:
     config = Config.model_validate({"plugins": {"settings": {"probe": {"a": 1}}}})
-    settings = PluginSettings.for_plugin("file:probe", config)
+    settings = settings_for("file:probe", config)
     assert settings.name == "probe" and settings.raw == {"a": 1}
     with pytest.raises(TypeError):
         settings.raw["a"] = 2  # type: ignore[index]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import trio
 
-from rungd.engine.workdirs import MAX_SPARES, WorkFolders
+from rungd.service.engine.workdirs import MAX_SPARES, WorkFolders
 
 
 def folders(root: Path) -> WorkFolders:

@@ -19,7 +19,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from rungd.core.errors import ConfigError
-from rungd.service.gates import Gate
+from rungd.core.vocabulary import Gate
 
 CONFIG_ENV = "RUNGD_CONFIG"
 SOCKET_ENV = "RUNGD_SOCKET"

@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         try:
             if args.command == "demo":
-                from rungd.service.demo import run_demo
+                from rungd.ctl.demo import run_demo
 
                 trio.run(run_demo, daemon)
             else:

@@ -100,7 +100,7 @@ from rungd.core.contract import (
     shows,
 )
 from rungd.core.envelope import Effect, Envelope
-from rungd.service.gates import Gate
+from rungd.core.vocabulary import Gate
 from rungd.core.errors import (
     CORE_ERRORS,
     AuthRequired,
@@ -151,7 +151,7 @@ from rungd.exchange.patterns import HINT as PATTERN_HINT
 from rungd.exchange.patterns import catastrophic as catastrophic_pattern
 from rungd.exchange.patterns import refused as refused_pattern
 from rungd.core.hookspecs import hookimpl
-from rungd.service.plugins import PluginSettings
+from rungd.core.settings import PluginSettings
 from rungd.system.trust import Untrusted
 from rungd.system.trust import check as check_trusted
 from rungd.system.trust import check_operand as check_trusted_operand

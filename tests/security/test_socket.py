@@ -207,7 +207,7 @@ async def test_a_flood_of_refused_calls_is_summed_up_in_the_ledger_not_recorded_
     # 0.8 MB a second of received + rejected records once, from a caller that may call nothing.
     from rungd_ledgers import iter_records
 
-    from rungd.engine.rejections import BURST
+    from rungd.service.engine.rejections import BURST
 
     sent = 400
 

@@ -56,7 +56,7 @@ from rungd.core.errors import ConfigError
 from rungd.redact import Redactor
 from rungd.runner.program import credential_files_named
 from rungd.authoring.standins import ROLE_ENV, CannotSynthesize, confirmation_text, sample_text, write_standin
-from rungd.testing import RunningDaemon, start_daemon, write_config
+from rungd.service.inprocess import RunningDaemon, start_daemon, write_config
 
 READ_FIXTURES = ("missing", "hang", "question", "flood", "secret", "empty")
 WRITE_FIXTURES = ("missing", "hang_before", "hang_after", "question", "flood", "secret", "acts_dies", "noop")

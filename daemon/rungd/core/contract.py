@@ -35,8 +35,7 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 from rungd.core import expectations
 from rungd.core.envelope import DEFAULT_CAP_BYTES, Effect
 from rungd.core.errors import CORE_ERRORS, BadInput, NextAction, Outcome, Retry
-from rungd.service.gates import Gate
-from rungd.protocol import DISGUISING
+from rungd.core.vocabulary import DISGUISING, Gate
 
 # The most a result may hold (``Tool.cap_bytes``), as a tool file's cap_bytes: results are kept
 # in the ledger, whose lines are bounded (rungd_ledgers.MAX_LINE_BYTES).

@@ -31,7 +31,7 @@ happened and the hint says what a correct call looks like or what to try next.
     ├── UnknownEvidence             UNKNOWN_EVIDENCE (a protocol error, as UnknownCall)
     └── EvidenceGone                EVIDENCE_GONE (a protocol error: pruned, and when and why)
 
-Exactly one boundary (``rungd.engine.outcomes``) turns these into result envelopes and
+Exactly one boundary (``rungd.service.engine.outcomes``) turns these into result envelopes and
 protocol errors. Code that raises them never builds an envelope itself, and nothing changes
 an exception after it is raised.
 """
@@ -224,7 +224,7 @@ class ToolError(RungdError):
     """An error code from a tool's own error table (NOT_FOUND, UNHEALTHY_AFTER_RESTART, ...).
 
     The tool's declaration supplies retry and next_action for its codes;
-    ``rungd.engine.outcomes`` fills them in from the table when the raiser did not.
+    ``rungd.service.engine.outcomes`` fills them in from the table when the raiser did not.
     """
 
     def __init__(self, code: str, message: str, **kwargs: Any) -> None:

@@ -13,15 +13,14 @@ imports ``hookimpl`` and the argument types from ``rungd.sdk``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:  # only for the annotations: the core modules import this one
-    from rungd.config import Config
     from rungd.core.contract import Caller, Tool
     from rungd.core.envelope import Envelope
-    from rungd.service.plugins import PluginSettings
+    from rungd.core.settings import PluginSettings
 
 hookspec = pluggy.HookspecMarker("rungd")
 hookimpl = pluggy.HookimplMarker("rungd")
@@ -32,7 +31,7 @@ hookimpl = pluggy.HookimplMarker("rungd")
         "rungd_register_tools(config) is deprecated and goes in rungd 0.2: take `settings` (this "
         "plugin's own rungd.sdk.PluginSettings) instead of the whole config"),
 })
-def rungd_register_tools(register: Callable[[Tool], None], settings: PluginSettings, config: Config) -> None:
+def rungd_register_tools(register: Callable[[Tool], None], settings: PluginSettings, config: Any) -> None:
     """Register this plugin's tools.
 
     Called once at start-up (and by ``rungctl lint``), for every loaded plugin, each on its
@@ -46,7 +45,8 @@ def rungd_register_tools(register: Callable[[Tool], None], settings: PluginSetti
             ``[plugins.settings.<name>]`` table, ``parse(model, example)`` to validate it,
             the config file's label, ``tool_dirs`` and its own ``state_dir``.
         config: deprecated, for plugins written before ``settings``: the whole validated
-            config. Asking for it warns; it goes in rungd 0.2.
+            config (``rungd.config.Config``, typed loosely: the contract sits below the
+            config). Asking for it warns; it goes in rungd 0.2.
 
     Returns:
         Nothing; the result is ignored. Raise ``rungd.sdk.ConfigError`` (from

@@ -23,8 +23,8 @@ from rungd.service.audit import Audit
 from rungd.config import Config, load_config
 from rungd.core.contract import Caller, Tool
 from rungd.service.credentials import CredentialStore
-from rungd.engine import Dispatcher
-from rungd.engine.recovery import recover
+from rungd.service.engine import Dispatcher
+from rungd.service.engine.recovery import recover
 from rungd.core.envelope import Envelope
 from rungd.service.evidence import EvidenceStore
 from rungd.service.gates import check_gates, is_operator

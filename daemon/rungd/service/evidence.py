@@ -55,7 +55,7 @@ from rungd_ledgers.records import Record
 
 from rungd.config import Config
 from rungd.core.contract import Caller
-from rungd.engine.calls import CallTable
+from rungd.service.engine.calls import CallTable
 from rungd.core.errors import BadInput, EvidenceGone, UnknownEvidence
 from rungd.service.gates import is_operator
 from rungd.protocol import Evidence, EvidenceNext, EvidenceSlice
@@ -67,7 +67,7 @@ log = logging.getLogger("rungd.evidence")
 #: of dot-separated words (``stdout``, ``rows.csv``). Every part is non-empty, so no id is
 #: ``..`` or holds it, and none has a path separator.
 ID: Final = re.compile(r"(?P<call>[A-Za-z0-9_-]{1,64})\.(?P<n>[0-9]{1,6})\.(?P<label>[A-Za-z0-9_-]{1,40}(?:\.[A-Za-z0-9_-]{1,40}){0,3})")
-# A call id the daemon minted (rungd.engine.calls.new_call_id): "c", milliseconds since the
+# A call id the daemon minted (rungd.service.engine.calls.new_call_id): "c", milliseconds since the
 # epoch in hex, 8 hex digits of randomness. The time is what lets us look in the right place.
 _MINTED: Final = re.compile(r"c([0-9a-f]{9,12})[0-9a-f]{8}")
 
@@ -270,7 +270,7 @@ class EvidenceStore:
 
     Args:
         config: the daemon's configuration (``[evidence]``, the state folder, the operators).
-        calls: the daemon's call table (``rungd.engine.calls.CallTable``): who made a call
+        calls: the daemon's call table (``rungd.service.engine.calls.CallTable``): who made a call
             it still remembers, and which calls are still running.
         max_frame: the frame limit; a reply's text stays well within it.
     """

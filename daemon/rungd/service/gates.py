@@ -20,17 +20,10 @@ import subprocess
 import tempfile
 from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
-
+from rungd.config import Config
+from rungd.core.contract import Caller, Tool
+from rungd.core.vocabulary import GATE_ORDER, Gate
 from rungd.core.errors import ConfigError, GateDenied
-
-if TYPE_CHECKING:  # gates sit below the config and the contract, which both name a Gate
-    from rungd.config import Config
-    from rungd.core.contract import Caller, Tool
-
-Gate = Literal["none", "log", "review", "signature"]
-# From loosest to strictest: a tool may move its call to the right of the configured gate.
-GATE_ORDER: tuple[Gate, ...] = ("none", "log", "review", "signature")
 
 SIGNATURE_NAMESPACE = "rungd-approval"
 

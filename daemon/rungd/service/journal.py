@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, TextIO
 
-from rungd.protocol import INVISIBLE
+from rungd.core.vocabulary import INVISIBLE
 
 JOURNAL_SOCKET: Final = Path("/run/systemd/journal/socket")
 IDENTIFIER: Final = "rungd"

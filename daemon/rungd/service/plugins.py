@@ -26,18 +26,17 @@ import logging
 import os
 import sys
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import pluggy
-import pydantic
-from pydantic import BaseModel
 
 from rungd.core import hookspecs
 from rungd.config import Config
 from rungd.core.contract import Caller, Tool
 from rungd.core.errors import ConfigError, PluginError
+from rungd.core.settings import PluginSettings
 from rungd.system.trust import Untrusted, check as check_trusted
 
 if TYPE_CHECKING:
@@ -49,82 +48,22 @@ FILE_PREFIX = "file:"
 DECLARATIVE = "declarative"
 log = logging.getLogger("rungd.plugins")
 
-SettingsT = TypeVar("SettingsT", bound=BaseModel)
-
-
-@dataclasses.dataclass(frozen=True)
-class PluginSettings:
-    """What one plugin is told about its configuration: its own table, never the whole config.
-
-    Attributes:
-        name: the key of its table, ``[plugins.settings.<name>]``: the entry point's name,
-            the module's name for ``plugins.modules``, the file's stem for ``plugins.files``.
-        raw: that table as written (read-only), or None when the config has none.
-        source: the config file's label, for error messages.
-        tool_dirs: the config's ``plugins.tool_dirs`` (the declarative plugin reads them).
-        state_dir: this plugin's own folder under the daemon's state folder
-            (``<state>/<name>``); not created until the plugin needs it.
-        refused: what :meth:`refuse` was told, for the host to report.
-    """
-
-    name: str
-    raw: Mapping[str, Any] | None
-    source: str
-    tool_dirs: tuple[Path, ...] = ()
-    state_dir: Path = Path("var")
-    refused: list[str] = dataclasses.field(default_factory=list, compare=False)
-
-    def refuse(self, problem: str) -> None:
-        """Leave out what ``problem`` names (a tool file whose owner or modes are wrong, say)
-        and keep going: the daemon logs it, ``rungd check-config`` and ``rungctl lint`` list
-        it, and the plugin's other tools are served."""
-        self.refused.append(problem)
-
-    @classmethod
-    def for_plugin(cls, name: str, config: Config) -> PluginSettings:
-        """The settings ``config`` gives the plugin registered as ``name``."""
-        key = settings_name(name)
-        raw = config.plugins.settings.get(key)
-        return cls(
-            name=key,
-            raw=types.MappingProxyType(dict(raw)) if raw is not None else None,
-            source=config.source,
-            tool_dirs=tuple(config.plugins.tool_dirs),
-            state_dir=config.state_dir / key,
-        )
-
-    @property
-    def configured(self) -> bool:
-        """Whether the config has a ``[plugins.settings.<name>]`` table at all."""
-        return self.raw is not None
-
-    def parse(self, model: type[SettingsT], example: str) -> SettingsT | None:
-        """The plugin's table validated by its own pydantic ``model``.
-
-        Args:
-            model: the plugin's settings model (``extra="forbid"`` so a typo is an error).
-            example: a valid line or two of TOML, quoted in the error message.
-
-        Returns:
-            None when the table is absent: the plugin is not configured and offers no tools.
-
-        Raises:
-            ConfigError: naming the config file, the key and ``example``.
-        """
-        if self.raw is None:
-            return None
-        try:
-            return model.model_validate(dict(self.raw))
-        except pydantic.ValidationError as exc:
-            err = exc.errors()[0]
-            key = ".".join(str(p) for p in err["loc"])
-            raise ConfigError(f"{self.source}: key plugins.settings.{self.name}.{key}: {err['msg']}; "
-                              f"example: {example}") from None
-
-
 def settings_name(plugin_name: str) -> str:
     """The settings key of a plugin registered as ``plugin_name`` (files drop ``file:``)."""
     return plugin_name.removeprefix(FILE_PREFIX)
+
+
+def settings_for(plugin_name: str, config: Config) -> PluginSettings:
+    """The settings ``config`` gives the plugin registered as ``plugin_name``."""
+    key = settings_name(plugin_name)
+    raw = config.plugins.settings.get(key)
+    return PluginSettings(
+        name=key,
+        raw=types.MappingProxyType(dict(raw)) if raw is not None else None,
+        source=config.source,
+        tool_dirs=tuple(config.plugins.tool_dirs),
+        state_dir=config.state_dir / key,
+    )
 
 
 def make_plugin_manager(config: Config, refused: list[str] | None = None) -> pluggy.PluginManager:
@@ -371,7 +310,7 @@ class Hooks:
                     )
                 tools[tool.name] = RegisteredTool(tool, _plugin)
 
-            settings = PluginSettings.for_plugin(plugin_name, config)
+            settings = settings_for(plugin_name, config)
             before = set(tools)
             try:
                 call(register=register, settings=settings, config=config)

@@ -11,7 +11,7 @@ its header said how long it is and who sends it may send that much. A peer that 
 tool and decide no held call sends small frames only (``SMALL_FRAME``); what one uid may have
 buffered in unfinished frames, over all its connections, is bounded (``FrameBudget``, one per daemon).
 
-Errors become replies in one place: ``rungd.engine.outcomes``. This module only catches
+Errors become replies in one place: ``rungd.service.engine.outcomes``. This module only catches
 what the engine raises and hands it there.
 """
 
@@ -38,8 +38,8 @@ from rungd import protocol
 from rungd.service.catalog import describe, summary
 from rungd.config import ServerConfig
 from rungd.core.contract import Caller
-from rungd.engine import Call as CallState
-from rungd.engine import Dispatcher, outcomes
+from rungd.service.engine import Call as CallState
+from rungd.service.engine import Dispatcher, outcomes
 from rungd.core.errors import RungdError
 from rungd.service.evidence import EvidenceStore
 from rungd.service.gates import approval_message, is_operator

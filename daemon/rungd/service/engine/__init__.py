@@ -12,7 +12,7 @@
     recovery.py      what a crashed run left open, settled at start-up
 """
 
-from rungd.engine.calls import Call, new_call_id
-from rungd.engine.dispatcher import MAX_WAIT_S, Dispatcher
+from rungd.service.engine.calls import Call, new_call_id
+from rungd.service.engine.dispatcher import MAX_WAIT_S, Dispatcher
 
 __all__ = ["MAX_WAIT_S", "Call", "Dispatcher", "new_call_id"]

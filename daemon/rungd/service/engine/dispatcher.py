@@ -42,15 +42,15 @@ from rungd.redact import Redactor
 from rungd.runner import limits
 from rungd.runner.limits import Limits
 
-from rungd.engine import outcomes, preconditions
-from rungd.engine.admission import Admission, Admitted
-from rungd.engine.approvals import Approvals, Verdict
-from rungd.engine.calls import Call, CallTable
-from rungd.engine.idempotency import Requests
-from rungd.engine.rejections import SUMMARY_AFTER_S, Rejections
-from rungd.engine.reconcile import Reconciler
-from rungd.engine.slots import Slots
-from rungd.engine.workdirs import WorkFolders
+from rungd.service.engine import outcomes, preconditions
+from rungd.service.engine.admission import Admission, Admitted
+from rungd.service.engine.approvals import Approvals, Verdict
+from rungd.service.engine.calls import Call, CallTable
+from rungd.service.engine.idempotency import Requests
+from rungd.service.engine.rejections import SUMMARY_AFTER_S, Rejections
+from rungd.service.engine.reconcile import Reconciler
+from rungd.service.engine.slots import Slots
+from rungd.service.engine.workdirs import WorkFolders
 
 log = logging.getLogger("rungd.calls")
 

@@ -30,7 +30,7 @@ from rungd.service.audit import Audit
 from rungd.core.contract import Tool
 from rungd.core.envelope import Settle
 
-from rungd.engine import outcomes
+from rungd.service.engine import outcomes
 
 log = logging.getLogger("rungd.recovery")
 

@@ -28,7 +28,7 @@ from rungd.core.errors import Failed, Interrupted, NextAction, Outcome, Retry, R
 from rungd.protocol import ProtocolError
 from rungd.redact import redact_fields
 
-from rungd.engine.calls import Call, ms_since
+from rungd.service.engine.calls import Call, ms_since
 
 # Failures that prove nothing about a write's effect once it may have begun.
 _INCONCLUSIVE = frozenset({"FAILED", "SURFACE_CHANGED", "AUTH_REQUIRED", "PROMPT_UNEXPECTED", "INTERRUPTED"})

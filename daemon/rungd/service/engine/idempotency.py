@@ -21,7 +21,7 @@ from rungd_ledgers import IdempotencyIndex
 from rungd.core.contract import Tool
 from rungd.core.errors import BadInput, IdempotencyMismatch, ReconcileRequired
 
-from rungd.engine.calls import Call, CallTable
+from rungd.service.engine.calls import Call, CallTable
 
 
 class Requests:

@@ -13,7 +13,7 @@ import uuid
 import trio
 
 from rungd.client import Client
-from rungd.ctl import print_envelope
+from rungd.ctl.show import print_envelope
 from rungd.service.daemon import Daemon, run_until_signalled
 
 STEPS: list[tuple[str, str, dict[str, object], bool]] = [

@@ -22,7 +22,7 @@ from rungd.core.errors import ApprovalExpired, Busy, Denied, GateDenied, RungdEr
 from rungd.service.gates import approval_message, is_operator, verify_signature
 from rungd.system.proctree import spawning
 
-from rungd.engine.calls import Call, CallTable, Held
+from rungd.service.engine.calls import Call, CallTable, Held
 
 Verdict = Literal["approved", "denied"]
 

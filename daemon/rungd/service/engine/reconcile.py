@@ -21,7 +21,7 @@ from rungd.core.envelope import Envelope
 from rungd.core.errors import Denied, ReconcileRequired, UnknownCall
 from rungd.service.gates import is_operator
 
-from rungd.engine import outcomes
+from rungd.service.engine import outcomes
 
 # await read(tool, inputs, caller) -> the settle read's envelope
 ReadCall = Callable[[str, dict[str, Any], Caller], Awaitable[Envelope]]
