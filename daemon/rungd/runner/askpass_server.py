@@ -133,6 +133,7 @@ class AskpassServer(_Secrets):
         # ``workdir``, a folder inside that is that user's alone (0700). Nothing here holds a
         # secret (credential files are in memory).
         super().__init__(owner)
+        self._given_to_root = False
         where = None if owner is not None else work_dir
         self.folder = Path(tempfile.mkdtemp(prefix=".rungd-", dir=where))  # unique per run
         self.workdir = self.folder
@@ -156,6 +157,15 @@ class AskpassServer(_Secrets):
                 self.workdir = self.folder / "w"
                 self.workdir.mkdir(mode=0o700)
                 os.chown(self.workdir, *owner)
+                if os.geteuid() != 0:
+                    # The folder is where the program's user can reach it, /tmp, and this
+                    # daemon's other programs run as its own user: left the daemon's, one of
+                    # them could swap the script or the socket for this call's and be handed
+                    # its credential. Given to root (the CAP_CHOWN run-as needs anyway), none
+                    # can; close() takes the folder back to remove it.
+                    for path in (self.script, self.socket_path, self.folder):
+                        os.chown(path, 0, -1)
+                    self._given_to_root = True
             self._sock.listen(8)
         except OSError:
             self.close()
@@ -198,6 +208,9 @@ class AskpassServer(_Secrets):
         if hasattr(self, "pass_fds"):
             self._close_held()
         self._sock.close()
+        if self._given_to_root:
+            with contextlib.suppress(OSError):  # the CAP_CHOWN that gave it away takes it back
+                os.chown(self.folder, os.geteuid(), -1)
         shutil.rmtree(self.folder, ignore_errors=True)
         if self.workdir != self.folder and os.path.lexists(self.folder):
             # What the program's account made in its folder (0700 folders of its own) is out
