@@ -10,6 +10,7 @@ from rungd.config import Config
 from rungd.core.contract import Caller, NoInputs
 from rungd.service.engine.approvals import Approvals
 from rungd.service.engine.calls import Call, CallTable
+from rungd.service.engine.policy import Policy
 from rungd.core.errors import ApprovalExpired, GateDenied
 
 CALLER = Caller(uid=1000, gid=1000, pid=1)
@@ -32,7 +33,7 @@ async def test_a_signed_approval_failing_across_the_ttl_ends_the_call_expired() 
     async def record(event: str, call: Call, **fields: object) -> None:
         recorded.append(event)
 
-    approvals = SlowBadSigner(config, calls, record)
+    approvals = SlowBadSigner(Policy(config, {}), calls, record)
     call = Call.new("t", "r1", CALLER)
     call.gate = "signature"
     calls.add(call)
@@ -63,7 +64,7 @@ async def test_an_approval_while_the_daemon_stops_is_refused() -> None:
     async def record(event: str, call: Call, **fields: object) -> None:
         pass
 
-    approvals = Approvals(config, calls, record)
+    approvals = Approvals(Policy(config, {}), calls, record)
     call = Call.new("t", "r1", CALLER)
     call.gate = "review"
     calls.add(call)
@@ -86,7 +87,7 @@ async def test_an_expiry_the_ledger_cannot_record_still_ends_the_call_expired() 
     async def record(event: str, call: Call, **fields: object) -> None:
         raise LedgerUnavailable("disk full", hint="free space")
 
-    approvals = Approvals(config, calls, record)
+    approvals = Approvals(Policy(config, {}), calls, record)
     call = Call.new("t", "r1", CALLER)
     call.gate = "review"
     calls.add(call)

@@ -120,7 +120,7 @@ class Daemon:
                     self.tools, self.config, self._observe, self.credentials, self.audit, calls_nursery,
                     reaper=reaper, askpass=askpass,
                 )
-                self.dispatcher.use_tools(self.tools, self.hooks.refused)
+                self.dispatcher.use(self.config, self.tools, self.hooks.refused)
                 # Evidence is pruned by age and size at start-up and every prune_every_s,
                 # in threads of its own; serving does not wait for the first prune.
                 self.evidence = EvidenceStore(self.config, self.dispatcher.calls, max_frame=server.max_frame_bytes)
@@ -134,7 +134,7 @@ class Daemon:
                     is_operator=lambda caller: is_operator(caller, self.config))
                 await trio.to_thread.run_sync(self.step_downs.replay, state / "ledger")
                 await housekeeping.start(self.step_downs.run)
-                self.dispatcher.admission.step_downs = self.step_downs
+                self.dispatcher.watch_step_downs(self.step_downs)
                 async with trio.open_nursery() as connections:
                     accepting = trio.CancelScope()
                     connections.start_soon(self._accept, accepting, listener, connections)
@@ -231,8 +231,7 @@ class Daemon:
         if self.evidence is not None:
             self.evidence.config = self.config
         if self.dispatcher is not None:
-            self.dispatcher.use_config(self.config)
-            self.dispatcher.use_tools(tools, hooks.refused)
+            self.dispatcher.use(self.config, tools, hooks.refused)
         log.info("reloaded %s: %d tools", self.config.source, len(tools))
 
     def _unlink_socket(self) -> None:

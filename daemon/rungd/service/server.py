@@ -519,7 +519,7 @@ class Connection:
         config, caller = self.dispatcher.config, self.caller
         if is_operator(caller, config):
             return False
-        return not any(config.allowed(name, caller.uid, caller.groups) for name in self.dispatcher.admission.tools)
+        return not any(config.allowed(name, caller.uid, caller.groups) for name in self.dispatcher.policy.tools)
 
     async def serve(self) -> None:
         """Serve requests until the client hangs up, goes idle too long, or trickles a frame.
@@ -604,19 +604,19 @@ class Connection:
                        pid=caller.pid, max_frame=self.max_frame)
 
     async def _list_tools(self, request: ListTools) -> Response:
-        admission = self.dispatcher.admission
-        marks = admission.step_downs.marks() if admission.step_downs is not None else {}
-        refused = list(admission.refused) if is_operator(self.caller, self.dispatcher.config) else []
+        dispatcher = self.dispatcher
+        marks = dispatcher.step_downs.marks() if dispatcher.step_downs is not None else {}
+        refused = list(dispatcher.policy.refused) if is_operator(self.caller, dispatcher.config) else []
         return Tools(tools=[summary(r.tool, r.plugin, marks.get(r.tool.name))
-                            for r in admission.visible_tools(self.caller)], refused=refused)
+                            for r in dispatcher.visible_tools(self.caller)], refused=refused)
 
     async def _describe(self, request: Describe) -> Response:
-        admission = self.dispatcher.admission
-        reg = admission.lookup(request.tool, self.caller)
-        return describe(reg.tool, reg.plugin, admission.step_downs.mark(reg.tool.name) if admission.step_downs else None)
+        watch = self.dispatcher.step_downs
+        reg = self.dispatcher.lookup(request.tool, self.caller)
+        return describe(reg.tool, reg.plugin, watch.mark(reg.tool.name) if watch is not None else None)
 
     async def _call(self, request: Call) -> Response:
-        async with self.dispatcher.admission.big_requests if self._big else contextlib.nullcontext():
+        async with self.dispatcher.big_requests if self._big else contextlib.nullcontext():
             if _depth(request.inputs) > MAX_NESTING:
                 return _error("INVALID_MESSAGE", f"inputs nest deeper than {MAX_NESTING} levels",
                               "flatten the inputs: tool inputs are a few plain values")
@@ -651,10 +651,10 @@ class Connection:
         return Result(envelope=envelope)
 
     async def _resume(self, request: Resume) -> Response:
-        watch = self.dispatcher.admission.step_downs
+        watch = self.dispatcher.step_downs
         if watch is None:  # a Connection built without a daemon (tests of the framing)
             return _error("UNKNOWN_TOOL", f"no step-down watch here to resume {request.tool}", "")
-        lifted, was_suspended = await watch.resume(request.tool, self.caller, self.dispatcher.admission.tools)
+        lifted, was_suspended = await watch.resume(request.tool, self.caller, self.dispatcher.policy.tools)
         return Resumed(tool=request.tool, lifted=lifted.observation if lifted else None,
                        was_suspended=was_suspended, by_uid=self.caller.uid)
 

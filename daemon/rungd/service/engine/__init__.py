@@ -1,6 +1,7 @@
 """The call engine: one call from request to envelope, as a pipeline of small stages.
 
     dispatcher.py    strings the stages together (start here)
+    policy.py        the config, tools and refusals every stage decides by; a reload swaps it
     admission.py     lookup, access, input validation
     idempotency.py   repeats of a request_id
     slots.py         per-tool concurrency

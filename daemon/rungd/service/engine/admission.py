@@ -18,12 +18,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-import trio
 from rungd_ledgers import input_digest
 
-from rungd.config import Config
 from rungd.core.contract import Caller, Tool, ToolInputs
 from rungd.core.errors import BadInput, UnknownTool
+from rungd.service.engine.policy import Policy
 from rungd.service.plugins import RegisteredTool
 from rungd.service.sensitive import Marks
 
@@ -61,27 +60,19 @@ class Admission:
     """Looks tools up for callers and admits calls.
 
     Args:
-        tools: the registered tools by name.
-        config: the daemon's configuration (its access rules).
+        policy: the tools served and the access rules in force (a reload swaps them).
         marks: what stands for a sensitive input in the digest and wherever inputs show.
     """
 
-    def __init__(self, tools: Mapping[str, RegisteredTool], config: Config, marks: Marks) -> None:
-        self.tools = tools
-        self._config = config
+    def __init__(self, policy: Policy, marks: Marks) -> None:
+        self._policy = policy
         self._marks = marks
-        # Admitting a big request (a frame past BIG_REQUEST) costs the loop up to a few hundred
-        # ms of validation: they take turns, so no caller's can line up in front of every call.
-        self.big_requests = trio.Lock()
         # The daemon's step-down watch, once serving: it marks tools and may suspend them.
         self.step_downs: StepDownWatch | None = None
-        # What the plugins refused to load (a file not owned right, a bad tool file), one line
-        # each: told to operators when they list tools (rungctl lint), never to other callers.
-        self.refused: tuple[str, ...] = ()
 
     def visible_tools(self, caller: Caller) -> list[RegisteredTool]:
         """The tools this caller may call, in name order."""
-        return [reg for name, reg in sorted(self.tools.items()) if self._allowed(name, caller)]
+        return [reg for name, reg in sorted(self._policy.tools.items()) if self._allowed(name, caller)]
 
     def lookup(self, name: str, caller: Caller) -> RegisteredTool:
         """The tool called ``name``, if this caller may use it.
@@ -90,7 +81,7 @@ class Admission:
             UnknownTool: no such tool, or one the caller is not allowed (the same answer);
                 the hint lists the closest names the caller may use. Nothing near is ever run.
         """
-        reg = self.tools.get(name)
+        reg = self._policy.tools.get(name)
         if reg is None or not self._allowed(name, caller):
             # One answer for a tool that does not exist and one this caller may not use: a
             # caller learns nothing about what it may not call.
@@ -131,13 +122,13 @@ class Admission:
     def usable(self, name: str, caller: Caller) -> Tool | None:
         """The tool called ``name`` if this caller may use it, else None: what shapes the
         envelope of its refused call (cap, error table), never telling it apart from none."""
-        reg = self.tools.get(name)
+        reg = self._policy.tools.get(name)
         return reg.tool if reg is not None and self._allowed(name, caller) else None
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name`` whoever asks, or None (for envelopes, not for access)."""
-        reg = self.tools.get(name)
+        reg = self._policy.tools.get(name)
         return reg.tool if reg is not None else None
 
     def _allowed(self, name: str, caller: Caller) -> bool:
-        return self._config.allowed(name, caller.uid, caller.groups)
+        return self._policy.config.allowed(name, caller.uid, caller.groups)

@@ -16,13 +16,13 @@ from typing import Literal
 
 import trio
 
-from rungd.config import Config
 from rungd.core.contract import Caller, ToolInputs
 from rungd.core.errors import ApprovalExpired, Busy, Denied, GateDenied, RungdError
 from rungd.service.gates import approval_message, is_operator, verify_signature
 from rungd.system.proctree import spawning
 
 from rungd.service.engine.calls import Call, CallTable, Held
+from rungd.service.engine.policy import Policy
 
 Verdict = Literal["approved", "denied"]
 
@@ -31,13 +31,13 @@ class Approvals:
     """Held calls and the decisions on them.
 
     Args:
-        config: the daemon's configuration (gates: TTL, operators, allowed signers).
+        policy: the configuration in force (gates: TTL, operators, allowed signers).
         calls: the daemon's calls.
         record: ``await record(event, call, **fields)``, durable before it returns.
     """
 
-    def __init__(self, config: Config, calls: CallTable, record) -> None:  # noqa: ANN001
-        self._config = config
+    def __init__(self, policy: Policy, calls: CallTable, record) -> None:  # noqa: ANN001
+        self._policy = policy
         self._calls = calls
         self._record = record
         self.closed = False
@@ -48,7 +48,7 @@ class Approvals:
         Raises:
             Busy: the caller has ``gates.max_held_per_uid`` calls waiting for approval.
         """
-        limit = self._config.gates.max_held_per_uid
+        limit = self._policy.config.gates.max_held_per_uid
         # Held, or on their way to it (gated, not yet running: their held record may still
         # be on its way to the ledger). The call asking is in the table already: it counts.
         waiting = sum(1 for c in self._calls if c.caller.uid == caller.uid and c.envelope is None
@@ -59,11 +59,11 @@ class Approvals:
 
     def hold(self, call: Call, inputs: ToolInputs) -> None:
         now = time.time()
-        call.held = Held(inputs=inputs, since=now, expires=now + self._config.gates.approval_ttl_s)
+        call.held = Held(inputs=inputs, since=now, expires=now + self._policy.config.gates.approval_ttl_s)
 
     def held_calls(self, caller: Caller) -> list[Call]:
         """Held calls this caller may see: all of them for an operator, else its own."""
-        operator = is_operator(caller, self._config)
+        operator = is_operator(caller, self._policy.config)
         return [c for c in self._calls
                 if c.held is not None and c.held.verdict is None and (operator or c.caller.uid == caller.uid)]
 
@@ -106,7 +106,7 @@ class Approvals:
         except RungdError:
             pass  # the ledger said why in the log; the call ran nothing and ends all the same
         return ApprovalExpired(
-            f"nobody approved the call within {self._config.gates.approval_ttl_s:g} s; it did not run",
+            f"nobody approved the call within {self._policy.config.gates.approval_ttl_s:g} s; it did not run",
             hint="ask an operator to approve it promptly, then call again with a new request",
         )
 
@@ -124,7 +124,7 @@ class Approvals:
                 gate refused the signature.
             LedgerUnavailable: the decision could not be recorded; nothing changed.
         """
-        operator = is_operator(caller, self._config)
+        operator = is_operator(caller, self._policy.config)
         call = self._calls.visible(call_id, caller if not operator else None)
         withdrawn = not approve and caller.uid == call.caller.uid  # nothing ran: no authority needed
         if not operator and not withdrawn:
@@ -168,7 +168,7 @@ class Approvals:
             Denied: the file lists the signing key for the caller too (``gates.Signer``).
         """
         message = approval_message(call.call_id, call.tool, call.digest)
-        signers = self._config.gates.allowed_signers
+        signers = self._policy.config.gates.allowed_signers
         assert signers is not None and signature is not None  # check_gates refused to start without it
         # ssh-keygen is our child: keep every reaper off it, or its exit status is lost and a
         # failed verification would read as a success.

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -44,6 +44,10 @@ from rungd.runner.limits import Limits
 
 from rungd.service.engine import outcomes, preconditions
 from rungd.service.engine.admission import Admission, Admitted
+from rungd.service.engine.policy import Policy
+
+if TYPE_CHECKING:
+    from rungd.service.stepdown import StepDownWatch
 from rungd.service.engine.approvals import Approvals, Verdict
 from rungd.service.engine.calls import Call, CallTable
 from rungd.service.engine.idempotency import Requests
@@ -90,14 +94,17 @@ class Dispatcher:
         reaper: Reaper | None = None,
         askpass: Any = None,
     ) -> None:
-        self.config = config
+        self.policy = Policy(config, tools)
         self.audit = audit
         self._observe = observe
         self._credentials = credentials
         self._reaper = reaper
         self._askpass = askpass
         self._nursery = nursery
-        self.admission = Admission(tools, config, sensitive.Marks.of_state(config.state_dir))
+        self.admission = Admission(self.policy, sensitive.Marks.of_state(config.state_dir))
+        # Admitting a big request (a frame past BIG_REQUEST) costs the loop up to a few hundred
+        # ms of validation: they take turns, so no caller's can line up in front of every call.
+        self.big_requests = trio.Lock()
         self.calls = CallTable(config.server.keep_results_s, lambda caller: is_operator(caller, self.config),
                                max_results=config.server.max_results)
         self.requests = Requests(audit.index, self.calls)
@@ -105,8 +112,8 @@ class Dispatcher:
         self.rejections = Rejections()
         self._sum_up_now = trio.Event()  # set at shutdown: every summary is written then
         self.resources = preconditions.ResourceLocks()
-        self.approvals = Approvals(config, self.calls, self._record_call)
-        self.reconciler = Reconciler(config, audit.index, audit.record, self._read_call)
+        self.approvals = Approvals(self.policy, self.calls, self._record_call)
+        self.reconciler = Reconciler(self.policy, audit.index, audit.record, self._read_call)
         self.evidence_dir = config.state_dir / "evidence"
         self.evidence_dir.mkdir(parents=True, exist_ok=True)
         (config.state_dir / "work").mkdir(parents=True, exist_ok=True)
@@ -128,19 +135,32 @@ class Dispatcher:
     def stopping(self, value: bool) -> None:
         self.approvals.closed = value
 
-    def use_config(self, config: Config) -> None:
-        """Decide access, gates and operators by ``config`` from now on (a reload); calls
-        already admitted or held keep what they were decided with."""
-        self.config = config
-        self.admission._config = config
-        self.approvals._config = config
-        self.reconciler._config = config
+    @property
+    def config(self) -> Config:
+        """The configuration in force (the policy's; a reload swaps it)."""
+        return self.policy.config
 
-    def use_tools(self, tools: Mapping[str, RegisteredTool], refused: Sequence[str]) -> None:
-        """Admit calls to ``tools`` from now on (a start or a reload); ``refused`` is what
-        the plugins left out and why, for operators."""
-        self.admission.tools = tools
-        self.admission.refused = tuple(refused)
+    def use(self, config: Config, tools: Mapping[str, RegisteredTool], refused: Sequence[str]) -> None:
+        """Decide access, gates and operators by ``config`` and admit calls to ``tools`` from
+        now on (a reload); ``refused`` is what the plugins left out, for operators. Calls
+        already admitted or held keep what they were decided with."""
+        self.policy.use(config, tools, refused)
+
+    def watch_step_downs(self, watch: StepDownWatch) -> None:
+        """Mark tools, and refuse a suspended one, by ``watch`` from now on."""
+        self.admission.step_downs = watch
+
+    @property
+    def step_downs(self) -> StepDownWatch | None:
+        return self.admission.step_downs
+
+    def visible_tools(self, caller: Caller) -> list[RegisteredTool]:
+        """The tools ``caller`` may call, in name order."""
+        return self.admission.visible_tools(caller)
+
+    def lookup(self, name: str, caller: Caller) -> RegisteredTool:
+        """The tool ``name``, if ``caller`` may use it (else UnknownTool, as admission says)."""
+        return self.admission.lookup(name, caller)
 
     # --- what the server asks ---------------------------------------------------------------
 

@@ -15,13 +15,13 @@ from typing import Any
 
 import msgspec
 
-from rungd.config import Config
 from rungd.core.contract import Caller, Tool, shows
 from rungd.core.envelope import Envelope
 from rungd.core.errors import Denied, ReconcileRequired, UnknownCall
 from rungd.service.gates import is_operator
 
 from rungd.service.engine import outcomes
+from rungd.service.engine.policy import Policy
 
 # await read(tool, inputs, caller) -> the settle read's envelope
 ReadCall = Callable[[str, dict[str, Any], Caller], Awaitable[Envelope]]
@@ -31,14 +31,14 @@ class Reconciler:
     """Decides unknown outcomes and records what was found.
 
     Args:
-        config: the daemon's configuration (who is an operator).
+        policy: the configuration in force (who is an operator).
         index: the ledger's idempotency index.
         record: ``await record(event, call_id, tool, **fields)``, durable before it returns.
         read: runs the settle read as a call of the caller's.
     """
 
-    def __init__(self, config: Config, index, record, read: ReadCall) -> None:  # noqa: ANN001
-        self._config = config
+    def __init__(self, policy: Policy, index, record, read: ReadCall) -> None:  # noqa: ANN001
+        self._policy = policy
         self._index = index
         self._record = record
         self._read = read
@@ -65,7 +65,7 @@ class Reconciler:
                                     outcome="unknown")
         if entry.state != "unknown":
             return first  # already settled: nothing to do, the first result stands
-        if found is not None and not is_operator(caller, self._config):
+        if found is not None and not is_operator(caller, self._policy.config):
             raise Denied("only an operator may decide a reconcile by hand",
                          hint="run reconcile without --found to use the tool's settle read")
         try:
@@ -123,7 +123,7 @@ class Reconciler:
             UnknownCall: no such request of this caller (another caller's is not its business).
             Denied: ``of_uid`` names another caller, and the caller is no operator.
         """
-        operator = is_operator(caller, self._config)
+        operator = is_operator(caller, self._policy.config)
         if of_uid is not None and of_uid != caller.uid:
             if not operator:
                 raise Denied("only an operator may settle another caller's request",
