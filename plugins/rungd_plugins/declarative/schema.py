@@ -2,6 +2,10 @@
 
 Every key is checked; a misspelled key is an error, not a silently ignored setting. See
 ``configs/tools/`` for commented examples and ``plugins/README.md`` for the guide.
+
+Every key carries its description here, and only here: the guide's key reference and the
+scaffold ``rungctl new-plugin`` writes are generated from these models
+(``python -m rungd_plugins.declarative.reference --write``), and a test fails when they drift.
 """
 
 from __future__ import annotations
@@ -24,40 +28,67 @@ class _Strict(BaseModel):
 class FilterSpec(_Strict):
     """An export tool's input that filters rows: ``filter = { column = "status", op = "eq" }``."""
 
-    column: str
-    op: Literal["eq", "ne", "lt", "le", "gt", "ge", "contains", "prefix"] = "eq"
+    column: str = Field(description="The export column the input filters on: one of the export's columns.")
+    op: Literal["eq", "ne", "lt", "le", "gt", "ge", "contains", "prefix"] = Field(
+        "eq", description="How a row's value is compared with the input: eq, ne, lt, le, gt or ge; contains "
+                          "and prefix compare text without regard to case.")
 
 
 class ExportSpec(_Strict):
     """Rung 3: a read served from the newest complete export file a program writes."""
 
-    folder: str
-    pattern: str = Field(description="a shell pattern for the file name, e.g. stock-*.csv")
-    format: Literal["csv", "tsv", "jsonl"] = "csv"
-    delimiter: str = Field(",", min_length=1, max_length=1)
-    encoding: str = "utf-8"
-    preamble_lines: int = Field(0, ge=0)
+    folder: str = Field(description="The folder the program writes its exports to; a relative path is taken "
+                                    "from the tool file's folder.")
+    pattern: str = Field(description="A shell pattern for the export's file name, e.g. stock-*.csv; the newest "
+                                     "complete file that matches is read.")
+    format: Literal["csv", "tsv", "jsonl"] = Field(
+        "csv", description="The file's format; jsonl is one JSON object per line.")
+    delimiter: str = Field(",", min_length=1, max_length=1,
+                           description="For csv: the one character between fields.")
+    encoding: str = Field("utf-8", description="The text encoding the program writes, a Python codec name such "
+                                               "as utf-8 or cp1252.")
+    preamble_lines: int = Field(0, ge=0, description="How many lines come before the header (a title, an "
+                                                     "\"exported at\" line); they are never read as rows.")
     columns: dict[str, Literal["string", "integer", "number", "decimal", "boolean", "date", "datetime"]] = Field(
-        min_length=1)
-    optional_columns: list[str] = []
-    extra_columns: Literal["refuse", "ignore"] = "refuse"
-    max_age_s: float | None = Field(None, gt=0)
-    stale: Literal["refuse", "flag"] = "refuse"
-    as_of: Literal["mtime", "name", "preamble"] = "mtime"
-    as_of_pattern: str | None = None
-    stable_s: float = Field(1.0, ge=0, le=600)
-    lock_names: list[str] = []
-    done_marker: str | None = None
-    max_rows: int = Field(20, ge=1, le=500)
+        min_length=1, description="Every column the header must name, with its type: COLUMN = \"integer\". A "
+                                  "header without one is SURFACE_CHANGED; each row is typed.")
+    optional_columns: list[str] = Field([], description="Columns whose cells may be empty (then no value); the "
+                                                        "header must still name them.")
+    extra_columns: Literal["refuse", "ignore"] = Field(
+        "refuse", description="What a column the tool does not name means: refuse (the export changed: "
+                              "SURFACE_CHANGED) or ignore it.")
+    max_age_s: float | None = Field(None, gt=0, description="How old the data may be, in seconds; older is "
+                                                            "stale. Left out, any age is accepted.")
+    stale: Literal["refuse", "flag"] = Field(
+        "refuse", description="What data older than max_age_s gets: refuse (STALE_EXPORT) or flag (the rows "
+                              "come back marked stale = true).")
+    as_of: Literal["mtime", "name", "preamble"] = Field(
+        "mtime", description="Where the data's time comes from: the file's modification time, a timestamp in its "
+                             "name, or a preamble line (both of these need as_of_pattern).")
+    as_of_pattern: str | None = Field(None, description="For as_of = \"name\" or \"preamble\": a regular "
+                                                        "expression whose first group is the time, in ISO 8601.")
+    stable_s: float = Field(1.0, ge=0, le=600, description="How long, in seconds, the file's size and mtime must "
+                                                          "stay unchanged before it counts as completely written.")
+    lock_names: list[str] = Field([], description="Lock files a writer keeps beside the export while writing, as "
+                                                  "templates over {name} and {stem}, e.g. \"{name}.lck\"; while "
+                                                  "one exists the file is not complete.")
+    done_marker: str | None = Field(None, description="A file the writer creates once it has finished, as a "
+                                                      "template over {name} and {stem}, e.g. \"{stem}.done\"; "
+                                                      "set, a file without it is not complete.")
+    max_rows: int = Field(20, ge=1, le=500, description="The most matching rows a result holds; the rest are in "
+                                                        "the evidence file and the result says how to narrow.")
 
 
 class TakenSpec(_Strict):
     """How to tell the program took an import file; any signal set counts."""
 
-    gone: bool = True
-    processed: str | None = None
-    receipt: str | None = None
-    receipt_folder: str | None = None
+    gone: bool = Field(True, description="The file leaving the import folder counts as taken.")
+    processed: str | None = Field(None, description="A folder the program moves taken files to, under the same "
+                                                    "name; relative to the tool file's folder.")
+    receipt: str | None = Field(None, description="A file the program writes once it has taken one, as a template "
+                                                  "over {name} and {stem}, e.g. \"{stem}.ok\".")
+    receipt_folder: str | None = Field(None, description="Where the receipt appears (left out: the import "
+                                                         "folder); relative to the tool file's folder.")
 
 
 class CountSpec(_Strict):
@@ -66,97 +97,141 @@ class CountSpec(_Strict):
     for an export tool, the count is the rows it matches (then the program must rewrite
     its export when it takes an import, or the count after cannot move)."""
 
-    tool: str
-    inputs: dict[str, Any] = {}
-    field: str | None = None
+    tool: str = Field(description="The read tool of this file that counts the records, run before and after "
+                                  "the import.")
+    inputs: dict[str, Any] = Field({}, description="The count tool's inputs: a literal, or \"{input}\" for one of "
+                                                   "this tool's inputs.")
+    field: str | None = Field(None, description="For a count tool that runs its program: the integer field it "
+                                                "parses as the count. Left out for an export tool.")
 
 
 class ImportFileSpec(_Strict):
     """Rung 3: a write that drops a file into a folder the program imports from."""
 
-    folder: str
-    file_name: str = Field(description="the file's name, a template over inputs, e.g. orders-{batch}.csv")
-    name_pattern: str = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
-    format: Literal["csv", "tsv", "jsonl"] = "csv"
-    delimiter: str = Field(",", min_length=1, max_length=1)
-    encoding: str = "utf-8"
-    bom: bool = False
+    folder: str = Field(description="The folder the program imports from; a relative path is taken from the "
+                                    "tool file's folder.")
+    file_name: str = Field(description="The file's name, a template over the tool's inputs, e.g. "
+                                       "orders-{batch}.csv.")
+    name_pattern: str = Field(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}",
+                              description="A regular expression the whole file name must match once filled in.")
+    format: Literal["csv", "tsv", "jsonl"] = Field(
+        "csv", description="The file's format; jsonl is one JSON object per line.")
+    delimiter: str = Field(",", min_length=1, max_length=1,
+                           description="For csv: the one character between fields.")
+    encoding: str = Field("utf-8", description="The text encoding the program reads, a Python codec name such as "
+                                               "utf-8 or cp1252.")
+    bom: bool = Field(False, description="Start the file with a byte order mark, for a program that expects one "
+                                         "(UTF-8 only; not for jsonl).")
     columns: dict[str, Literal["string", "integer", "number", "decimal", "boolean", "date", "datetime"]] = Field(
-        min_length=1)
-    optional_columns: list[str] = []
-    rows_input: str = Field("rows", pattern=r"^[a-z][a-z0-9_]*$")
-    rows_description: str = Field(min_length=1)
-    rows_example: list[dict[str, Any]] = Field(min_length=1)
-    max_rows: int = Field(1000, ge=1, le=100_000)
-    lock_file: str | None = None
-    lock_targets: list[str] = []
-    taken: TakenSpec = TakenSpec()
-    count: CountSpec
+        min_length=1, description="The file's columns in order, each with its type: COLUMN = \"integer\". The "
+                                  "model sends records keyed by them, checked before anything is written.")
+    optional_columns: list[str] = Field([], description="Columns a record may leave out; they are written empty.")
+    rows_input: str = Field("rows", pattern=r"^[a-z][a-z0-9_]*$",
+                            description="The name of the input that carries the records; it is made from columns, "
+                                        "so it is not declared under inputs.")
+    rows_description: str = Field(min_length=1, description="What the records are, for the model: the rows "
+                                                            "input's description.")
+    rows_example: list[dict[str, Any]] = Field(min_length=1, description="An example list of records keyed by "
+                                                                         "column, shown to the model.")
+    max_rows: int = Field(1000, ge=1, le=100_000, description="The most records one call may send.")
+    lock_file: str | None = Field(None, description="rungd's own lock file; left out, .FOLDER.rungd-lock beside "
+                                                    "the import folder (never in it, where the program would see "
+                                                    "it).")
+    lock_targets: list[str] = Field([], description="Other files a person may have open that make an import "
+                                                    "unsafe (the program's own data file): while one is held the "
+                                                    "call is LOCKED. The import file itself is always checked.")
+    taken: TakenSpec = Field(TakenSpec(), description="How to tell the program took the file; any signal set "
+                                                      "counts.")
+    count: CountSpec = Field(description="The read-back: a read tool of this file whose count of the records is "
+                                         "read before and after the import.")
 
 
 class InputSpec(_Strict):
     """One input the model may pass. Described, typed, with an example: it is what a model reads."""
 
-    type: FieldType = "string"
-    description: str = Field(min_length=1)
-    example: Any
-    required: bool = True
-    default: Any = None
-    enum: list[str] | list[int] | None = None
-    pattern: str | None = None
-    min_length: int | None = Field(None, ge=0)
-    max_length: int | None = Field(None, ge=1)
-    minimum: float | None = None
-    maximum: float | None = None
-    allow_dash: bool = False
-    # Inside a path word (/srv/repos/{repo}): may hold '/' to name a subfolder (group/project);
-    # never '..' or an empty part. Off, it is one name in that folder.
-    allow_slash: bool = False
-    # As a whole argument or in a word with no '/' (--config={file}): may name any file or
-    # folder ('/', '..'). Off, it is a name unless held to an enum or a pattern (then '/' is
-    # the pattern's to allow, and a '..' part is still refused).
-    allow_path: bool = False
-    # Text of several lines (\n, \r, \t allowed): only for the input a tool feeds on stdin.
-    multiline: bool = False
-    # A value only the program may read (a password, a PIN): shown everywhere else as a
-    # keyed mark, and redacted from what the program prints (rungd.service.sensitive).
-    sensitive: bool = False
-    filter: FilterSpec | None = None
+    type: FieldType = Field("string", description="The value's type.")
+    description: str = Field(min_length=1, description="What the input is, for the model: exactly as the program "
+                                                       "knows it, with its unit or format.")
+    example: Any = Field(description="A valid value, shown to the model.")
+    required: bool = Field(True, description="Whether the caller must give it. An optional input left out drops "
+                                             "the whole argv word it is in.")
+    default: Any = Field(None, description="The value an optional input takes when the caller leaves it out; left "
+                                           "unset, the input is absent and its argv word dropped.")
+    enum: list[str] | list[int] | None = Field(None, description="The only values allowed: a closed set is an "
+                                                                 "enum, not prose.")
+    pattern: str | None = Field(None, description="A regular expression the whole value must match (it is "
+                                                  "anchored for you); as tight as the program allows.")
+    min_length: int | None = Field(None, ge=0, description="The fewest characters a string may have.")
+    max_length: int | None = Field(None, ge=1, description="The most characters a string may have.")
+    minimum: float | None = Field(None, description="The smallest number allowed.")
+    maximum: float | None = Field(None, description="The largest number allowed.")
+    allow_dash: bool = Field(False, description="Let a value start with '-'; off, such a value is refused, since "
+                                                "the program would read it as an option.")
+    allow_slash: bool = Field(False, description="Inside a path word (/srv/repos/{repo}): the value may hold '/' to "
+                                                 "name a subfolder (group/project), never '..' or an empty part. "
+                                                 "Off, it is one name in that folder.")
+    allow_path: bool = Field(False, description="As a whole argument or in a word with no '/' (--config={file}): "
+                                                "the value may name any file or folder. Off, it is a name unless "
+                                                "held to an enum or a pattern (then '/' is the pattern's to allow; "
+                                                "a '..' part is still refused).")
+    multiline: bool = Field(False, description="Allow text of several lines (\\n, \\r, \\t); only for the input a "
+                                               "tool feeds on stdin (stdin_input).")
+    sensitive: bool = Field(False, description="A value only the program may read (a password, a PIN; a string "
+                                               "without an enum): shown everywhere else as a keyed mark, and "
+                                               "redacted from what the program prints.")
+    filter: FilterSpec | None = Field(None, description="For an export tool: the input filters the rows on a "
+                                                        "column; a caller who leaves it out gets every row.")
 
 
 class DescriptionSpec(_Strict):
-    does: str = Field(min_length=1)
-    use_when: str = Field(min_length=1)
-    do_not_use_when: str = Field(min_length=1)
-    returns: str = Field(min_length=1)
-    on_error: str = Field(min_length=1)
-    if_unknown: str = Field(min_length=1)
+    does: str = Field(min_length=1, description="What the tool does, in a sentence or two; say whether it changes "
+                                                "anything.")
+    use_when: str = Field(min_length=1, description="When to pick this tool, in the words a user would use.")
+    do_not_use_when: str = Field(min_length=1, description="The near misses, naming the tool to use instead.")
+    returns: str = Field(min_length=1, description="The fields the result holds, by name.")
+    on_error: str = Field(min_length=1, description="Each error code the tool may return, whether a retry helps, "
+                                                    "and what to do.")
+    if_unknown: str = Field(min_length=1, description="What to do when an input is not known; usually: ask the "
+                                                      "user, do not guess.")
 
 
 class ExitRule(_Strict):
-    code: str = Field(pattern=CODE)
-    retry: Retry = "no"
-    next_action: NextAction = "stop"
-    hint: str = ""
-    meaning: str = ""
+    code: str = Field(pattern=CODE, description="The stable error code the exit status becomes, e.g. NOT_FOUND.")
+    retry: Retry = Field("no", description="Whether the same call can succeed if repeated; after_check: once the "
+                                           "caller has checked something.")
+    next_action: NextAction = Field("stop", description="What the caller should do next; repair means fix the "
+                                                        "call's inputs.")
+    hint: str = Field("", description="What a correct call looks like, or what to try next; the program's own "
+                                      "words are added to it.")
+    meaning: str = Field("", description="What the status means, used as the error's message; left empty, the "
+                                         "message names the exit status.")
 
 
 class ParseSpec(_Strict):
     """How stdout becomes fields. Anything that does not parse is SURFACE_CHANGED; no output
     at all, with words on stderr and exit status 0, is the program's failure (FAILED)."""
 
-    kind: Literal["none", "json", "key_value", "regex", "lines", "columns"] = "none"
-    separator: str = ":"
-    pattern: str | None = None
-    fields: dict[str, FieldType] = {}
-    max_lines: int = Field(100, ge=1)
-    # Where the program prints what is parsed: some (debconf tools) answer on stderr only.
-    # "both" parses stdout, then stderr, as one text.
-    stream: Literal["stdout", "stderr", "both"] = "stdout"
-    # What a lines parse of no output at all means when the program (exiting 0) wrote on
-    # stderr: by default FAILED quoting it (bc on 1/0 says "Divide by zero" and exits 0);
-    # "answer": an empty listing, the stderr words being warnings.
-    empty: Literal["failure_if_stderr", "answer"] = "failure_if_stderr"
+    kind: Literal["none", "json", "key_value", "regex", "lines", "columns"] = Field(
+        "none", description="How the output is read: none (not at all), json (one object), key_value (KEY "
+                            "separator VALUE lines), regex (the named groups of pattern), lines (a list of lines) "
+                            "or columns (a table under a header line).")
+    separator: str = Field(":", description="For key_value: what separates a key from its value on a line.")
+    pattern: str | None = Field(None, description="For regex: a regular expression with a named group per field, "
+                                                  "searched in the whole output (^ and $ match at each line).")
+    fields: dict[str, FieldType] = Field({}, description="The fields returned, each with its type: FIELD = "
+                                                         "\"integer\". A missing field or a wrong type is "
+                                                         "SURFACE_CHANGED. For json a name may be a dotted path; "
+                                                         "for columns it is a header's name.")
+    max_lines: int = Field(100, ge=1, description="For lines and columns: the most lines or rows kept; a longer "
+                                                  "listing comes back cut and says so. A read a write is verified "
+                                                  "by must never be cut: give it room.")
+    stream: Literal["stdout", "stderr", "both"] = Field(
+        "stdout", description="Where the program prints what is parsed: some (debconf tools) answer on stderr "
+                              "only. both parses stdout, then stderr, as one text.")
+    empty: Literal["failure_if_stderr", "answer"] = Field(
+        "failure_if_stderr", description="What a lines parse of no output at all means when the program "
+                                         "(exiting 0) wrote on stderr: by default FAILED quoting it; answer: an "
+                                         "empty listing, the stderr words being warnings.")
 
     @model_validator(mode="after")
     def _empty_is_a_listing(self) -> ParseSpec:
@@ -167,17 +242,19 @@ class ParseSpec(_Strict):
 
 
 class ConfirmSpec(_Strict):
-    pattern: str
-    answer: str
-    times: int = Field(1, ge=1, le=10)
+    pattern: str = Field(description="A regular expression matching the program's own \"are you sure\" "
+                                     "question.")
+    answer: str = Field(description="What is typed in answer; a line break is added.")
+    times: int = Field(1, ge=1, le=10, description="How often the question is answered in one call.")
 
 
 class CredentialPromptSpec(_Strict):
-    pattern: str
-    credential: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    # How often this question is answered in one call; a re-ask past it is AUTH_REQUIRED
-    # ("rejected"), so a wrong password is never sent again and again (lockouts).
-    times: int = Field(1, ge=1, le=10)
+    pattern: str = Field(description="A regular expression matching the question that asks for the credential.")
+    credential: str = Field(pattern=r"^[A-Za-z0-9_.-]+$",
+                            description="The name of the credential in rungd's store that answers it.")
+    times: int = Field(1, ge=1, le=10, description="How often this question is answered in one call; a re-ask "
+                                                   "past it is AUTH_REQUIRED (\"rejected\"), so a wrong password "
+                                                   "is never sent again and again (lockouts).")
 
 
 class ExpectSpec(_Strict):
@@ -185,16 +262,24 @@ class ExpectSpec(_Strict):
     ``{ present = true }``, ``{ equals = "{name}" }``, ``{ before_plus = "{n}" }``...
     The rule itself is ``rungd.core.expectations``."""
 
-    equals: str | int | float | bool | None = None
-    present: bool | None = None
-    absent: bool | None = None
-    contains: str | int | None = None
-    lacks: str | int | None = None
-    matches: str | None = None
-    before_plus: str | int | float | None = None
-    greater_than_before: bool | None = None
-    less_than_before: bool | None = None
-    differs_from_before: bool | None = None
+    equals: str | int | float | bool | None = Field(None, description="The field equals this value (the same as "
+                                                                      "the value written alone).")
+    present: bool | None = Field(None, description="true: the field is there and not empty; false: the opposite.")
+    absent: bool | None = Field(None, description="true: the field is missing or empty (no line, an empty list, "
+                                                  "\"\").")
+    contains: str | int | None = Field(None, description="A list field has an item holding this text, or a text "
+                                                          "field holds it.")
+    lacks: str | int | None = Field(None, description="The opposite of contains.")
+    matches: str | None = Field(None, description="The field, or an item of a list field, matches this regular "
+                                                  "expression (literal: it is never filled from inputs).")
+    before_plus: str | int | float | None = Field(None, description="A number, or a list's length, is the read "
+                                                                    "before the act plus this.")
+    greater_than_before: bool | None = Field(None, description="true: the field is greater than in the read "
+                                                               "before the act.")
+    less_than_before: bool | None = Field(None, description="true: the field is less than in the read before the "
+                                                            "act.")
+    differs_from_before: bool | None = Field(None, description="true: the field differs from the read before the "
+                                                               "act.")
 
     @model_validator(mode="after")
     def _one_test(self) -> ExpectSpec:
@@ -218,46 +303,65 @@ Expectation = str | int | float | bool | ExpectSpec
 class ReadBackSpec(_Strict):
     """A read (another tool of this file) and the fields it must show after the change."""
 
-    tool: str
-    inputs: dict[str, Any] = {}
-    expect: dict[str, Expectation] = {}
-    wait_s: float = Field(5.0, ge=0, le=600)
+    tool: str = Field(description="The read tool of this file whose output shows the change.")
+    inputs: dict[str, Any] = Field({}, description="The read tool's inputs: a literal, or \"{input}\" for one of "
+                                                   "this tool's inputs.")
+    expect: dict[str, Expectation] = Field({}, description="The fields the read must show after the change: each "
+                                                           "a literal, \"{input}\", or a table of one test.")
+    wait_s: float = Field(5.0, ge=0, le=600, description="How long, in seconds, to keep reading for the change to "
+                                                         "show.")
 
 
 class SettleSpec(_Strict):
     """The read that tells, after a timeout, whether the change happened (default: verify)."""
 
-    tool: str
-    inputs: dict[str, Any] = {}
-    expect: dict[str, Expectation] = {}
-    # Run it in the same call as soon as the outcome is unknown (false: leave it to reconcile).
-    at_once: bool = True
+    tool: str = Field(description="The read tool of this file that tells whether the change happened.")
+    inputs: dict[str, Any] = Field({}, description="The read tool's inputs: a literal, or \"{input}\" for one of "
+                                                   "this tool's inputs.")
+    expect: dict[str, Expectation] = Field({}, description="The fields that show the change happened: a literal, "
+                                                           "\"{input}\", or a table of one test (none of the "
+                                                           "..._before tests).")
+    at_once: bool = Field(True, description="Run it in the same call as soon as the outcome is unknown (false: "
+                                            "leave it to rungctl reconcile).")
 
 
 class PreconditionSpec(_Strict):
     """A write's expected revision: the read (a tool of this file) whose fields must still
     equal what the caller read, checked right before the act under ``lock``."""
 
-    tool: str
-    inputs: dict[str, Any] = {}
-    expect: dict[str, Any] = {}          # plain values or "{input}", e.g. { count = "{expected_count}" }
-    lock: str = ""                       # e.g. "stock:{item}": no other rungd call on it meanwhile
+    tool: str = Field(description="The read tool of this file whose fields must still equal what the caller "
+                                  "read.")
+    inputs: dict[str, Any] = Field({}, description="The read tool's inputs: a literal, or \"{input}\" for one of "
+                                                   "this tool's inputs.")
+    expect: dict[str, Any] = Field({}, description="The fields that must still hold: plain values or \"{input}\", "
+                                                   "e.g. { count = \"{expected_count}\" }; one whose input the "
+                                                   "caller left out is not checked.")
+    lock: str = Field("", description="A key no other rungd call may act on meanwhile, e.g. \"stock:{item}\"; "
+                                      "empty: no lock.")
 
 
 class LimitsSpec(_Strict):
-    cpu_s: int | None = Field(None, ge=1)
-    address_space_bytes: int | None = Field(None, ge=1 << 20)
-    open_files: int | None = Field(None, ge=8)
-    processes: int | None = Field(None, ge=1)
-    file_size_bytes: int | None = Field(None, ge=0)
+    cpu_s: int | None = Field(None, ge=1, description="The CPU seconds the program may use.")
+    address_space_bytes: int | None = Field(None, ge=1 << 20, description="The address space the program may "
+                                                                           "reserve (RLIMIT_AS), in bytes; JVMs "
+                                                                           "and threaded programs reserve far more "
+                                                                           "than they use.")
+    open_files: int | None = Field(None, ge=8, description="The most files the program may hold open.")
+    processes: int | None = Field(None, ge=1, description="The most processes of the program's user (RLIMIT_NPROC "
+                                                          "counts them all; root is exempt).")
+    file_size_bytes: int | None = Field(None, ge=0, description="The largest file the program may write, in "
+                                                                "bytes.")
 
 
 class RuledOutSpec(_Strict):
     """A higher rung and the test it fails: ``{ rung = 1, fails = "present", why = "no API" }``."""
 
-    rung: int = Field(ge=1, le=6)
-    fails: Literal["present", "unattended", "readable back"]
-    why: str = ""
+    rung: int = Field(ge=1, le=6, description="The higher rung not used: 1 API, 2 command line, 3 file, 4 "
+                                              "recorded script, 5 structured UI, 6 screen.")
+    fails: Literal["present", "unattended", "readable back"] = Field(
+        description="The test it fails: present (it lacks the operation), unattended (it needs a person "
+                    "mid-run) or readable back (its result cannot be read back).")
+    why: str = Field("", description="One line of evidence, e.g. \"the vendor's API has no restart call\".")
 
 
 class StepDownSpec(_Strict):
@@ -265,89 +369,155 @@ class StepDownSpec(_Strict):
     ``{ codes = ["SURFACE_CHANGED"], count = 3 }`` (3 in a row), or with
     ``within = "24h"`` (that many within a sliding window)."""
 
-    codes: list[Annotated[str, Field(pattern=CODE)]] = Field(min_length=1)
-    count: int = Field(1, ge=1, le=1000)
+    codes: list[Annotated[str, Field(pattern=CODE)]] = Field(min_length=1, description="The error codes "
+                                                                                      "observed.")
+    count: int = Field(1, ge=1, le=1000, description="How many results with one of the codes it takes; 1 is "
+                                                     "once.")
     within: str | None = Field(None, pattern=r"^[0-9]+(\.[0-9]+)?(s|m|h|d)$",
-                               description="a window such as 30m, 24h, 7d; left out: in a row")
-    to: str = ""
+                               description="The window the results must fall in, such as 30m, 24h or 7d; left out, "
+                                           "they must come in a row.")
+    to: str = Field("", description="Where the operation moves, for the person told, e.g. \"stop: a person does "
+                                    "it by hand\".")
 
 
 class SessionSpec(_Strict):
     """Who is signed in: credential names (each declared by the tool), who provides them,
     and the code a call returns when they expire."""
 
-    provided_by: str = Field(min_length=1)
-    credentials: list[str] = []
-    on_expiry: str = Field("AUTH_REQUIRED", pattern=CODE)
+    provided_by: str = Field(min_length=1, description="Who provides the credentials and where they live, e.g. "
+                                                       "\"the operator, in /etc/rungd/credentials.toml\".")
+    credentials: list[str] = Field([], description="The credential names the session uses, each one the tool "
+                                                   "declares.")
+    on_expiry: str = Field("AUTH_REQUIRED", pattern=CODE, description="The error code a call returns when they "
+                                                                      "expire.")
 
 
 class HeadingSpec(_Strict):
     """The WRAPPER CONTRACT's heading: ``[tools.NAME.heading]``."""
 
-    rung: int = Field(ge=1, le=6)
-    ruled_out: list[RuledOutSpec] = []
-    step_down: list[StepDownSpec] = []
-    climb: str = ""
-    attempts: int = Field(1, ge=1, le=100)
-    session: SessionSpec | None = None
+    rung: int = Field(ge=1, le=6, description="The rung the operation is reached through: 1 API, 2 command line, "
+                                              "3 file, 4 recorded script, 5 structured UI, 6 screen.")
+    ruled_out: list[RuledOutSpec] = Field([], description="Each higher rung, and the test it fails.")
+    step_down: list[StepDownSpec] = Field([], description="What moves the operation a rung down: rungd watches "
+                                                          "the ledger for it, warns and marks the tool. rungctl "
+                                                          "lint asks every write for one.")
+    climb: str = Field("", description="What would move the operation back up a rung, in words.")
+    attempts: int = Field(1, ge=1, le=100, description="The most attempts a caller should spend on one request; "
+                                                       "rungd itself never retries.")
+    session: SessionSpec | None = Field(None, description="Who is signed in, for a tool that uses credentials.")
 
 
 class ToolSpec(_Strict):
-    description: DescriptionSpec
-    side_effect: Literal["read", "reversible", "visible", "irreversible"] = "read"
-    argv: list[str] = []
-    inputs: dict[str, InputSpec] = {}
-    outputs: dict[str, str] = {}
-    parse: ParseSpec = ParseSpec()
-    exit: dict[str, ExitRule] = {}
-    ok_exit: list[int] = [0]
-    stdin: Literal["none", "eof"] = "none"
-    stdin_input: str | None = None
-    # Close stdin after the stdin_input data is sent: an end the author declared, for
-    # programs that read to end-of-file (bc, chpasswd, sort).
-    stdin_eof: bool = False
-    # Which of the file's programs this tool runs: a key of [programs.NAME] (default: [program]).
-    program: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]*$")
-    # The account the program runs as (the daemon must be root or hold CAP_SETUID).
-    user: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")
-    confirm: list[ConfirmSpec] = []
-    credential_prompt: list[CredentialPromptSpec] = []
-    askpass: list[CredentialPromptSpec] = []
-    env: dict[str, str] = {}
-    credentials: dict[str, str] = {}
-    credential_files: dict[str, str] = {}
-    deadline_s: float = Field(30.0, gt=0, le=3600)
-    commit_point: Literal["spawn", "confirmation"] = "spawn"
-    export: ExportSpec | None = None
-    import_: ImportFileSpec | None = Field(None, alias="import")
-    verify: ReadBackSpec | None = None
-    settle: SettleSpec | None = None
-    precondition: PreconditionSpec | None = None
-    cap_bytes: int = Field(4096, ge=256, le=1 << 20)
-    concurrency: int | None = Field(None, ge=1)
-    gate: Gate | None = None
-    log_fields: list[str] = []
-    lint_waivers: dict[str, str] = {}
-    limits: LimitsSpec | None = None
-    heading: HeadingSpec | None = None
+    description: DescriptionSpec = Field(description="The six slots a model reads to choose and call the tool; "
+                                                     "every one is required.")
+    side_effect: Literal["read", "reversible", "visible", "irreversible"] = Field(
+        "read", description="What a call changes: read changes nothing. Every other class needs a verify "
+                            "read-back, and the operator's config sets its gate.")
+    argv: list[str] = Field([], description="The program's arguments, one word each, no shell: {name} puts in an "
+                                            "input, a literal brace is doubled ({{}} is {}), and "
+                                            "{credential_file:NAME} names a credential file.")
+    inputs: dict[str, InputSpec] = Field({}, description="What a model may pass, one table per input.")
+    outputs: dict[str, str] = Field({}, description="What each field of the result holds, for the model: FIELD = "
+                                                    "\"words\". Left out, the parsed fields are listed by name.")
+    parse: ParseSpec = Field(ParseSpec(), description="How the program's output becomes fields.")
+    exit: dict[str, ExitRule] = Field({}, description="One table per exit status the program documents, with the "
+                                                      "error code it becomes; a status neither here nor in ok_exit "
+                                                      "is FAILED.")
+    ok_exit: list[int] = Field([0], description="The exit statuses that are an answer, e.g. [0, 1] when 1 means "
+                                                "\"no such file\" for a read a write is verified by.")
+    stdin: Literal["none", "eof"] = Field("none", description="none: stdin stays open and silent, so a program "
+                                                              "that reads it is caught asking; eof: closed at "
+                                                              "once, only where end-of-file is a safe answer.")
+    stdin_input: str | None = Field(None, description="The input sent on stdin, with a line break at its end "
+                                                      "(which keeps it out of ps).")
+    stdin_eof: bool = Field(False, description="Close stdin after the stdin_input data is sent: an end the author "
+                                               "declared, for programs that read to end-of-file (bc, chpasswd, "
+                                               "sort).")
+    program: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]*$",
+                                description="Which of the file's programs this tool runs: a key of "
+                                            "[programs.NAME] (default: [program]).")
+    user: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_.-]{0,31}$",
+                             description="The account the program runs as (the daemon must be root or hold "
+                                         "CAP_SETUID).")
+    confirm: list[ConfirmSpec] = Field([], description="The program's own \"are you sure\" questions, answered "
+                                                       "only for a call that passed its gate; a read has none.")
+    credential_prompt: list[CredentialPromptSpec] = Field(
+        [], description="Credential questions the program asks, each answered with a credential from rungd's "
+                        "store.")
+    askpass: list[CredentialPromptSpec] = Field(
+        [], description="GIT_ASKPASS, SSH_ASKPASS and SUDO_ASKPASS questions, each answered with a credential "
+                        "from rungd's store.")
+    env: dict[str, str] = Field({}, description="Variables added to the program's environment: fixed values, "
+                                                "never an input. The guide's Environment section says which are "
+                                                "refused.")
+    credentials: dict[str, str] = Field({}, description="Credentials put in the program's environment: ENV_VAR = "
+                                                        "\"credential name\" in rungd's store.")
+    credential_files: dict[str, str] = Field({}, description="Credentials handed over as sealed in-memory files: "
+                                                             "ENV_VAR = \"credential name\"; ENV_VAR holds the "
+                                                             "file's /dev/fd/N.")
+    deadline_s: float = Field(30.0, gt=0, le=3600, description="Seconds a call may take; at the deadline the "
+                                                               "whole process tree dies and the call is TIMEOUT.")
+    commit_point: Literal["spawn", "confirmation"] = Field(
+        "spawn", description="When the effect may have begun: when the program starts, or when a confirm "
+                             "question is answered.")
+    export: ExportSpec | None = Field(None, description="Answer from the newest complete export file the program "
+                                                        "writes instead of running it (no argv, no parse).")
+    import_: ImportFileSpec | None = Field(None, alias="import",
+                                           description="Drop a file into a folder the program imports from "
+                                                       "instead of running it (no argv, parse or verify).")
+    verify: ReadBackSpec | None = Field(None, description="The read-back every write needs: a read tool of this "
+                                                          "file and the fields it shows after the change.")
+    settle: SettleSpec | None = Field(None, description="The read that tells, after a timeout or a crash, whether "
+                                                        "the change happened; left out, the verify read.")
+    precondition: PreconditionSpec | None = Field(None, description="A write's expected revision: a read that "
+                                                                    "must still show what the caller read, right "
+                                                                    "before the act; otherwise CONFLICT.")
+    cap_bytes: int = Field(4096, ge=256, le=1 << 20, description="The most bytes of result the model gets; a "
+                                                                 "longer one is cut and says so.")
+    concurrency: int | None = Field(None, ge=1, description="How many calls of this tool may run at once; one "
+                                                            "more is BUSY. 1 for a program that must not run twice "
+                                                            "at once.")
+    gate: Gate | None = Field(None, description="A stricter gate than the operator's config gives the tool's "
+                                                "class (review: an operator approves); never a looser one.")
+    log_fields: list[str] = Field([], description="Inputs safe to record in the ledger in clear.")
+    lint_waivers: dict[str, str] = Field({}, description="rungctl lint codes this tool answers for, each with the "
+                                                         "reason a reviewer reads: CODE = \"why\".")
+    limits: LimitsSpec | None = Field(None, description="Resource limits for the program; each one set wins over "
+                                                        "the config's [limits].")
+    heading: HeadingSpec | None = Field(None, description="The contract's heading (seed 000), for operators: the "
+                                                          "rung, the higher rungs ruled out, what moves it down or "
+                                                          "back up, the attempts and the session.")
     errors: list[Literal["AUTH_REQUIRED", "PROMPT_UNEXPECTED", "SURFACE_CHANGED", "TIMEOUT", "UNEXPECTED_STATE",
-                         "BUSY", "LOCKED"]] = []
+                         "BUSY", "LOCKED"]] = Field([], description="Core error codes the tool may return beyond "
+                                                                    "those rungd lists by itself, added to its "
+                                                                    "error table.")
 
 
 class ProgramSpec(_Strict):
-    # Required in [program]; a [programs.NAME] table is named by its key.
-    name: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]*$")
-    command: str = Field(min_length=1)
-    env: dict[str, str] = {}
-    credentials: dict[str, str] = {}
-    # The account every tool of this program runs as, unless the tool names its own.
-    user: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")
+    name: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]*$",
+                             description="The program's short name. Required in [program]; a [programs.NAME] "
+                                         "table is named by its key.")
+    command: str = Field(min_length=1, description="The program: an absolute path, a name on PATH, or ./relative "
+                                                   "to this file. Shells, interpreters and exec wrappers are "
+                                                   "refused.")
+    env: dict[str, str] = Field({}, description="Variables added to the environment of every tool of this program: "
+                                                "fixed values, never an input.")
+    credentials: dict[str, str] = Field({}, description="Credentials put in the environment of every tool of this "
+                                                        "program: ENV_VAR = \"credential name\" in rungd's store.")
+    user: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_.-]{0,31}$",
+                             description="The account every tool of this program runs as, unless the tool names "
+                                         "its own.")
 
 
 class ToolFile(_Strict):
     """A tool file: one program in ``[program]``, or several in ``[programs.NAME]`` (a write
     and the program its read-back needs: rm and stat, useradd and getent), or both."""
 
-    program: ProgramSpec | None = None
-    programs: dict[str, ProgramSpec] = {}
-    tools: dict[str, ToolSpec] = Field(min_length=1)
+    program: ProgramSpec | None = Field(None, description="The program the tools run (with [programs.NAME]: the "
+                                                          "one a tool runs when it names none).")
+    programs: dict[str, ProgramSpec] = Field({}, description="More programs, one table each, e.g. the one a "
+                                                             "write's read-back needs; a tool picks one with "
+                                                             "program = \"NAME\".")
+    tools: dict[str, ToolSpec] = Field(min_length=1, description="The tools, one table each, named after the "
+                                                                 "system, the object and the verb, e.g. "
+                                                                 "accounts_user_show.")
