@@ -57,7 +57,7 @@ class LauncherBuildHook(BuildHookInterface):
         compiler = shlex.split(os.environ.get("CC", "")) or ["cc"]
         if shutil.which(compiler[0]) is None:
             self.app.display_warning(f"rungd: no C compiler ({compiler[0]}): the launcher stays Python "
-                                     "(calls start about 1 ms slower); install gcc and reinstall to compile it")
+                                     "(each start about twice as costly); install gcc and reinstall to compile it")
             return False
         # As rungd.runner.launch.source_digest: what the daemon checks before using the binary.
         digest = hashlib.sha256(source.read_bytes() + (Path(self.root) / WIRE).read_bytes()).hexdigest()[:16]

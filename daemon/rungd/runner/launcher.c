@@ -166,6 +166,8 @@ static int decode(unsigned char *body, size_t size, struct request *r, char *str
     r->argv = calloc(argc + 1, sizeof *r->argv);
     if (!r->argv) return -1;
     for (uint32_t i = 0; i < argc; i++) r->argv[i] = take_string(&c, &into, &r->bad_exec, NULL);
+    /* As Python's execve (launcher.py, the specification): an empty program name is EINVAL. */
+    if (c.ok && r->argv[0] && r->argv[0][0] == '\0') r->bad_exec = 1;
     uint32_t envc = (uint32_t)take(&c, 4);
     if (!c.ok || envc > MAX_ITEMS - argc) return -1;
     r->env = calloc(envc + 1, sizeof *r->env);
