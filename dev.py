@@ -51,12 +51,15 @@ def ensure_venv() -> None:
 
 # Debian packages the test suite uses: real programs it wraps (git, crontab, zip, unzip,
 # sqlite3, bc, openssl, man besides the base system's tools; ssh-keygen for signed approvals
-# and askpass; sudo -A), strace to aim kills and failures at the ledger's fsync, procps,
+# and askpass; sudo -A), python3-venv for a venv of /usr/bin/python3 that the daemon's own user
+# can run (tests/security/test_unit_user.py; setpriv is util-linux, always installed), strace
+# to aim kills and failures at the ledger's fsync, procps,
 # systemd for systemd-analyze verify of the unit, and gcc with libc6-dev so that the install
 # compiles the launcher (the tests run both launchers). Installed by `test` when it runs as root on
 # Debian; elsewhere the tests that need them say so.
 TEST_PACKAGES = ("git", "procps", "openssh-client", "systemd", "sudo", "cron", "zip", "unzip", "sqlite3", "bc",
-                 "openssl", "man-db", "strace", "gcc", "libc6-dev", "gpg", "gpg-agent", "pinentry-curses")
+                 "openssl", "man-db", "strace", "gcc", "libc6-dev", "gpg", "gpg-agent", "pinentry-curses",
+                 "python3-venv")
 
 
 def ensure_test_packages() -> None:

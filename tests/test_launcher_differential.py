@@ -192,6 +192,13 @@ class Place:
     def fresh_work(self) -> None:
         shutil.rmtree(self.root / "work", ignore_errors=True)
 
+    def fresh_shared(self) -> None:
+        """A sticky folder every account may make a folder in, as the daemon's run-as folder is."""
+        self.fresh_work()
+        (self.root / "work").mkdir(mode=0o755)
+        (self.root / "work" / "shared").mkdir()
+        (self.root / "work" / "shared").chmod(0o1733)
+
 
 class Passed:
     """Descriptors handed to the program, made once per case so both launchers pass the very same
@@ -425,6 +432,11 @@ SUCCESS: dict[str, Callable[[Place], Request]] = {
         limits=Limits(open_files=512, processes=256, core_bytes=0, no_new_privs=False),
         user=(*NOBODY, _others_groups()), cgroup=True, label="c-diff-nobody", stdin="open",
         passed=("memfd", "file")),
+    # A folder the launcher makes for another account: made as that account (after the switch),
+    # so it is the account's from the start, in a sticky folder as the daemon's run-as one is.
+    "a folder made as its user": lambda p: Request(
+        argv=p.report("read"), env={}, cwd=str(p.root / "work" / "shared" / "call") + "/", make_cwd=True,
+        user=(*NOBODY, [65534]), stdin=b"", prepare=p.fresh_shared),
     # Run as another user with no supplementary group at all, and no_new_privs.
     "as nobody, no groups": lambda p: Request(
         argv=p.report("read"), env={}, cwd="/", limits=Limits(no_new_privs=True), user=(*NOBODY, []),
@@ -442,7 +454,7 @@ SUCCESS: dict[str, Callable[[Place], Request]] = {
     # A folder that exists already, made "again": nothing changes, the program starts there.
     "folder already there": lambda p: Request(argv=p.report("read"), env={}, cwd=str(p.root), make_cwd=True),
 }
-RUN_AS = {"as nobody", "as nobody, no groups"}
+RUN_AS = {"as nobody", "as nobody, no groups", "a folder made as its user"}
 
 
 def _case_params(cases: dict[str, object], run_as: set[str]) -> list[object]:

@@ -384,14 +384,11 @@ def test_the_paths_a_tool_fixes_are_its_literal_absolute_words_never_its_inputs(
     assert fixed_paths(argv) == [(1, "/etc/app/job.sql"), (2, "/opt/jobs/n.job"), (7, "/tmp")]
 
 
-async def test_a_daemon_that_cannot_use_a_memfd_runs_the_helper_root_installed(short_tmp, nursery, monkeypatch) -> None:
+async def test_a_daemon_that_cannot_use_a_memfd_runs_a_helper_root_owns(short_tmp, nursery, monkeypatch) -> None:
     # A non-root daemon with the drop-in's capabilities cannot hand its programs a memfd (and
     # some hosts forbid executable ones): the branch such a daemon takes, taken here as root.
     from rungd.runner import askpass_server
     monkeypatch.setattr(askpass_server, "_sealed_helper", lambda: None)
-    installed = Path(sys.executable).parent / "rungd-askpass"
-    if os.stat(installed).st_uid != 0:
-        pytest.skip("this checkout's venv is not root's")
     asked = short_tmp / "asked"
     creds = short_tmp / "creds.toml"
     creds.write_text('deploy = "s3cret-pass"\n')
@@ -401,11 +398,15 @@ async def test_a_daemon_that_cannot_use_a_memfd_runs_the_helper_root_installed(s
             + '[[tools.key_list_show.askpass]]\npattern = "^Passphrase:"\ncredential = "deploy"\n')
     daemon = await serve_tool_file(nursery, short_tmp, text, config=f'[credentials]\nfile = "{creds}"\n')
     which = await daemon.call("which_list_show", {})
-    assert which.fields["lines"] == [str(installed)]  # no file of the daemon's user: nothing to replace
+    [script] = which.fields["lines"]
+    # The run-as folder's: root's, in a folder root owns and none may list or rename in.
+    folder = Path(script).parent
+    assert folder.name.startswith(".rungd-as-") and Path(script).name == "askpass"
+    assert (os.stat(script).st_uid, os.stat(folder).st_uid, oct(os.stat(folder).st_mode & 0o7777)) == (0, 0, "0o1733")
     assert not (daemon.config.state_dir / "work" / ".askpass").exists()
     key = await daemon.call("key_list_show", {})
     assert key.status == "ok", key.error
-    assert asked.read_text() == f"secret length {len('s3cret-pass')}\n"  # the installed helper answered
+    assert asked.read_text() == f"secret length {len('s3cret-pass')}\n"  # that helper answered
     daemon.daemon.stop()
 
 

@@ -25,6 +25,7 @@ nobody. A program run as another user (``user =``) gets a private folder of its 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import math
@@ -119,6 +120,10 @@ class AskpassServer(_Secrets):
     """The call's private folder: the askpass socket, the script GIT_ASKPASS, SSH_ASKPASS and
     SUDO_ASKPASS point at, and credential files. Removed when the call ends.
 
+    For a program run without a daemon (``rungd.runner.run`` on its own): a daemon's calls
+    use its :class:`AskpassEndpoint` (:meth:`AskpassEndpoint.for_call`), whose programs
+    cannot replace what another call runs.
+
     Args:
         work_dir: the call's work folder. The private folder is always made inside it, whatever
             the length of its path, because the daemon removes it when the call ends and
@@ -133,7 +138,6 @@ class AskpassServer(_Secrets):
         # ``workdir``, a folder inside that is that user's alone (0700). Nothing here holds a
         # secret (credential files are in memory).
         super().__init__(owner)
-        self._given_to_root = False
         where = None if owner is not None else work_dir
         self.folder = Path(tempfile.mkdtemp(prefix=".rungd-", dir=where))  # unique per run
         self.workdir = self.folder
@@ -157,15 +161,6 @@ class AskpassServer(_Secrets):
                 self.workdir = self.folder / "w"
                 self.workdir.mkdir(mode=0o700)
                 os.chown(self.workdir, *owner)
-                if os.geteuid() != 0:
-                    # The folder is where the program's user can reach it, /tmp, and this
-                    # daemon's other programs run as its own user: left the daemon's, one of
-                    # them could swap the script or the socket for this call's and be handed
-                    # its credential. Given to root (the CAP_CHOWN run-as needs anyway), none
-                    # can; close() takes the folder back to remove it.
-                    for path in (self.script, self.socket_path, self.folder):
-                        os.chown(path, 0, -1)
-                    self._given_to_root = True
             self._sock.listen(8)
         except OSError:
             self.close()
@@ -208,9 +203,6 @@ class AskpassServer(_Secrets):
         if hasattr(self, "pass_fds"):
             self._close_held()
         self._sock.close()
-        if self._given_to_root:
-            with contextlib.suppress(OSError):  # the CAP_CHOWN that gave it away takes it back
-                os.chown(self.folder, os.geteuid(), -1)
         shutil.rmtree(self.folder, ignore_errors=True)
         if self.workdir != self.folder and os.path.lexists(self.folder):
             # What the program's account made in its folder (0700 folders of its own) is out
@@ -358,6 +350,88 @@ def _permitted_capabilities() -> int:
     return 0
 
 
+class RunAsFolder:
+    """Where programs run as another account work, and the askpass script they run.
+
+    Such a program cannot reach the daemon's state folder (its own: 0700), so it works in a
+    folder of /tmp, and cannot open the daemon's sealed memfd helper (``/proc/<daemon>/fd/N``
+    asks for the right to read the daemon's state), so it runs a script file. Programs run as
+    the daemon's own user must not be able to replace either for a call of another account:
+    whatever the daemon's user owns, even for a moment, they can change (and a non-root
+    daemon's user is theirs). So both are made once, as the daemon starts and before any
+    program runs, and given to root: the folder (``.rungd-as-*``) sticky, writable and
+    passable by all and listable by none (1733), the script in it root's (0755). A call's
+    folder is made in it by the launcher as the program's account, after the switch
+    (:meth:`call_folder`: a random name nobody can list or guess), so it is that account's
+    from the start; :meth:`remove` takes it back (CAP_CHOWN, which a non-root daemon holds for
+    ``user =`` tools) to remove it.
+
+    Raises:
+        OSError: /tmp cannot hold it, or the daemon may not give it to root.
+    """
+
+    def __init__(self) -> None:
+        path = tempfile.mkdtemp(prefix=".rungd-as-")
+        self._fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        self.path = Path(path)
+        self.script = self.path / "askpass"
+        try:
+            script = os.open("askpass", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o755,
+                             dir_fd=self._fd)
+            try:
+                os.write(script, _HELPER.encode())
+                os.fchmod(script, 0o755)
+                os.fchown(script, 0, -1)
+            finally:
+                os.close(script)
+            os.fchmod(self._fd, 0o1733)
+            os.fchown(self._fd, 0, -1)
+        except OSError:
+            self.close()
+            raise
+        # Taking a call's folder back from its account needs CAP_CHOWN (root has it unless a
+        # bounding set took it away): without it, no user = call may start (it would leave
+        # its folder behind).
+        self.can_take_back = bool(_effective_capabilities() & 1 << _CAP_CHOWN)
+
+    def call_folder(self) -> Path:
+        """A new call's folder, not made yet: the launcher makes it as the program's account."""
+        return self.path / f"c-{secrets.token_hex(16)}"
+
+    def remove(self, folder: Path) -> None:
+        """Remove a call's folder and what its account left in it."""
+        _remove_given_away(self._fd, folder.name)
+
+    def close(self) -> None:
+        """Remove the folder (taken back first); safe to call twice."""
+        if self._fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            os.fchown(self._fd, os.geteuid(), -1)
+            os.fchmod(self._fd, 0o700)
+        with contextlib.suppress(OSError):
+            for entry in list(os.scandir(self._fd)):
+                if entry.name == "askpass":
+                    os.unlink("askpass", dir_fd=self._fd)
+                else:
+                    _remove_given_away(self._fd, entry.name)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.path)
+        os.close(self._fd)
+        self._fd = -1
+
+
+_CAP_CHOWN = 0  # <linux/capability.h>
+
+
+def _effective_capabilities() -> int:
+    with open("/proc/self/status", "rb") as status:
+        for line in status:
+            if line.startswith(b"CapEff:"):
+                return int(line.split()[1], 16)
+    return 0
+
+
 class AskpassEndpoint:
     """The askpass endpoint of a whole daemon: one script and socket for every call whose
     program runs as the daemon's user, made once (a call would otherwise spend most of a
@@ -384,9 +458,18 @@ class AskpassEndpoint:
 
     def __init__(self, folder: Path, *, sealed: bool = True) -> None:
         self.folder = folder
+        # Programs run as another account: made now, before any program runs (RunAsFolder).
+        # A daemon that may not give it to root runs no user = tool, and says why per call.
+        try:
+            self.run_as: RunAsFolder | None = RunAsFolder()
+        except OSError as exc:
+            log.warning("no folder for tools run as another user (%s): their calls will fail", exc.strerror or exc)
+            self.run_as = None
         self._script_fd = _sealed_helper() if sealed else None
         if self._script_fd is not None:
             script = f"/proc/{os.getpid()}/fd/{self._script_fd}"
+        elif self.run_as is not None:
+            script = str(self.run_as.script)  # root's, in a folder root owns: as safe, a file
         elif (installed := installed_helper()) is not None:
             script = str(installed)
         else:
@@ -421,8 +504,21 @@ class AskpassEndpoint:
         self._daemon = os.getpid()
         self._nursery: trio.Nursery | None = None
 
-    def for_call(self) -> CallAskpass:
-        """A call's handle on the endpoint (its credential files, its held helpers)."""
+    def for_call(self, owner: tuple[int, int] | None = None) -> CallAskpass:
+        """A call's handle on the endpoint (its credential files, its held helpers).
+
+        Args:
+            owner: uid and gid of the account the program runs as, when not the daemon's:
+                it runs the run-as folder's script and works in a folder of its own there.
+
+        Raises:
+            PermissionError: the daemon cannot take a call's folder back from another
+                account (no CAP_CHOWN), or has no run-as folder: nothing may start.
+        """
+        if owner is not None:
+            if self.run_as is None or not self.run_as.can_take_back:
+                raise PermissionError(errno.EPERM, "rungd may not take a folder back from another account")
+            return CallAskpass(self, owner, self.run_as)
         if self._script_fd is not None:
             # A program may take the helper's mode away (its owner may chmod the memfd, if
             # not its exec bits): that would only stop later questions, but it costs a call
@@ -435,6 +531,8 @@ class AskpassEndpoint:
         if self._script_fd is not None:
             os.close(self._script_fd)
             self._script_fd = None
+        if getattr(self, "run_as", None) is not None:
+            self.run_as.close()
 
     def claim(self, root: proctree.Member, call: CallAskpass) -> None:
         """Send the questions of ``root`` and its descendants to ``call`` from now on."""
@@ -505,12 +603,20 @@ class CallAskpass(_Secrets):
     a folder, and without a task of its own: its questions are answered in the endpoint's."""
 
     folder = None
-    workdir = None
 
-    def __init__(self, endpoint: AskpassEndpoint) -> None:
-        super().__init__(None)
+    def __init__(self, endpoint: AskpassEndpoint, owner: tuple[int, int] | None = None,
+                 run_as: RunAsFolder | None = None) -> None:
+        super().__init__(owner)
         self._endpoint = endpoint
         self.env = dict(endpoint.env)
+        # A program run as another account: the run-as folder's script (the daemon's memfd is
+        # not its to open) and a folder of its own the launcher makes as that account.
+        self._run_as = run_as
+        self.workdir: Path | None = None
+        if run_as is not None:
+            self.workdir = run_as.call_folder()
+            for var in ("GIT_ASKPASS", "SSH_ASKPASS", "SUDO_ASKPASS"):
+                self.env[var] = str(run_as.script)
         self._root: proctree.Member | None = None
         self._answer: Answer | None = None
         self._early: list[trio.socket.SocketType] = []  # asked before listen()
@@ -579,6 +685,9 @@ class CallAskpass(_Secrets):
             self._endpoint.release(self._root)
         self.quiet()
         self._close_held()
+        if self._run_as is not None and self.workdir is not None:
+            self._run_as.remove(self.workdir)  # what the program's account left there too
+            self.workdir = None
 
 
 def _peer_pid(conn: trio.socket.SocketType) -> int | None:

@@ -65,11 +65,12 @@ class _Scratch:
         except OSError as exc:  # EMFILE, ENFILE, ENOMEM
             raise _spawn_error(Program(argv=(ctx.tool.name,)), exc) from None
         try:
-            # The daemon's one askpass endpoint serves programs run as its own user (whose
-            # new process makes the work folder it starts in); one run as another user (or
-            # without a daemon) gets a private folder of its own, inside the work folder.
-            if owner is None and ctx.askpass is not None:
-                helper: AskpassServer | CallAskpass = ctx.askpass.for_call()
+            # The daemon's one askpass endpoint serves every call: its own user's programs
+            # (whose new process makes the work folder it starts in) and another account's
+            # (a folder of its run-as folder, made by the launcher as that account). Without
+            # a daemon a call gets a private folder of its own, inside the work folder.
+            if ctx.askpass is not None:
+                helper: AskpassServer | CallAskpass = ctx.askpass.for_call(owner)
             else:
                 ctx.work_dir.mkdir(parents=True, exist_ok=True)
                 helper = AskpassServer(ctx.work_dir, owner)
@@ -158,6 +159,9 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
     # A program run as another user works in its own private folder: the call's work
     # folder is the daemon's alone.
     cwd = scratch.helper.workdir if program.user is not None else ctx.work_dir
+    # Made by the launcher: the work folder as the daemon's user, or the run-as folder's call
+    # folder as the program's account (an endpoint's; a server without a daemon made its own).
+    make_cwd = not ctx.work_dir.exists() if program.user is None else isinstance(scratch.helper, CallAskpass)
     launcher = launch.for_reaper(reaper)
     try:
         for attempt in (1, 2):
@@ -166,7 +170,7 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
                 started = await launcher.spawn(
                     list(program.argv), child_env(ctx, program, credentials, scratch.helper.env),
                     str(program.cwd or cwd), limits.effective(program.limits), scratch.helper.pass_fds,
-                    _user_ids(program.user), cgroup, make_cwd=program.cwd is None and not ctx.work_dir.exists(),
+                    _user_ids(program.user), cgroup, make_cwd=program.cwd is None and make_cwd,
                     label=ctx.call_id)
             except BaseException as exc:
                 if cgroup is None:

@@ -324,15 +324,16 @@ static void become(struct request *r, int *fds, int sock_fd, int join_cgroup) {
         int procs = openat(join_cgroup, "cgroup.procs", O_WRONLY | O_CLOEXEC);
         if (procs < 0 || write(procs, "0", 1) != 1) goto failed;
     }
-    if (r->flags & F_MKDIR) {
-        where = "workdir";
-        if (r->bad_cwd) { errno = EINVAL; goto failed; }
-        if (make_folders(r->cwd) < 0) goto failed;
-    }
     if (r->flags & F_USER) {  /* as subprocess does: groups, gid, then uid */
         where = "user";
         if (setgroups(r->ngroups, r->groups) < 0 || setregid(r->gid, r->gid) < 0
             || setreuid(r->uid, r->uid) < 0) goto failed;
+    }
+    if (r->flags & F_MKDIR) {
+        /* As the program's user (launcher.py says why). */
+        where = "workdir";
+        if (r->bad_cwd) { errno = EINVAL; goto failed; }
+        if (make_folders(r->cwd) < 0) goto failed;
     }
     /* As the program's user: its folder is its own (0700), which a daemon that is not root
      * (or root without CAP_DAC_OVERRIDE) may not enter. */

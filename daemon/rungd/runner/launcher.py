@@ -429,15 +429,18 @@ def _exec(spec: dict, fds: list[int], join_cgroup: int) -> None:  # pragma: no c
             where = "cgroup"
             procs = os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=join_cgroup)
             os.write(procs, b"0")
-        if spec["mkdir"]:
-            where = "workdir"
-            os.makedirs(spec["cwd"], 0o700, exist_ok=True)
         if spec["user"] is not None:  # as subprocess does: groups, gid, then uid
             where = "user"
             uid, gid, groups = spec["user"]
             os.setgroups(groups)
             os.setregid(gid, gid)
             os.setreuid(uid, uid)
+        if spec["mkdir"]:
+            # As the program's user: a folder made for another account is that account's from
+            # the start, with no moment in which the daemon's user owns it (and its other
+            # programs could swap it) and no chown to follow a planted link.
+            where = "workdir"
+            os.makedirs(spec["cwd"], 0o700, exist_ok=True)
         # As the program's user: its folder is its own (0700), which a daemon that is not root
         # (or root without CAP_DAC_OVERRIDE) may not enter.
         where = "chdir"
