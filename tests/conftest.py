@@ -5,6 +5,8 @@ started for a call may survive."""
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,12 +73,22 @@ def _call_cgroups() -> set[str]:
     return {path.name for path in base.glob("rungd-*")} if base is not None else set()
 
 
+def _run_as_folders() -> set[Path]:
+    """The daemons' run-as folders in /tmp (rungd.runner.askpass_server.RunAsFolder)."""
+    return set(Path(tempfile.gettempdir()).glob(".rungd-as-*"))
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_CGROUPS_BEFORE] = _call_cgroups()
+    session.config.stash[_RUN_AS_BEFORE] = _run_as_folders()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if it left per-call cgroups behind: every call's cgroup must go with it."""
+    # A daemon the tests killed (kill -9, a crash aimed at an fsync) leaves its run-as folder
+    # for its next start to sweep; the tests' daemons never start again in the same folder.
+    for folder in _run_as_folders() - session.config.stash.get(_RUN_AS_BEFORE, set()):
+        shutil.rmtree(folder, ignore_errors=True)
     before = session.config.stash.get(_CGROUPS_BEFORE, set())
     deadline = time.monotonic() + 3  # a daemon still stopping may be removing its last ones
     while (left := _call_cgroups() - before) and time.monotonic() < deadline:
@@ -88,3 +100,4 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _CGROUPS_BEFORE = pytest.StashKey[set[str]]()
+_RUN_AS_BEFORE = pytest.StashKey[set[Path]]()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,30 @@ def test_without_cap_chown_a_user_tool_says_what_is_missing_and_runs_nothing(sho
     assert (env.error.code, env.error.retry, env.outcome) == ("FAILED", "no", "not_started"), env.error
     assert "CAP_CHOWN" in env.error.hint and "free space" not in env.error.hint
     assert not left
+
+
+def test_a_run_as_folder_a_killed_daemon_left_is_swept_at_its_next_start() -> None:
+    from rungd.runner.askpass_server import RunAsFolder
+
+    first = RunAsFolder("t3stsw33p")
+    os.close(first._fd)  # killed: nothing of it ran its close
+    left = first.path
+    (left / "c-x").mkdir()  # a call's folder, its account's
+    if os.geteuid() == 0:
+        os.chown(left / "c-x", 65534, 65534)
+    others = Path(tempfile.mkdtemp(prefix=".rungd-as-0therd43-"))  # another daemon's: not ours to sweep
+    planted = Path(tempfile.mkdtemp(prefix=".rungd-as-t3stsw33p-"))  # our name, someone else's folder
+    if os.geteuid() == 0:
+        os.chown(planted, 65534, 65534)
+    try:
+        second = RunAsFolder("t3stsw33p")
+        try:
+            assert not left.exists()
+            assert others.exists()
+            assert planted.exists() == (os.geteuid() == 0)  # as root, nobody's is left alone
+        finally:
+            second.close()
+        assert not second.path.exists()
+    finally:
+        shutil.rmtree(others, ignore_errors=True)
+        shutil.rmtree(planted, ignore_errors=True)

