@@ -1,7 +1,7 @@
 """Deliberately bad tools, for ``rungctl lint``'s tests. Never copy these.
 
 Each tool carries mistakes seed 002 and issue 6 name, the kind a plugin author makes when
-wrapping a program in a hurry; ``tests/test_lint.py`` expects a finding, by code, for each.
+wrapping a program in a hurry; ``tests/authoring/test_lint.py`` expects a finding, by code, for each.
 
     run                    a one-word name with a vague verb; a permanent write with empty
                            description slots, an untyped and undescribed input, a closed

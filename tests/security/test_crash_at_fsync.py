@@ -16,7 +16,7 @@ import pytest
 from rungd_ledgers import verify
 
 from rungd.client import Client, ClientError
-from tests.test_reliability import DaemonProcess, journal_tools
+from tests.service.test_reliability import DaemonProcess, journal_tools
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None,
                                 reason="strace is missing: apt-get install strace (.ci/run installs it)")

@@ -20,7 +20,7 @@ import pytest
 from rungd.client import Client
 from rungd.core.envelope import Envelope
 from rungd.testing import STUB_DESCRIPTION
-from tests.test_reliability import DaemonProcess
+from tests.service.test_reliability import DaemonProcess
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0 or shutil.which("setpriv") is None,
                                 reason="needs root and setpriv to run the daemon with the drop-in's capabilities")

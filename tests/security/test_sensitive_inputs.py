@@ -28,8 +28,8 @@ from rungd.config import load_config
 from rungd.core.errors import ConfigError
 from rungd.sdk import Description, SettleSpec, Timing, Tool, ToolInputs
 from rungd.testing import STUB_DESCRIPTION, start_daemon, write_config
-from tests.test_ctl_cli import ctl
-from tests.test_gates import OPERATOR, as_operator
+from tests.ctl.test_ctl_cli import ctl
+from tests.service.test_gates import OPERATOR, as_operator
 
 PASSWORD = "hunter2-Initial"
 OTHER = "correct-Horse-9"

@@ -515,7 +515,7 @@ _PIECE = re.compile(
 # o200k_base (the bpe-openai package, not a dependency) on 53 samples: rungd's demo and
 # test tools in all four formats, the JSON of seed 002 and prose from DESIGN.md and
 # STYLE.md. Error: at most 7%, mean 2%; ``bytes / 4`` on the same set: at most 19%
-# (prose), mean 3%. tests/test_definitions.py keeps a few of those counts as a regression.
+# (prose), mean 3%. tests/authoring/test_definitions.py keeps a few of those counts as a regression.
 _CHARS_PER_TOKEN = 4
 
 

@@ -12,7 +12,7 @@ pytest.importorskip("mcp", reason="the MCP bridge is the optional extra rungd[mc
 from rungd.mcp_bridge import EVIDENCE_TOOL
 
 from tests.conftest import TEST_PLUGINS
-from tests.test_mcp_bridge import bridge, envelope_of, rungd_daemon, text_of  # noqa: F401 (a fixture)
+from tests.client.test_mcp_bridge import bridge, envelope_of, rungd_daemon, text_of  # noqa: F401 (a fixture)
 
 
 @pytest.fixture

@@ -165,7 +165,7 @@ def test_the_socket_is_explicit_then_environment_then_default(short_tmp, monkeyp
 
 
 async def test_rungctl_with_config_reaches_its_daemon_whatever_rungd_socket_says(rungd_daemon, short_tmp) -> None:
-    from tests.test_ctl_cli import ctl
+    from tests.ctl.test_ctl_cli import ctl
 
     done = await ctl("--config", str(rungd_daemon.config.source), "tools",
                      env={"RUNGD_SOCKET": str(short_tmp / "other.sock"), "RUNGD_CONFIG": ""})
@@ -175,7 +175,7 @@ async def test_rungctl_with_config_reaches_its_daemon_whatever_rungd_socket_says
 
 async def test_empty_tools_and_pending_say_so_on_stderr_and_json_stays_empty(short_tmp, nursery) -> None:
     from rungd.testing import start_daemon
-    from tests.test_ctl_cli import ctl
+    from tests.ctl.test_ctl_cli import ctl
 
     # Access for another uid only: this caller (the uid the daemon runs as) sees no tool.
     running = await start_daemon(nursery, load_config(write_config(short_tmp, "[access]\nuids = [54321]\n")))

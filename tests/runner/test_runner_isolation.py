@@ -15,7 +15,7 @@ from pathlib import Path
 import trio
 
 from rungd import runner
-from tests.test_runner_refusals import FAKES, make_ctx
+from tests.runner.test_runner_refusals import FAKES, make_ctx
 
 SECRET = "victim-Pw-77q-never-shared"
 QUESTION = "Password for 'http://ops@127.0.0.1':"

@@ -204,7 +204,7 @@ def value_db(short_tmp: Path) -> Path:
 @pytest.fixture
 def rungd_config_toml(short_tmp: Path, value_db: Path) -> str:
     plugin = short_tmp / "probe_values.py"
-    fakes = Path(__file__).parent / "fakes"
+    fakes = Path(__file__).parents[1] / "fakes"
     plugin.write_text(PLUGIN.replace("@FAKES@", repr(str(fakes))).replace("@DB@", repr(str(value_db))))
     return f'[plugins]\nfiles = ["{plugin}"]\n'
 

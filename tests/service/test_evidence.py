@@ -24,7 +24,7 @@ from rungd.protocol import EvidenceSlice
 from rungd.testing import RunningDaemon, start_daemon, write_config
 
 from tests.conftest import TEST_PLUGINS
-from tests.test_ctl_cli import ctl
+from tests.ctl.test_ctl_cli import ctl
 
 TOOLS = TEST_PLUGINS / "evidence_tools.py"
 CAP = 1000

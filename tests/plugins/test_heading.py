@@ -15,7 +15,7 @@ from rungd.authoring.lint import definitions_from_config, lint, lint_tool
 from rungd.testing import write_config
 
 from tests.conftest import FAKES
-from tests.test_lint import definition, tool
+from tests.authoring.test_lint import definition, tool
 
 GOOD = Heading(2, (RuledOut(1, "present", "no API"),), (StepDown("SURFACE_CHANGED", count=3),),
                climb="an API", session=Session("the operator", ("inv_token",)))

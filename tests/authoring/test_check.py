@@ -13,7 +13,7 @@ import trio
 
 from rungd.authoring.check import check_files
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUILT_IN = sorted((ROOT / "configs" / "tools").glob("*.toml")) + sorted((ROOT / "configs" / "examples").glob("*.toml"))
 LINE = re.compile(r"^PASS (\S+)  fixtures=(\d+) stableCodes=(\d+) secretHits=0 unknownWriteRetries=0 "
                   r"verifiedFromSkipped=false$")

@@ -19,7 +19,7 @@ from rungd.aclient import AsyncClient
 
 from tests.conftest import TEST_PLUGINS
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "agent_loop.py"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "agent_loop.py"
 _spec = importlib.util.spec_from_file_location("rungd_example_agent_loop", EXAMPLE)
 agent_loop = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = agent_loop  # dataclasses look their module up by name

@@ -18,7 +18,7 @@ from rungd.core.errors import ConfigError
 from rungd.sdk import PluginSettings
 from rungd.service.plugins import settings_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # What issue 10 says a plugin author needs; removing one breaks plugins.
 REQUIRED = {
     "Tool", "ToolInputs", "NoInputs", "Description", "ErrorRule", "Timing", "SettleSpec", "Result",

@@ -393,7 +393,7 @@ def test_a_misspelled_key_gets_the_closest_valid_ones(short_tmp) -> None:
     assert "key tools.stock_item_show.log_feilds: unknown key; did you mean log_fields?" in str(caught.value)
 
 
-GUIDE = Path(__file__).resolve().parent.parent / "plugins" / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "plugins" / "README.md"
 
 
 @pytest.mark.skipif(not shutil.which("getent"), reason="getent is not installed")

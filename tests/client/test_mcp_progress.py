@@ -3,7 +3,7 @@ once, a running call sends progress, a cancelled wait leaves the call running, e
 a title, an output schema its results meet and hints from its side effect, and a line nested
 too deep gets a JSON-RPC error while the bridge goes on serving.
 
-Driven as tests/test_mcp_bridge.py drives it: a real ``rungd serve``, the bridge as a child on
+Driven as tests/client/test_mcp_bridge.py drives it: a real ``rungd serve``, the bridge as a child on
 stdio, the SDK's own client.
 """
 
@@ -36,7 +36,7 @@ from rungd.mcp_bridge import (
 from rungd.protocol import ToolDefinition
 
 from tests.conftest import TEST_PLUGINS
-from tests.test_mcp_bridge import bridge, envelope_of, rungd_daemon, text_of  # noqa: F401 (a fixture)
+from tests.client.test_mcp_bridge import bridge, envelope_of, rungd_daemon, text_of  # noqa: F401 (a fixture)
 
 HELD = {"program": "exit_with", "request_id": "held-1"}
 

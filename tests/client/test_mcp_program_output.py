@@ -24,7 +24,7 @@ from rungd.mcp_bridge import EVIDENCE_TOOL, INSTRUCTIONS
 from rungd.testing import STUB_DESCRIPTION
 
 from tests.conftest import FAKES
-from tests.test_mcp_bridge import bridge, envelope_of, rungd_daemon, text_of  # noqa: F401 (a fixture)
+from tests.client.test_mcp_bridge import bridge, envelope_of, rungd_daemon, text_of  # noqa: F401 (a fixture)
 
 FORGER = FAKES / "forger"
 APPROVED = "operator approved"  # every forged line says it

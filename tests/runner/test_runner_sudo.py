@@ -19,7 +19,7 @@ import pytest
 
 from rungd import runner
 from rungd.core.errors import AuthRequired
-from tests.test_runner_refusals import make_ctx, run_quick
+from tests.runner.test_runner_refusals import make_ctx, run_quick
 
 USER = "rungd-sudo-test"
 PASSWORD = "Sudo-pw-4Qz-test-only"

@@ -8,7 +8,7 @@ import tomllib
 
 from rungd_plugins.declarative import reference
 from rungd_plugins.declarative.schema import ToolFile
-from tests.test_scaffold import fill_in
+from tests.authoring.test_scaffold import fill_in
 
 REWRITE = f"run {reference.COMMAND}"
 

@@ -14,9 +14,9 @@ import trio
 from rungd.authoring.evalharness import EvalError, Task, command_model, evaluate, load_tasks
 from rungd.testing import RunningDaemon
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "examples" / "tasks" / "demo.toml"
-MODEL = Path(__file__).parent / "fakes" / "scripted_model"
+MODEL = Path(__file__).parents[1] / "fakes" / "scripted_model"
 
 
 async def test_scripted_model_is_scored_per_task(rungd_daemon: RunningDaemon) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from rungd.client import Client
 from rungd.config import embedded_configs
 from tests.conftest import TEST_PLUGINS
-from tests.test_reliability import DaemonProcess
+from tests.service.test_reliability import DaemonProcess
 
 
 def test_usr1_usr2_and_alrm_are_ignored_and_the_daemon_keeps_serving(short_tmp: Path) -> None:

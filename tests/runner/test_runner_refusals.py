@@ -29,7 +29,7 @@ from rungd import runner
 from rungd.core.contract import CallContext, Caller, Description, Result, Timing, Tool, ToolInputs
 from rungd.core.errors import AuthRequired, PromptUnexpected
 
-FAKES = Path(__file__).parent / "fakes"
+FAKES = Path(__file__).parents[1] / "fakes"
 SECRET = "Pw-9xq-never-leaks"
 
 

@@ -21,7 +21,7 @@ from rungd_ledgers.chain import seal
 from rungd.config import load_config
 from rungd.service.journal import JournalHandler
 from rungd.testing import start_daemon, write_config
-from tests.test_journal import parse_entry
+from tests.service.test_journal import parse_entry
 
 RUNGCTL = [sys.executable, "-m", "rungd.ctl"]
 

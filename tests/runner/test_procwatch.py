@@ -21,7 +21,7 @@ import pytest
 
 from rungd.runner import procwatch
 
-FAKES = Path(__file__).parent / "fakes"
+FAKES = Path(__file__).parents[1] / "fakes"
 SAMPLE_EVERY = 0.05
 
 T = TypeVar("T")

@@ -33,7 +33,7 @@ from rungd.runner import launcher as launcher_wire
 from rungd.runner.limits import Limits
 from rungd.runner.askpass_server import AskpassEndpoint
 from tests.conftest import record_loop_gaps
-from tests.test_runner_refusals import make_ctx
+from tests.runner.test_runner_refusals import make_ctx
 
 SELF_REPORT = """
     import json, os

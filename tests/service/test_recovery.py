@@ -13,7 +13,7 @@ from rungd.service.audit import Audit
 from rungd.config import load_config
 from rungd.service.engine.recovery import recover
 from rungd.testing import start_daemon, write_config
-from tests.test_reliability import journal_tools
+from tests.service.test_reliability import journal_tools
 
 
 async def test_a_dispatched_record_torn_by_a_crash_makes_a_repeat_reconcile_never_rerun(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rungd.service.health import compute, format_text, sparkline
 
-from tests.test_ctl_tail import write_ledger
+from tests.ctl.test_ctl_tail import write_ledger
 
 NOW = time.time()  # the ledger's records and the report share this "now"
 

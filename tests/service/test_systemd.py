@@ -34,7 +34,7 @@ from rungd.client import Client
 from rungd.config import load_config
 from rungd.testing import write_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "systemd" / "rungd.service"
 SYSUSERS = ROOT / "systemd" / "rungd.sysusers"
 TMPFILES = ROOT / "systemd" / "rungd.tmpfiles"

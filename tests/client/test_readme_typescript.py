@@ -19,7 +19,7 @@ import trio
 
 from rungd.testing import RunningDaemon
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 INSTALL_TIMEOUT_S = 300
 
 
