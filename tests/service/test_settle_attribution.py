@@ -151,6 +151,45 @@ async def test_a_failed_write_that_moved_the_state_reports_changed(short_tmp, nu
     daemon.daemon.stop()
 
 
+# The same program with its failing status named in the tool's exit table: what the status
+# is called proves nothing about the write either (issue 29: writes decided by a read).
+MAPPED = """
+[tools.kv_value_set.exit.2]
+code = "UPSTREAM_DOWN"
+retry = "no"
+next_action = "stop"
+hint = "the key server did not answer"
+"""
+
+
+async def test_a_mapped_exit_status_of_a_write_that_changed_nothing_is_decided_by_the_read(
+        short_tmp, nursery, fake_program) -> None:
+    db = short_tmp / "kv.db"
+    db.write_text("one")
+    program = fake_program("kv", FAILS_AFTER)
+    daemon = await serve_tool_file(nursery, short_tmp, kv_tool_file(program, db, act=False) + MAPPED, name="kv.toml")
+    env = await daemon.call("kv_value_set", {"value": "two"}, request_id="kv-3")
+    assert env.error is not None and env.error.code == "UPSTREAM_DOWN", env
+    assert db.read_text() == "one"
+    # Nothing moved: the read says so (it was "done" by the table's name alone).
+    assert (env.outcome, env.effect) == ("not_started", "none"), env
+    assert env.verified_by is not None and env.verified_by.startswith("settle read kv_value_show"), env
+    daemon.daemon.stop()
+
+
+async def test_a_mapped_exit_status_of_a_write_that_did_it_all_is_changed_by_the_read(
+        short_tmp, nursery, fake_program) -> None:
+    db = short_tmp / "kv.db"
+    db.write_text("one")
+    program = fake_program("kv", FAILS_AFTER)
+    daemon = await serve_tool_file(nursery, short_tmp, kv_tool_file(program, db, act=True) + MAPPED, name="kv.toml")
+    env = await daemon.call("kv_value_set", {"value": "two"}, request_id="kv-4")
+    assert env.error is not None and env.error.code == "UPSTREAM_DOWN", env
+    assert db.read_text() == "two"
+    assert (env.outcome, env.effect) == ("done", "changed"), env
+    daemon.daemon.stop()
+
+
 # A Python plugin's write: reads the value file, runs exit_with (a real child) that fails,
 # and may write the file first ("acts"), to a value ("moves") other than the one asked for.
 PLUGIN = '''

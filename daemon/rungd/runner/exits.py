@@ -26,9 +26,13 @@ def check_exit(done: Completed, table: Mapping[int, ErrorRule], *, ok: tuple[int
     rule = table.get(done.exit_status)
     detail = done.stderr_tail(300) or done.stdout[-300:].strip()
     if rule is not None:
+        # No outcome is declared: a status names what the program says, not what happened.
+        # A read ran: done. A write that may have begun is decided by its read-back or settle
+        # read at the boundary (engine.outcomes), as an unnamed status is: a program may
+        # exit "not found" having created half of it, or "failed" having done it all.
         raise ToolError(rule.code, rule.meaning or f"the program exited with status {done.exit_status}",
                         hint=f"{rule.hint} (it said: {detail!r})" if detail else rule.hint,
-                        outcome="done", retry=rule.retry, next_action=rule.next_action)
+                        retry=rule.retry, next_action=rule.next_action)
     status = f"signal {-done.exit_status}" if done.exit_status < 0 else f"status {done.exit_status}"
     # Quoted and labelled like every other quote of a program: its words could pose as rungd's.
     raise Failed(f"the program exited with {status}, which the tool does not name",
