@@ -29,7 +29,7 @@ async def test_built_in_tool_files_pass_every_adverse_fixture() -> None:
     by_tool = {r.tool: r for r in receipts}
     # A write is checked against every fixture, acting-then-dying and doing nothing included.
     fixtures = {f.fixture: f.runs[0] for f in by_tool["apt_package_remove"].fixtures}
-    assert len(fixtures) == 8
+    assert len(fixtures) == 9
     assert fixtures["noop"].endswith("UNEXPECTED_STATE")
     assert fixtures["hang_after"].split()[1] != "not_started"  # it acted before it hung
     assert fixtures["acts_dies"].split()[1] != "not_started"
@@ -111,6 +111,60 @@ async def test_a_file_with_several_programs_gets_every_one_replaced(short_tmp: P
     # Stand-ins ran, not /bin/cat: the missing program and the hang were seen as their fixtures say.
     assert receipt.passed, receipt.problems
     assert receipt.line().startswith("PASS mp_item_show  fixtures=6 stableCodes=6 secretHits=0")
+
+
+WRITES = """
+    [programs.show]
+    command = "/bin/cat"
+    [programs.edit]
+    command = "/bin/true"
+
+    [tools.kv_value_show]
+    program = "show"
+    argv = ["/etc/hostname"]
+    [tools.kv_value_show.description]
+    {slots}
+    [tools.kv_value_show.parse]
+    kind = "key_value"
+    fields = {{ value = "string", serial = "string" }}
+
+    [tools.kv_value_set]
+    program = "edit"
+    side_effect = "reversible"
+    argv = ["set", "{{value}}"]
+    [tools.kv_value_set.inputs.value]
+    description = "The value."
+    example = "on"
+    pattern = "^[a-z]+$"
+    [tools.kv_value_set.description]
+    {slots}
+    [tools.kv_value_set.verify]
+    tool = "kv_value_show"
+    expect = {expect}
+"""
+SLOTS = "does = 't.'\n    use_when = 't.'\n    do_not_use_when = 't.'\n    returns = 't.'\n    on_error = 't.'\n" \
+        "    if_unknown = 't.'"
+
+
+@pytest.mark.parametrize(("expect", "tells"), [
+    ('{ value = "{value}" }', False),  # the state alone: already there reads as success
+    ('{ value = "{value}", serial = { differs_from_before = true } }', True),  # the act must move it
+])
+async def test_a_write_whose_read_back_already_held_says_whether_it_can_tell_a_refusal(
+        short_tmp: Path, expect: str, tells: bool) -> None:
+    tool_file = short_tmp / "kv.toml"
+    tool_file.write_text(textwrap.dedent(WRITES.format(slots=SLOTS, expect=expect)))
+    receipts = {r.tool: r for r in await check_files([tool_file])}
+    receipt = receipts["kv_value_set"]
+    assert receipt.passed, receipt.problems
+    already = {f.fixture: f.runs[0] for f in receipt.fixtures}["already"]
+    if tells:
+        assert already.endswith("UNEXPECTED_STATE"), already  # nothing moved: not a success
+        assert not receipt.notes
+    else:
+        assert already == "ok done no_change -", already
+        [note] = receipt.notes
+        assert "cannot tell a refusal from a success" in note and "differs_from_before" in note
 
 
 @pytest.mark.parametrize("expected", [

@@ -5,7 +5,7 @@ pointed at a stand-in (``rungd.authoring.standins``), starts a throw-away daemon
 every tool once per adverse fixture, twice each, never running the real program:
 
     read tools    missing  hang  question  flood  secret  empty
-    write tools   missing  hang_before  hang_after  question  flood  secret  acts_dies  noop
+    write tools   missing  hang_before  hang_after  question  flood  secret  acts_dies  noop  already
     export tools  missing  empty  changed  flood
 
 It prints one receipt per tool, in the shape of the seed's acceptance line:
@@ -59,7 +59,8 @@ from rungd.authoring.standins import ROLE_ENV, CannotSynthesize, confirmation_te
 from rungd.service.inprocess import RunningDaemon, start_daemon, write_config
 
 READ_FIXTURES = ("missing", "hang", "question", "flood", "secret", "empty")
-WRITE_FIXTURES = ("missing", "hang_before", "hang_after", "question", "flood", "secret", "acts_dies", "noop")
+WRITE_FIXTURES = ("missing", "hang_before", "hang_after", "question", "flood", "secret", "acts_dies", "noop",
+                  "already")
 EXPORT_FIXTURES = ("missing", "empty", "changed", "flood")
 CHECK_DEADLINE_S = 2.0
 SLOW_DEADLINE_S = 10.0
@@ -83,6 +84,8 @@ class FixtureResult:
     fixture: str
     runs: list[str] = dataclasses.field(default_factory=list)  # "status outcome effect code"
     problems: list[str] = dataclasses.field(default_factory=list)
+    # What the tool's author should know and the contract does not rule out.
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def stable(self) -> bool:
@@ -114,6 +117,10 @@ class Receipt:
         return found
 
     @property
+    def notes(self) -> list[str]:
+        return list(dict.fromkeys(f"{f.fixture}: {n}" for f in self.fixtures for n in f.notes))
+
+    @property
     def passed(self) -> bool:
         return self.skipped is None and not self.problems
 
@@ -129,7 +136,7 @@ class Receipt:
 
     def as_dict(self) -> dict[str, Any]:
         return {"tool": self.tool, "source": self.source, "passed": self.passed, "skipped": self.skipped,
-                "line": self.line(), "problems": self.problems,
+                "line": self.line(), "problems": self.problems, "notes": self.notes,
                 "fixtures": [{"fixture": f.fixture, "runs": f.runs, "stable": f.stable, "problems": f.problems}
                              for f in self.fixtures]}
 
@@ -410,6 +417,12 @@ class _Plan:
             acted = (folder / "acted").exists()
             result.runs.append(_codes(env))
             result.problems += _judge(fixture, spec, env, acted, write)
+            if fixture == "already" and env.status == "ok" and env.outcome == "done":
+                result.notes.append(
+                    f"a program that did nothing, where the state it aims at already held, came back "
+                    f"ok {env.effect}: this tool cannot tell a refusal from a success; a read-back that "
+                    "must change (expect = { FIELD = { differs_from_before = true } }, or a counter "
+                    "with before_plus) or a read that shows the act itself would")
             if env.effect == "changed" and (not env.verified_by or not acted):
                 receipt.verified_from_skipped = True
             if write and attempt == 1 and env.outcome != "not_started" and env.status != "pending":

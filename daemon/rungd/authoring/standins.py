@@ -265,6 +265,9 @@ BEHAVIOUR: dict[str, str] = {
     "secret": "secrets()\nsys.exit(1)",
     "acts_dies": "confirm()\nACTED.touch()\nos.kill(os.getpid(), signal.SIGKILL)",
     "noop": "confirm()\nsay(me.get('ok', ''))\nsys.exit(0)",
+    # Does nothing, like noop, but what the write aims at already held: a refusal and a
+    # success the read-back cannot tell apart (write_standin makes the reads say so).
+    "already": "confirm()\nsay(me.get('ok', ''))\nsys.exit(0)",
     "empty": "sys.exit(0)",
 }
 
@@ -282,6 +285,9 @@ def write_standin(folder: Path, fixture: str, script: dict[str, Any]) -> Path:
     Returns:
         The script's path.
     """
+    if fixture == "already":  # every read shows the state the write aims at, from the start
+        script = {**script, "roles": {role: {**said, "before": said["after"]} if "before" in said else said
+                                      for role, said in script["roles"].items()}}
     body = _PROLOGUE.format(script=json.dumps(script), role_env=ROLE_ENV)
     body += "if ROLE != SCRIPT['target'] and 'before' in me:\n    read_role()\n"
     body += "if ROLE != SCRIPT['target']:\n    say(me.get('ok', ''))\n    sys.exit(0)\n"

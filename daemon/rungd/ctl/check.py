@@ -50,6 +50,8 @@ def check(ctx: Context) -> int:
                     print(f"  {fixture.fixture:<12} {' | '.join(dict.fromkeys(fixture.runs))}")
             for problem in receipt.problems:
                 print(f"  ! {problem}")
+            for note in receipt.notes:
+                print(f"  note: {note}")
     return EXIT_OK if all(r.passed or r.skipped for r in receipts) else EXIT_ERROR_RESULT
 
 
