@@ -162,31 +162,21 @@ hint = "the key server did not answer"
 """
 
 
-async def test_a_mapped_exit_status_of_a_write_that_changed_nothing_is_decided_by_the_read(
-        short_tmp, nursery, fake_program) -> None:
+@pytest.mark.parametrize(("act", "decided"), [
+    (False, ("not_started", "none")),  # nothing moved: it was "done" by the table's name alone
+    (True, ("done", "changed")),  # it did it all, then exited with the failing status
+])
+async def test_a_mapped_exit_status_of_a_write_is_decided_by_its_read(
+        short_tmp, nursery, fake_program, act: bool, decided: tuple[str, str]) -> None:
     db = short_tmp / "kv.db"
     db.write_text("one")
     program = fake_program("kv", FAILS_AFTER)
-    daemon = await serve_tool_file(nursery, short_tmp, kv_tool_file(program, db, act=False) + MAPPED, name="kv.toml")
-    env = await daemon.call("kv_value_set", {"value": "two"}, request_id="kv-3")
+    daemon = await serve_tool_file(nursery, short_tmp, kv_tool_file(program, db, act=act) + MAPPED, name="kv.toml")
+    env = await daemon.call("kv_value_set", {"value": "two"}, request_id=f"kv-mapped-{act}")
     assert env.error is not None and env.error.code == "UPSTREAM_DOWN", env
-    assert db.read_text() == "one"
-    # Nothing moved: the read says so (it was "done" by the table's name alone).
-    assert (env.outcome, env.effect) == ("not_started", "none"), env
+    assert db.read_text() == ("two" if act else "one")
+    assert (env.outcome, env.effect) == decided, env
     assert env.verified_by is not None and env.verified_by.startswith("settle read kv_value_show"), env
-    daemon.daemon.stop()
-
-
-async def test_a_mapped_exit_status_of_a_write_that_did_it_all_is_changed_by_the_read(
-        short_tmp, nursery, fake_program) -> None:
-    db = short_tmp / "kv.db"
-    db.write_text("one")
-    program = fake_program("kv", FAILS_AFTER)
-    daemon = await serve_tool_file(nursery, short_tmp, kv_tool_file(program, db, act=True) + MAPPED, name="kv.toml")
-    env = await daemon.call("kv_value_set", {"value": "two"}, request_id="kv-4")
-    assert env.error is not None and env.error.code == "UPSTREAM_DOWN", env
-    assert db.read_text() == "two"
-    assert (env.outcome, env.effect) == ("done", "changed"), env
     daemon.daemon.stop()
 
 
