@@ -461,9 +461,10 @@ def _effective_capabilities() -> int:
 
 
 class AskpassEndpoint:
-    """The askpass endpoint of a whole daemon: one script and socket for every call whose
-    program runs as the daemon's user, made once (a call would otherwise spend most of a
-    millisecond making and removing its own).
+    """The askpass endpoint of a whole daemon: one script and socket for every call, made
+    once (a call would otherwise spend most of a millisecond making and removing its own).
+    A program run as another account runs the script of the daemon's :class:`RunAsFolder`,
+    and asks the same socket.
 
     Neither can be replaced by a program, though every such program runs as the daemon's
     user: the script is a sealed memfd (:func:`_sealed_helper`) and the socket an abstract
@@ -494,7 +495,9 @@ class AskpassEndpoint:
             tag = hashlib.sha256(os.fsencode(folder.resolve())).hexdigest()[:8]
             self.run_as: RunAsFolder | None = RunAsFolder(tag)
         except OSError as exc:
-            log.warning("no folder for tools run as another user (%s): their calls will fail", exc.strerror or exc)
+            # Without CAP_CHOWN (the unit without its run-as drop-in) no user = tool loads anyway.
+            log.info("no folder for tools run as another user (%s): such calls fail, saying why",
+                     exc.strerror or exc)
             self.run_as = None
         self._script_fd = _sealed_helper() if sealed else None
         if self._script_fd is not None:
