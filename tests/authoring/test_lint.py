@@ -227,6 +227,17 @@ def test_each_check_reports_its_code_and_rank(overrides, code, rank) -> None:
     assert found and found[0].rank == rank, lint_tool(tool(**overrides), known_tools=["test_item_show"])
 
 
+def test_a_settle_read_that_holds_on_the_state_alone_is_told_it_cannot_tell_a_refusal() -> None:
+    def found(expect: dict[str, Any]) -> set[str]:
+        settle = SettleSpec("test_item_show", {"item": "$item"}, expect)
+        return {f.code for f in lint_tool(tool(timing=Timing(deadline_s=10, settle=settle)),
+                                          known_tools=["test_item_show"])}
+
+    assert "write.read_cannot_tell_refusal" in found({"counted": True})
+    assert "write.read_cannot_tell_refusal" not in found({"counted": True, "serial": {"differs_from_before": True}})
+    assert "write.read_cannot_tell_refusal" not in found({"marks": {"before_plus": 1}})
+
+
 def test_settle_must_be_a_read_that_gets_its_required_inputs() -> None:
     settle_write = describe(tool(name="test_item_set"), "t")
     mark = describe(tool(timing=Timing(settle=SettleSpec("test_item_set", {}))), "t")

@@ -47,6 +47,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from rungd.service.catalog import describe
+from rungd.core import expectations
 from rungd.core.contract import Description
 from rungd.authoring.definitions import (
     PROVIDER_NAME,
@@ -719,6 +720,15 @@ def _check_write(d: ToolDefinition, by_name: Mapping[str, ToolDefinition], known
                 f"the settle read {target} needs {', '.join(sorted(needed))}, which the settle spec does not bind",
                 "bind every required input of the settle read",
             ))
+    expect = settle.get("expect") or {}
+    if expect and not any(expectations.is_relative(value) for value in expect.values()):
+        out.append(Finding(
+            d.name, "consider", "write.read_cannot_tell_refusal",
+            "its settle read expects a state alone: where that state already held, a program that refused "
+            "and one that did the job both read as no_change",
+            "add a field that must move (differs_from_before, before_plus: a serial, a modification time, a "
+            "count) or read the act itself; rungctl check's 'already' fixture shows what the tool reports",
+        ))
     return out
 
 

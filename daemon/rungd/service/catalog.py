@@ -6,7 +6,7 @@ from the same ``Tool`` declarations, so what lint checks is what a caller is han
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rungd.core.contract import Tool
 from rungd.protocol import ToolDefinition, ToolSummary
@@ -36,8 +36,7 @@ def describe(tool: Tool, plugin: str, mark: Mark | None = None) -> ToolDefinitio
                 for r in tool.errors],
         deadline_s=tool.timing.deadline_s,
         commit_point=tool.timing.commit_point,
-        settle={"tool": tool.timing.settle.tool, "inputs": dict(tool.timing.settle.inputs)}
-        if tool.timing.settle else None,
+        settle=_settle(tool),
         requires_request_id=tool.requires_request_id,
         cap_bytes=tool.cap_bytes,
         plugin=plugin,
@@ -47,3 +46,15 @@ def describe(tool: Tool, plugin: str, mark: Mark | None = None) -> ToolDefinitio
         step_down=mark.text() if mark else None,
         suspended=bool(mark and mark.suspended),
     )
+
+
+def _settle(tool: Tool) -> dict[str, Any] | None:
+    """The settle read as a definition shows it: its tool, inputs and, when it has one, what
+    it expects (what a caller's reconcile and lint judge by)."""
+    settle = tool.timing.settle
+    if settle is None:
+        return None
+    shown: dict[str, Any] = {"tool": settle.tool, "inputs": dict(settle.inputs)}
+    if settle.expect:
+        shown["expect"] = dict(settle.expect)
+    return shown
