@@ -64,7 +64,10 @@ async def test_undeclared_confirmation_is_prompt_unexpected_quoting_it(rungd_dae
     env = await run(rungd_daemon, "confirm", *where)
     assert (env.error.code, env.error.retry, env.next_action) == ("PROMPT_UNEXPECTED", "no", "stop")
     assert "Proceed with deletion of 3 records? [y/N]" in env.error.message
-    assert env.fields["question"].startswith("Proceed with deletion")
+    # The whole question: what the program printed since it started (no answer yet), the
+    # records it names included, its prompt last.
+    assert env.fields["question"].endswith("Proceed with deletion of 3 records? [y/N]")
+    assert where or "1042 Globex" in env.fields["question"]
     quick(env)
 
 

@@ -40,6 +40,22 @@ CREDENTIAL_QUESTION = re.compile(
     re.IGNORECASE,
 )
 
+# A field or a choice: a default in brackets just before the end ("User name [root]:", "Key
+# file [/etc/key.pem]?") or a yes/no choice ("(y/n)", "[Y/n]"). Such a question wants a value
+# typed, never a secret, whatever it mentions ("Reset the password? [y/N]", "password file
+# [none]:"): its shape says so, not a word.
+_FIELD = re.compile(r"\[[^\]\n]*\]\s*[:?]?\s*$|[(\[]\s*(y|yes)\s*/\s*(n|no)\s*[)\]]", re.IGNORECASE)
+
+
+def is_credential_question(question: str) -> bool:
+    """Whether a question a program is blocked on asks for a secret by its words: its last
+    line (the prompt; ``question`` is all it printed since the last answer) names one and ends
+    as a prompt does, and is no field with a default nor a yes/no choice."""
+    lines = question.splitlines()
+    last = lines[-1] if lines else ""
+    return bool(CREDENTIAL_QUESTION.search(last)) and not _FIELD.search(last)
+
+
 # A line in which a program says it could not open or use /dev/tty (in a new session with no
 # controlling terminal, opening it fails with ENXIO): bash "/dev/tty: No such device or
 # address", dash "cannot open /dev/tty", ssh "can't open /dev/tty", Python "[Errno 6] No such

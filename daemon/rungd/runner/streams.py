@@ -22,6 +22,9 @@ from rungd.runner.questions import tty_failure
 # A /dev/tty complaint cut between two chunks is still seen: the last bytes of one chunk are
 # searched again with the next.
 _CARRY = 256
+# The most of a question quoted back or matched: what a program printed since the last
+# answer, from its prompt back (the rest is in evidence).
+QUESTION_CHARS = 400
 # What one wake takes from a pipe at most: a flood of output still lets the loop go round.
 _CHUNK = 1 << 16
 _CHUNKS_PER_WAKE = 4
@@ -171,19 +174,24 @@ class Stream:
         return bool(self.recent) and not self.recent.endswith(b"\n")
 
     def question(self, *, raw: bool = False) -> str:
-        """The last line the program printed since the last answer, as a person would read it.
+        """What the program printed since the last answer, as a person would read it: the
+        whole question, not its last line (a sentence, then a short ``[default]:`` line; an
+        overwrite question and the file it names), its last ``QUESTION_CHARS`` at most.
 
         Args:
-            raw: as printed (the spaces around it kept), for matching a declared pattern; by
-                default redacted and stripped, for quoting.
+            raw: as printed (the spaces around each line kept), for matching a declared
+                pattern against its lines; by default redacted and stripped, for quoting.
         """
         text = bytes(self.recent).decode("utf-8", "replace")
         if not raw:
             text = self.redactor.text(text)
-        lines = [line for line in text.splitlines() if line.strip()]
-        if not lines:
-            return ""
-        return lines[-1][-200:] if raw else lines[-1].strip()[-200:]
+        lines = [line if raw else line.strip() for line in text.splitlines() if line.strip()]
+        kept: list[str] = []
+        for line in reversed(lines):  # from the prompt back, whole lines while they fit
+            if kept and sum(len(k) + 1 for k in kept) + len(line) > QUESTION_CHARS:
+                break
+            kept.insert(0, line[-QUESTION_CHARS:])
+        return "\n".join(kept)
 
 
 class Outputs:

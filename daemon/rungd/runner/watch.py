@@ -16,7 +16,7 @@ from rungd.core.contract import CallContext
 from rungd.core.errors import AuthRequired, Failed, PromptUnexpected, RungdError
 from rungd.redact import Redactor
 from rungd.runner.program import CredentialPrompt, Program
-from rungd.runner.questions import CREDENTIAL_QUESTION
+from rungd.runner.questions import is_credential_question
 from rungd.runner.launch import Child
 from rungd.runner.streams import Outputs, Stream
 
@@ -240,7 +240,11 @@ class Watch:
         self._checked_at = quiet_since
         # Patterns see the question as printed (it may contain a credential given earlier,
         # such as a user name); what is quoted back is redacted.
-        raw, question = _as_read(self._question(raw=True), self.program.argv[0]), self._question()
+        # A declared pattern matches a line of the question (text after the prompt allowed:
+        # patterns search); each line in the forms a person would type it (_as_read).
+        raw = tuple(form for line in self._question(raw=True).splitlines()
+                    for form in _as_read(line, self.program.argv[0]))
+        question = self._question()
         for prompt in self.program.credential_prompts:
             if any(prompt.pattern.search(form) for form in raw):
                 secret = self._secret_for(prompt, question, "on stdin")
@@ -257,7 +261,7 @@ class Watch:
                 if self.ctx.tool.timing.commit_point == "confirmation":
                     self.ctx.mark_committed()
                 return
-        if CREDENTIAL_QUESTION.search(question):
+        if is_credential_question(question):
             raise _auth_required(
                 f"the program asked for a credential: {question!r}",
                 hint="rungd holds no credential declared for this question; the operator must add one",
@@ -288,10 +292,13 @@ class Watch:
 
 
 def _as_read(line: str, argv0: str) -> tuple[str, ...]:
-    """The forms of a program's last line a declared pattern is matched against: as printed,
-    without the spaces around it (a pattern may end in "? " or in "?"), and naming the program
-    as a person typed it ("cp: overwrite", where exec's full path made it "/usr/bin/cp: ...")."""
+    """The forms of a line of a question a declared pattern is matched against: as printed,
+    without the spaces around it (a pattern may end in "? " or in "?"), cut after each mark a
+    prompt ends with (a prompt the program printed more after on its line, a warning, still
+    matches a pattern anchored at its end), and naming the program as a person typed it ("cp:
+    overwrite", where exec's full path made it "/usr/bin/cp: ...")."""
     forms = [line, line.strip()]
+    forms += [line[:end.end()] for end in _PROMPT_END.finditer(line)]
     if "/" in argv0 and forms[1].startswith(argv0 + ":"):
         name = os.path.basename(argv0)
         forms += [form.replace(argv0, name, 1) for form in forms]
