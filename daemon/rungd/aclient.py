@@ -185,8 +185,8 @@ class AsyncClient:
                 return held
             page = await self._ask(Pending(after=page.next_after))
 
-    async def approve(self, call_id: str, signature: str | None = None) -> Decision:
-        return await self._ask(Approve(call_id=call_id, signature=signature))
+    async def approve(self, call_id: str, signature: str | None = None, reason: str = "") -> Decision:
+        return await self._ask(Approve(call_id=call_id, signature=signature, reason=reason))
 
     async def deny(self, call_id: str, reason: str = "") -> Decision:
         return await self._ask(Deny(call_id=call_id, reason=reason))

@@ -237,8 +237,8 @@ class Client:
                 return held
             page = self._ask(Pending(after=page.next_after))
 
-    def approve(self, call_id: str, signature: str | None = None) -> Decision:
-        return self._ask(Approve(call_id=call_id, signature=signature))
+    def approve(self, call_id: str, signature: str | None = None, reason: str = "") -> Decision:
+        return self._ask(Approve(call_id=call_id, signature=signature, reason=reason))
 
     def deny(self, call_id: str, reason: str = "") -> Decision:
         return self._ask(Deny(call_id=call_id, reason=reason))

@@ -90,6 +90,7 @@ class Pending(Message, tag="pending"):
 class Approve(Message, tag="approve"):
     call_id: Name
     signature: Annotated[str, msgspec.Meta(max_length=16384)] | None = None  # an SSH signature is ~300 bytes
+    reason: Annotated[str, msgspec.Meta(max_length=1024)] = ""  # why: the ledger keeps it, as a denial's
 
 
 class Deny(Message, tag="deny"):

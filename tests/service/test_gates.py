@@ -83,8 +83,12 @@ async def test_review_gate_holds_until_another_operator_approves_then_runs_once(
     with pytest.raises(RequestRejected) as caught:
         await daemon.run(Client.approve, held.call_id)
     assert caught.value.code == "DENIED"
-    verdict = await as_operator(daemon.socket, f"print(json.dumps(c.approve({held.call_id!r}).verdict))")
+    verdict = await as_operator(
+        daemon.socket, f"print(json.dumps(c.approve({held.call_id!r}, reason='ticket OPS-88: cleanup').verdict))")
     assert verdict == "approved"
+    [approved] = [r for r in iter_records(daemon.config.state_dir / "ledger")
+                  if r.call_id == held.call_id and r.event == "approved"]
+    assert (approved.approver_uid, approved.note) == (OPERATOR, "ticket OPS-88: cleanup")  # why, kept
     done = await daemon.run(Client.wait, held.call_id, 20)
     assert done.status == "ok", done.error
     assert len(done.fields["answered"]) == 1  # the confirmation was answered, once, after approval

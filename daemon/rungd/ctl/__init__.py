@@ -6,7 +6,7 @@
     rungctl status CALL_ID | wait CALL_ID
     rungctl reconcile TOOL REQUEST_ID [--found yes|no]
     rungctl evidence ID [--bytes OFFSET:LENGTH | --lines FIRST:COUNT | --grep TEXT] [--all] [--raw]
-    rungctl pending | approve CALL_ID [--key KEY] | deny CALL_ID [--reason TEXT]
+    rungctl pending | approve CALL_ID [--key KEY] [--reason TEXT] | deny CALL_ID [--reason TEXT]
     rungctl export-tools --format openai|anthropic|mcp|jsonschema [--tools a,b]
     rungctl lint [--json] [--tools a,b] [--offline]
     rungctl health [TOOL] [--since 24h] [--json] | resume TOOL

@@ -233,7 +233,8 @@ def pending(ctx: Context) -> int:
 
 
 @command("approve", "approve a held call (operators only)", CALL_ID,
-         arg("--key", type=Path, metavar="KEY", help="SSH private key to sign with, for signature-gated calls"))
+         arg("--key", type=Path, metavar="KEY", help="SSH private key to sign with, for signature-gated calls"),
+         arg("--reason", default="", help="why; the ledger keeps it beside your uid"))
 def approve(ctx: Context) -> int:
     """Approve a held call; it runs once, with the inputs it was held with."""
     signature = None
@@ -246,7 +247,7 @@ def approve(ctx: Context) -> int:
             signature = sign(ctx.args.key, held.approval_message.encode())
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    return _decided(ctx, ctx.client.approve(ctx.args.call_id, signature))
+    return _decided(ctx, ctx.client.approve(ctx.args.call_id, signature, ctx.args.reason))
 
 
 @command("deny", "deny a held call (operators), or withdraw your own", CALL_ID,

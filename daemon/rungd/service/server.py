@@ -638,7 +638,7 @@ class Connection:
 
     async def _approve(self, request: Approve) -> Response:
         verdict = await self.dispatcher.decide(request.call_id, self.caller, approve=True,
-                                               signature=request.signature)
+                                               signature=request.signature, reason=request.reason)
         return Decision(call_id=request.call_id, verdict=verdict, by_uid=self.caller.uid)
 
     async def _deny(self, request: Deny) -> Response:

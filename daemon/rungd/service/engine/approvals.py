@@ -146,8 +146,11 @@ class Approvals:
         verdict: Verdict = "approved" if approve else "denied"
         try:
             principal = await self._signer(call, signature) if approve and call.gate == "signature" else None
-            note = f"signed by {principal}" if principal else \
-                f"withdrawn by its caller{': ' + reason if reason else ''}" if withdrawn else (reason or None)
+            if withdrawn:
+                note: str | None = f"withdrawn by its caller{': ' + reason if reason else ''}"
+            else:  # an operator's verdict: who signed it (a signature gate), and why
+                note = "; ".join(part for part in (f"signed by {principal}" if principal else "", reason) if part) \
+                    or None
             await self._record(verdict, call, request_id=call.request_id, approver_uid=caller.uid, note=note)
         except BaseException:
             held.verdict = None  # nothing was decided: the call still waits, until its TTL
