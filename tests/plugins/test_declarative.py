@@ -180,6 +180,9 @@ async def test_a_secret_printed_escaped_is_redacted_from_the_parsed_fields_and_t
         (("pattern = '^Set", "pattern = '(^Set"), "not a valid regular expression"),
         (('tool = "stock_item_show"', 'tool = "stock_count_set"'), "must be a read tool"),
         (('expect = { count', 'expect = { qty'), "does not parse a field 'qty'"),
+        # It loaded, then hung: stdin closed before the input's data could be sent.
+        (("[tools.stock_count_set]\n", '[tools.stock_count_set]\nstdin = "eof"\nstdin_input = "count"\n'),
+         "stdin = \"eof\" closes stdin before any data"),
     ],
 )
 def test_mistakes_in_a_tool_file_name_the_file_and_key(short_tmp, change, words) -> None:

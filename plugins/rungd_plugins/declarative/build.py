@@ -267,8 +267,11 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
         raise fail("stdin_input", f"{spec.stdin_input!r} is not one of its inputs")
     if spec.stdin_eof and spec.stdin_input is None:
         raise fail("stdin_eof", "it closes stdin after the stdin_input data; without data, say stdin = \"eof\"")
-    if spec.stdin_eof and spec.stdin == "eof":
-        raise fail("stdin", "stdin = \"eof\" sends no data; with stdin_input and stdin_eof = true, leave it out")
+    if spec.stdin == "eof" and spec.stdin_input is not None:
+        # stdin = "eof" closes stdin at once: the input's data could never be sent, and the
+        # call would wait for a program that never gets it (it loaded, then hung).
+        raise fail("stdin", "stdin = \"eof\" closes stdin before any data; to send stdin_input and then close "
+                   "stdin, leave stdin out and say stdin_eof = true")
     for field, inp in spec.inputs.items():
         if inp.multiline and field != spec.stdin_input:
             raise fail(f"inputs.{field}.multiline", "only the input fed on stdin (stdin_input) may hold several "
