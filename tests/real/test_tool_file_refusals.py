@@ -132,7 +132,9 @@ def test_wrappers_with_a_declared_target_and_literal_programs_load(tmp_path, cmd
 
 
 @pytest.mark.parametrize(("more", "key", "words"), [
-    ('stdin_input = "v"\nstdin = "eof"\nstdin_eof = true', "tools.x_item_show.stdin", "sends no data"),
+    ('stdin_input = "v"\nstdin = "eof"\nstdin_eof = true', "tools.x_item_show.stdin", "closes stdin before any data"),
+    # Without stdin_eof too: it loaded, then every call hung until its deadline.
+    ('stdin_input = "v"\nstdin = "eof"', "tools.x_item_show.stdin", "closes stdin before any data"),
     ("stdin_eof = true", "tools.x_item_show.stdin_eof", "without data"),
     ('program = "other"', "tools.x_item_show.program", "not a [programs.NAME]"),
     ('user = "no-such-account-rungd"', "tools.x_item_show.user", "no account"),
