@@ -65,3 +65,15 @@ async def test_a_pattern_anchored_at_the_prompts_end_matches_with_a_warning_afte
     done = await run_quick(make_ctx(short_tmp, {"unlock": "tulip-41"}), answered)
     assert done.exit_status == 0, done.stderr
     assert act.read_text() == "got 8 characters\n"
+
+
+def test_a_field_asked_on_the_terminal_is_a_question_too() -> None:
+    # The same rule of shape for a program that tried /dev/tty as for one blocked on stdin.
+    from rungd.runner.exits import check_terminal
+    done = runner.Completed(exit_status=0, stdout="", stderr="", stdout_bytes=0, stderr_bytes=0, answered=[],
+                            evidence=[])
+    program = runner.Program(argv=("/usr/bin/ledgerctl",))
+    with pytest.raises(PromptUnexpected):
+        check_terminal(done, program, ("ledgerctl: cannot open /dev/tty", "Vault secret file [/etc/vault.key]:"))
+    with pytest.raises(AuthRequired):
+        check_terminal(done, program, ("ledgerctl: cannot open /dev/tty", "Vault secret for alpha:"))

@@ -306,7 +306,7 @@ def _sealed_helper() -> int | None:
     their users) would be refused, and so would a host that forbids executable memfds: None,
     and the caller says so and uses a file.
     """
-    if os.geteuid() != 0 and _permitted_capabilities() != 0:
+    if os.geteuid() != 0 and _capabilities(b"CapPrm") != 0:
         return None
     fd = os.memfd_create("rungd-askpass", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
@@ -343,10 +343,11 @@ def installed_helper() -> Path | None:
     return script if os.access(script, os.X_OK) else None
 
 
-def _permitted_capabilities() -> int:
+def _capabilities(which: bytes) -> int:
+    """This process's capability set ``which`` (b"CapPrm", b"CapEff"...), as /proc shows it."""
     with open("/proc/self/status", "rb") as status:
         for line in status:
-            if line.startswith(b"CapPrm:"):
+            if line.startswith(which + b":"):
                 return int(line.split()[1], 16)
     return 0
 
@@ -399,7 +400,7 @@ class RunAsFolder:
         # Taking a call's folder back from its account needs CAP_CHOWN (root has it unless a
         # bounding set took it away): without it, no user = call may start (it would leave
         # its folder behind).
-        self.can_take_back = bool(_effective_capabilities() & 1 << _CAP_CHOWN)
+        self.can_take_back = bool(_capabilities(b"CapEff") & 1 << _CAP_CHOWN)
 
     def call_folder(self) -> Path:
         """A new call's folder, not made yet: the launcher makes it as the program's account."""
@@ -450,14 +451,6 @@ def _sweep(prefix: str) -> None:
 
 
 _CAP_CHOWN = 0  # <linux/capability.h>
-
-
-def _effective_capabilities() -> int:
-    with open("/proc/self/status", "rb") as status:
-        for line in status:
-            if line.startswith(b"CapEff:"):
-                return int(line.split()[1], 16)
-    return 0
 
 
 class AskpassEndpoint:

@@ -11,7 +11,7 @@ from rungd.core.contract import ErrorRule
 from rungd.core.errors import AuthRequired, Failed, PromptUnexpected, ToolError
 from rungd.runner.limits import Limits
 from rungd.runner.program import Completed, Program
-from rungd.runner.questions import CREDENTIAL_NEEDED, CREDENTIAL_QUESTION, TERMINAL_REQUIRED
+from rungd.runner.questions import CREDENTIAL_NEEDED, TERMINAL_REQUIRED, is_credential_question
 
 
 def check_exit(done: Completed, table: Mapping[int, ErrorRule], *, ok: tuple[int, ...] = (0,)) -> None:
@@ -63,9 +63,9 @@ def check_terminal(done: Completed, program: Program, tty: tuple[str, str] | Non
         # line on stdout (gpg --status-fd 1); never ordinary output ("needs a password reset").
         status = [line for line in done.stdout.splitlines()[-10:] if line.startswith("[GNUPG:]")]
         recent = "\n".join([*done.stderr.splitlines()[-10:], *status])
-        if CREDENTIAL_QUESTION.search(question) or TERMINAL_REQUIRED.search(words) \
+        if is_credential_question(question) or TERMINAL_REQUIRED.search(words) \
                 or CREDENTIAL_NEEDED.search(recent):
-            shown = question if CREDENTIAL_QUESTION.search(question) else words
+            shown = question if is_credential_question(question) else words
             raise AuthRequired(
                 f"{program_name} tried to ask for a credential on /dev/tty: {shown!r}",
                 hint=f"it said: {words!r}; the operator must provide the credential to rungd for this "
