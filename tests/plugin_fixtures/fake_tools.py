@@ -49,6 +49,7 @@ class RunInputs(ToolInputs):
     stdin: Annotated[Literal["none", "eof"], Field(description="stdin policy.", examples=["none"])] = "none"
     parse_json: Annotated[bool, Field(description="Parse stdout as JSON.", examples=[False])] = False
     max_processes: Annotated[int, Field(ge=0, description="RLIMIT_NPROC, 0 = none.", examples=[0])] = 0
+    terminal: Annotated[Literal["line", "none"], Field(description="The program's terminal.", examples=["line"])] = "line"
 
 
 async def run_fake(ctx: Any, inputs: RunInputs) -> Result:
@@ -63,6 +64,7 @@ async def run_fake(ctx: Any, inputs: RunInputs) -> Result:
         limits=Limits(processes=inputs.max_processes) if inputs.max_processes else None,
         keep_bytes=4096,
         evidence_bytes=1 << 20,
+        terminal=inputs.terminal,
     )
     done = await run(ctx, program)
     check_exit(done, {3: NOT_FOUND})
@@ -72,6 +74,7 @@ async def run_fake(ctx: Any, inputs: RunInputs) -> Result:
         "stdout": done.stdout[-300:],
         "stderr": done.stderr[-300:],
         "answered": done.answered,
+        "terminal": done.terminal[-300:],
     }
     if inputs.parse_json:
         try:

@@ -127,7 +127,10 @@ print(json.dumps({
     "rlimits": {name: resource.getrlimit(getattr(resource, name)) for name in dir(resource)
                 if name.startswith("RLIMIT_")},
     "ppid": os.getppid(), "sid_is_pid": os.getsid(0) == pid, "pgid_is_pid": os.getpgrp() == pid,
-    "stat_session_is_pid": int(fields[3]) == pid, "tty_nr": int(fields[4]), "tpgid": int(fields[5]), "dev_tty": tty,
+    # The controlling terminal's number differs per run (a new pseudo-terminal each): whether
+    # there is one, and whether the program's group is its foreground group, are compared.
+    "stat_session_is_pid": int(fields[3]) == pid, "has_tty": int(fields[4]) != 0,
+    "tpgid": "its own group" if int(fields[5]) == pid else int(fields[5]), "dev_tty": tty,
     "cgroup": cgroup[0] if cgroup else None,
     # Python ignores SIGPIPE and SIGXFSZ itself as it starts: its SigIgn is not what it was given.
     "status": {key: value.strip() for key, value in status.items() if key in (
@@ -164,6 +167,7 @@ class Request:
     passed: tuple[str, ...] = ()  # descriptors passed (pass_fds): "memfd" (a credential), "pipe", "pty", "file"
     status_argv: list[str] | None = None  # how /bin/cat is named for the status read (a bare name: found on PATH)
     prepare: Callable[[], None] | None = None  # before each launcher's run: the same world for both
+    terminal: str | None = None  # "pty": a terminal it makes its controlling one; "file": one that is no terminal
 
 
 class Place:
@@ -206,6 +210,7 @@ class Passed:
 
     def __init__(self, kinds: tuple[str, ...], place: Place, owner: tuple[int, int] | None) -> None:
         self.fds: list[int] = []
+        self.kinds = kinds
         self._closing: list[int] = []
         self._pipe_w = -1
         for what in kinds:
@@ -289,11 +294,20 @@ async def observe(launcher: launch.Launcher, request: Request, argv: list[str], 
     if request.cgroup and cgroup is None:
         pytest.skip("no cgroup v2 hierarchy this process may make cgroups in")
     seen: dict[str, object] = {}
+    terminal = -1
+    held: list[int] = []
+    if request.terminal == "pty":
+        master, terminal = os.openpty()
+        held = [master, terminal]
+    elif request.terminal == "file":
+        terminal = os.open(place_data(argv), os.O_RDONLY | os.O_CLOEXEC)
+        held = [terminal]
     try:
         with trio.fail_after(30):
             try:
                 started = await launcher.spawn(argv, request.env, request.cwd, request.limits, passed.fds,
-                                               request.user, cgroup, make_cwd=request.make_cwd, label=request.label)
+                                               request.user, cgroup, make_cwd=request.make_cwd, label=request.label,
+                                               terminal=terminal if terminal >= 0 else None)
             except launch.SpawnError as exc:  # refused by the daemon's side: nothing was sent
                 return {"refused": (errno.errorcode[exc.errno], exc.filename)}
             child = started.child
@@ -322,10 +336,17 @@ async def observe(launcher: launch.Launcher, request: Request, argv: list[str], 
             assert mount is not None
             seen["call_cgroup"] = "/" + str(cgroup.path.relative_to(mount))
     finally:
+        for fd in held:
+            os.close(fd)
         if cgroup is not None and cgroup.path.exists():
             with trio.fail_after(10):
                 await cgroup.remove_when_empty()
     return seen
+
+
+def place_data(argv: list[str]) -> str:
+    """A plain file to pass where a terminal belongs: the program itself, or the reporter."""
+    return next((arg for arg in argv if arg.startswith("/") and os.path.isfile(arg)), "/etc/hostname")
 
 
 async def _label(cgroup: proctree.CallCgroup) -> str | None:
@@ -451,10 +472,16 @@ SUCCESS: dict[str, Callable[[Place], Request]] = {
     # What every call gets unless configured otherwise; a folder given relative (to the launcher's /).
     "the daemon's defaults": lambda p: Request(argv=p.report("read"), env={"PATH": _PATH}, cwd="tmp",
                                                limits=DEFAULT, stdin=b"x" * 100_000),
+    # The daemon's pseudo-terminal as the controlling terminal (no descriptor of it kept), with
+    # a terminal among the passed descriptors beside it, as root and as another user.
+    "a controlling terminal": lambda p: Request(argv=p.report("read"), env={"PATH": _PATH}, cwd="/",
+                                                terminal="pty", passed=("pty",), cgroup=True, label="c-diff-tty"),
+    "a controlling terminal, as nobody": lambda p: Request(argv=p.report("open"), env={}, cwd="/", terminal="pty",
+                                                           user=(*NOBODY, [65534]), stdin="open"),
     # A folder that exists already, made "again": nothing changes, the program starts there.
     "folder already there": lambda p: Request(argv=p.report("read"), env={}, cwd=str(p.root), make_cwd=True),
 }
-RUN_AS = {"as nobody", "as nobody, no groups", "a folder made as its user"}
+RUN_AS = {"as nobody", "as nobody, no groups", "a folder made as its user", "a controlling terminal, as nobody"}
 
 
 def _case_params(cases: dict[str, object], run_as: set[str]) -> list[object]:
@@ -483,11 +510,22 @@ async def test_a_program_sees_the_same_of_itself_through_both_launchers(launcher
     assert python["status"] == 0 and python["stderr"] == "", python
     assert isinstance(python["stdout"], dict) and python["stdout"]["ppid"] == "the daemon"
     assert status_seen["python"]["status"] == 0 and set(status_seen["python"]["stdout"]) == set(STATUS_KEYS)
+    report = python["stdout"]
+    if request.terminal == "pty":  # its controlling terminal, reached by /dev/tty, with no descriptor of it kept
+        assert (report["has_tty"], report["dev_tty"], report["tpgid"]) == (True, "opened", "its own group"), report
+        assert [fd for fd, what in report["fds"].items() if what["kind"].startswith("tty")] == passed_ptys(passed)
+    else:
+        assert (report["has_tty"], report["dev_tty"]) == (False, "ENXIO"), report
     if request.label is not None:
         assert python["label"] == request.label
         assert python["stdout"]["cgroup"] == "<the call's cgroup>"
     assert_same(seen)
     assert_same(status_seen)
+
+
+def passed_ptys(passed: Passed) -> list[str]:
+    """The numbers of the terminals among the passed descriptors (the "pty" kind)."""
+    return [str(fd) for fd, what in zip(passed.fds, passed.kinds) if what == "pty"]
 
 
 def _nofile_above(hard: bool) -> int:
@@ -523,6 +561,7 @@ FAILURE: dict[str, Callable[[Place], Request]] = {
     "a user raising its hard limit": lambda p: Request(argv=["/bin/true"], env={}, cwd="/",
                                                        limits=Limits(open_files=_nofile_above(hard=True)),
                                                        user=(*NOBODY, [65534])),
+    "a terminal that is no terminal": lambda p: Request(argv=["/bin/true"], env={}, cwd="/", terminal="file"),
     "a limit and a missing program: the limit first": lambda p: Request(
         argv=["/nonexistent/program"], env={}, cwd="/", limits=Limits(open_files=_nofile_above(hard=False))),
 }
@@ -559,6 +598,10 @@ async def test_a_start_that_cannot_succeed_fails_at_the_same_step_with_the_same_
     assert_same(seen)
 
 
+def FAILURE_REQUESTS(place: Place) -> list[Request]:  # noqa: N802 - read as the table it makes
+    return [make(place) for make in FAILURE.values()]
+
+
 def test_the_cases_carry_every_field_of_the_wire(place) -> None:
     """A field added to the wire (or a limit to Limits) must join a case here."""
     requests = [make(place) for make in SUCCESS.values()]
@@ -571,5 +614,6 @@ def test_the_cases_carry_every_field_of_the_wire(place) -> None:
     assert {what for r in requests for what in r.passed} == {"memfd", "pipe", "pty", "file"}  # targets
     assert {r.stdin if isinstance(r.stdin, str) else "bytes" for r in requests} == {"eof", "open", "bytes"}
     assert any(r.make_cwd for r in requests) and any(r.cgroup and r.label for r in requests)
+    assert any(r.terminal == "pty" for r in requests) and any(r.terminal == "file" for r in FAILURE_REQUESTS(place))
     assert any(r.user and not r.user[2] for r in requests) and any(r.user and len(r.user[2]) > 1 for r in requests)
     assert any("PATH" not in r.env for r in requests) and any(r.argv[0] == "python3" for r in requests)

@@ -135,7 +135,7 @@ def test_sees_a_program_waiting_for_input_within_a_second(spawn: Spawn, argv: Ar
     started = time.monotonic()
     child = spawn(argv)
     inode = stdin_inode(child)
-    while procwatch.waiting_for_input([child.pid], inode) != child.pid:
+    while procwatch.waiting_for_input([child.pid], inode) != (child.pid, "stdin"):
         assert child.poll() is None, child.stderr.read().decode()
         assert time.monotonic() - started < 1.0, "not seen waiting within a second"
         time.sleep(SAMPLE_EVERY)
@@ -162,7 +162,7 @@ def test_finds_the_reader_in_a_process_tree(spawn: Spawn) -> None:
     parent = spawn(python(f"import subprocess; subprocess.run([{str(FAKES / 'confirm')!r}])"))
     inode = stdin_inode(parent)
     reader = wait_for(lambda: psutil.Process(parent.pid).children()).pop().pid
-    assert wait_for(lambda: procwatch.waiting_for_input([parent.pid, reader], inode)) == reader
+    assert wait_for(lambda: procwatch.waiting_for_input([parent.pid, reader], inode)) == (reader, "stdin")
     assert not procwatch.reading_pipe(parent.pid, inode)  # it is in wait4(), not read()
 
 

@@ -6,10 +6,12 @@ the 15 s deadline of ``fake_run``, which is how the tests tell detection from ti
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tests.conftest import TEST_PLUGINS
@@ -100,10 +102,25 @@ async def test_password_question_without_credential_is_auth_required(rungd_daemo
     quick(env)
 
 
-async def test_terminal_required_failure_is_auth_required(rungd_daemon) -> None:
-    env = await run(rungd_daemon, "password", "--tty")
+async def test_without_a_terminal_a_terminal_required_failure_is_auth_required(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "password", "--tty", terminal="none")
     assert env.error.code == "AUTH_REQUIRED"
     assert "terminal is required" in env.error.hint
+
+
+async def test_a_password_asked_on_the_terminal_with_echo_off_is_auth_required(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "password", "--tty")
+    assert (env.error.code, env.next_action) == ("AUTH_REQUIRED", "request_authority"), env
+    assert "echo off" in env.error.message and env.fields["question"] == "Password:"
+    quick(env)
+
+
+async def test_a_declared_credential_prompt_is_typed_on_the_terminal_and_never_shown(rungd_daemon) -> None:
+    env = await run(rungd_daemon, "password", "--tty", "--expect", SECRET, credential=True)
+    assert env.status == "ok", env.error
+    assert "authenticated" in env.fields["stdout"] and env.fields["answered"] == ["credential fake_password"]
+    assert env.fields["terminal"] == "Password: "  # echo was off: the answer never came back on it
+    assert SECRET not in json.dumps(msgspec.to_builtins(env))
 
 
 async def test_declared_credential_prompt_is_answered_and_never_returned(rungd_daemon) -> None:
@@ -201,16 +218,21 @@ async def test_process_limit_contains_a_fork_storm(rungd_daemon) -> None:
     assert env.error.code == "TIMEOUT"  # it waits forever after its forks fail; the tree is killed
 
 
-async def test_child_has_no_terminal_and_a_quiet_environment(rungd_daemon, fake_program) -> None:
-    # The fake writes what it sees where the test can read it; the runner gives it no tty.
+@pytest.mark.parametrize("terminal", ["line", "none"])
+async def test_child_has_pipes_for_stdio_only_the_daemons_terminal_and_a_quiet_environment(
+        rungd_daemon, fake_program, terminal) -> None:
+    # The fake writes what it sees where the test can read it: stdio are pipes (batch
+    # behaviour), /dev/tty is the daemon's 80x24 terminal, or nothing with terminal = "none".
     probe = fake_program("probe", """
         import json, os, sys
         try:
-            os.open("/dev/tty", os.O_RDWR)
+            fd = os.open("/dev/tty", os.O_RDWR)
             tty = "opened"
+            size = tuple(os.get_terminal_size(fd))
         except OSError as exc:
-            tty = exc.errno
-        print(json.dumps({"tty": tty, "env": dict(os.environ), "sid": os.getsid(0) == os.getpid()}))
+            tty, size = exc.errno, None
+        print(json.dumps({"tty": tty, "size": size, "isatty": [os.isatty(fd) for fd in (0, 1, 2)],
+                          "env": dict(os.environ), "sid": os.getsid(0) == os.getpid()}))
     """)
     from rungd import runner
     from rungd.service.engine import new_call_id
@@ -223,10 +245,11 @@ async def test_child_has_no_terminal_and_a_quiet_environment(rungd_daemon, fake_
     ctx = CallContext(call_id=new_call_id(), tool=tool, caller=Caller(0, 0, 0), request_id=None,
                       deadline=trio.current_time() + 10, work_dir=state / "work" / "probe",
                       evidence_dir=state / "evidence")
-    done = await runner.run(ctx, runner.Program(argv=(str(probe),)))
+    done = await runner.run(ctx, runner.Program(argv=(str(probe),), terminal=terminal))
     import json
     seen = json.loads(done.stdout)
-    assert seen["tty"] == errno.ENXIO
+    assert seen["isatty"] == [False, False, False]
+    assert (seen["tty"], seen["size"]) == (("opened", [80, 24]) if terminal == "line" else (errno.ENXIO, None))
     assert seen["sid"] is True
     env = seen["env"]
     for key, value in {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb", "NO_COLOR": "1",

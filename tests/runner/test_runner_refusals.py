@@ -232,9 +232,25 @@ async def test_credential_words_programs_use_are_auth_required(short_tmp, fake_p
     (("password",), AuthRequired, "Enter password:"),
 ])
 async def test_a_program_that_asked_on_dev_tty_never_ends_ok(short_tmp, args, error, question) -> None:
-    # Issue 12.2: the script's read from /dev/tty fails (ENXIO), it carries on and exits 0.
+    # Issue 29: the script's read from /dev/tty blocks on the daemon's terminal: a question,
+    # and a secret one exactly when it turned echo off (the same words, echo on, are a question).
     with pytest.raises(error) as caught:
         await run_quick(make_ctx(short_tmp), runner.Program(argv=(str(FAKES / "tty_question"), *args)))
+    assert caught.value.fields["question"] == question
+    assert "terminal" in caught.value.message
+
+
+@pytest.mark.parametrize(("args", "error", "question"), [
+    ((), PromptUnexpected, "Continue? [y/N]"),
+    (("password",), AuthRequired, "Enter password:"),
+])
+async def test_without_a_terminal_a_program_that_asked_on_dev_tty_never_ends_ok(short_tmp, args, error,
+                                                                                 question) -> None:
+    # Issue 12.2, for a tool that opted out of the terminal: the read from /dev/tty fails
+    # (ENXIO), the script carries on and exits 0; only its words are left to tell.
+    program = runner.Program(argv=(str(FAKES / "tty_question"), *args), terminal="none")
+    with pytest.raises(error) as caught:
+        await run_quick(make_ctx(short_tmp), program)
     assert caught.value.fields["question"] == question
     assert "/dev/tty" in caught.value.hint
 

@@ -6,13 +6,17 @@
 
 What ``run`` guarantees:
 
-* No shell and no terminal: argv is passed as is; the child leads a new session, so
-  opening ``/dev/tty`` fails with ENXIO instead of waiting for a person.
+* No shell, and a terminal the daemon holds: argv is passed as is; the child leads a new
+  session whose controlling terminal is a pseudo-terminal the daemon holds the master of
+  (``rungd.runner.terminal``), while its stdin, stdout and stderr are pipes. What it asks on
+  ``/dev/tty`` is seen whole; echo off there is a secret. ``terminal="none"``: no terminal at
+  all, and opening ``/dev/tty`` fails with ENXIO.
 * stdin is a pipe the runner owns and never closes on its own (end-of-file is an answer
   for many programs): it stays open and silent, carries declared data, or is closed right
   away only when the tool declares ``stdin="eof"``.
 * A question is recognised by evidence: when output goes quiet, the runner asks the kernel
-  whether a process of the call is blocked reading its stdin (``rungd.runner.procwatch``). A
+  whether a process of the call is blocked reading its stdin or its terminal, or stopped for
+  reading the terminal from a background group (``rungd.runner.procwatch``). A
   declared confirmation is answered only when the call passed its gate; a credential
   question is answered only with a credential the tool declared, at most as often as
   declared; anything else kills the tree and raises PromptUnexpected or AuthRequired,
@@ -38,7 +42,8 @@ Where each concern lives:
     launcher.py        the launcher process: clone3 into the call's cgroup, then exec; its wire
     launcher.c         the same launcher compiled (by hatch_build.py where cc is present): used
                        when built from this source, for a start about 1 ms cheaper
-    questions.py       the words of credential questions and terminal failures
+    terminal.py        Terminal: the call's pseudo-terminal, its echo, and answers typed on it
+    questions.py       the words of credential questions on stdin, and of programs without a terminal
     watch.py           prompt watching: feed stdin, notice a question, answer or stop
     execute.py         run(): spawn, supervise, kill and reap
     exits.py           check_exit(): exit statuses through the tool's table

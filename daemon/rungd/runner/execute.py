@@ -33,6 +33,7 @@ from rungd.runner.exits import check_limits, check_terminal
 from rungd.runner import launch, limits
 from rungd.runner.program import Completed, Program, credential_file_marker
 from rungd.runner.streams import Outputs, Stream
+from rungd.runner.terminal import Terminal
 from rungd.runner.watch import Watch
 
 # Programs found trusted, re-checked at each call by a stat of each entry on their path.
@@ -49,13 +50,15 @@ class _Scratch:
 
     helper: AskpassServer | CallAskpass
     poller: select.epoll
+    terminal: Terminal | None
     ctx: CallContext
     evidence: list[str]
     files: list[BinaryIO]
 
     @classmethod
-    def open(cls, ctx: CallContext, owner: tuple[int, int] | None = None) -> _Scratch:
-        """Raises Failed when the state folder cannot hold them (a full disk, say).
+    def open(cls, ctx: CallContext, program: Program, owner: tuple[int, int] | None = None) -> _Scratch:
+        """Raises Failed when the state folder cannot hold them (a full disk, say), and
+        RESOURCE_EXHAUSTED when the host has no descriptor or terminal left.
 
         Args:
             owner: uid and gid of the user the program runs as, when not the daemon's.
@@ -64,6 +67,15 @@ class _Scratch:
             poller = select.epoll()
         except OSError as exc:  # EMFILE, ENFILE, ENOMEM
             raise _spawn_error(Program(argv=(ctx.tool.name,)), exc) from None
+        terminal = None
+        if program.terminal == "line":
+            try:
+                terminal = Terminal()
+            except OSError as exc:  # EMFILE, ENFILE; ENOSPC: every pseudo-terminal of the host in use
+                poller.close()
+                if exc.errno == errno.ENOSPC:
+                    exc = OSError(errno.EAGAIN, "no pseudo-terminal is free on the host (kernel.pty.max)")
+                raise _spawn_error(program, exc) from None
         try:
             # The daemon's one askpass endpoint serves every call: its own user's programs
             # (whose new process makes the work folder it starts in) and another account's
@@ -76,6 +88,8 @@ class _Scratch:
                 helper = AskpassServer(ctx.work_dir, owner)
         except OSError as exc:
             poller.close()
+            if terminal is not None:
+                terminal.close()
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise _spawn_error(Program(argv=(ctx.tool.name,)), exc) from None
             if exc.errno == errno.EPERM and owner is not None:
@@ -85,7 +99,7 @@ class _Scratch:
                              hint="the operator must grant rungd CAP_CHOWN beside CAP_SETUID and CAP_SETGID (the "
                              "README's drop-in for user = tools), or run the tool as rungd's own user") from None
             raise _no_folders(exc) from None
-        return cls(helper, poller, ctx, [], [])
+        return cls(helper, poller, terminal, ctx, [], [])
 
     def evidence_file(self, label: str) -> Callable[[], BinaryIO]:
         """What opens the evidence file ``label`` when a stream first needs it.
@@ -103,12 +117,15 @@ class _Scratch:
         return open_it
 
     def close(self) -> None:
-        """Close the askpass server, the poller and the evidence files; safe to call twice."""
+        """Close the askpass server, the poller, the terminal and the evidence files; safe to
+        call twice. The call's processes are killed first: closing a terminal is no stop."""
         if getattr(self, "_closed", False):
             return
         self._closed = True
         self.helper.close()
         self.poller.close()
+        if self.terminal is not None:
+            self.terminal.close()
         for file in self.files:
             file.close()
 
@@ -171,7 +188,7 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
                     list(program.argv), child_env(ctx, program, credentials, scratch.helper.env),
                     str(program.cwd or cwd), limits.effective(program.limits), scratch.helper.pass_fds,
                     _user_ids(program.user), cgroup, make_cwd=program.cwd is None and make_cwd,
-                    label=ctx.call_id)
+                    label=ctx.call_id, terminal=scratch.terminal.slave if scratch.terminal is not None else None)
             except BaseException as exc:
                 if cgroup is None:
                     raise
@@ -353,7 +370,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     # What the call must not show (its sensitive inputs, credentials it already obtained)
     # and this program's own credentials: redacted from its output and evidence.
     secrets = [*ctx.secrets, *credentials.values(), *secret_files.values(), *argv_files.values()]
-    scratch = _Scratch.open(ctx, _owner(program.user))
+    scratch = _Scratch.open(ctx, program, _owner(program.user))
     try:
         for var, secret in secret_files.items():
             scratch.helper.env[var] = scratch.helper.secret_file(var, secret)
@@ -376,14 +393,19 @@ async def run(ctx: CallContext, program: Program) -> Completed:
                     Redactor(secrets))
     stderr = Stream("stderr", program.keep_bytes, scratch.evidence_file("stderr"), program.evidence_bytes,
                     Redactor(secrets))
+    # What the program writes on its terminal: its questions, and whatever else it says there.
+    terminal = None
+    if scratch.terminal is not None:
+        terminal = scratch.terminal, Stream("terminal", program.keep_bytes, scratch.evidence_file("terminal"),
+                                            program.evidence_bytes, Redactor(secrets))
     try:
-        outputs = Outputs(scratch.poller, proc, (stdout, stderr))
+        outputs = Outputs(scratch.poller, proc, (stdout, stderr), terminal)
     except OSError as exc:  # the kernel would not watch one more descriptor (ENOMEM, ENOSPC)
         with trio.CancelScope(shield=True):
             await _abandon(ctx, proc, tracker)
         scratch.close()
         raise _spawn_error(program, exc) from None
-    watch = Watch(ctx, program, proc, tracker, outputs, (stdout, stderr), Redactor(secrets))
+    watch = Watch(ctx, program, proc, tracker, outputs, (stdout, stderr), Redactor(secrets), terminal)
     try:
         question = await _supervise(watch, scratch.helper)
     finally:
@@ -406,6 +428,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         stderr_bytes=stderr.total,
         answered=watch.answered,
         evidence=scratch.evidence,
+        terminal=terminal[1].text() if terminal is not None else "",
     )
     check_terminal(completed, program, watch.tty)
     check_limits(completed, limits.effective(program.limits))
@@ -501,7 +524,7 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
             # it. (A settled call left nothing; the reaper's own passes reap its zombies.)
             reaper.reap()
             reaper.poke()
-    for stream in watch.streams:
+    for stream in watch.every_stream:
         stream.close()
     # All three pipes, now: left to the garbage collector they outlive the call (the streams,
     # the watch and the child hold each other).

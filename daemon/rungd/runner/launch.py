@@ -598,7 +598,7 @@ class Launcher:
     async def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, limits: Limits | None,
                     pass_fds: Sequence[int], user: tuple[int, int, list[int]] | None,
                     cgroup: proctree.CallCgroup | None, *, make_cwd: bool = False,
-                    label: str | None = None) -> Started:
+                    label: str | None = None, terminal: int | None = None) -> Started:
         """Have the launcher make the program; returns once its pid is known.
 
         The caller awaits :meth:`Started.exec_result` next. Descriptors are made here, so
@@ -606,7 +606,8 @@ class Launcher:
         process (EAGAIN, ENOMEM): then nothing was started. ``make_cwd``: the new process
         makes ``cwd`` (0700, and its parents) before it starts there; a failure says
         ``workdir``. ``label``: the call's id, which the launcher writes on ``cgroup`` once the
-        process is made (for start-up recovery).
+        process is made (for start-up recovery). ``terminal``: a pseudo-terminal's
+        descriptor, which the new process makes its controlling terminal (and keeps none of).
 
         Cancellation: shielded until the pid is known (a few milliseconds); a process made
         is then returned all the same, for the caller to kill, unless the cancellation came
@@ -625,6 +626,10 @@ class Launcher:
                 made += [err_r, err_w]
                 os.set_blocking(err_r, False)  # read at once, waited on only when empty
                 fds = [stdin_r, stdout_w, stderr_w, err_w, *pass_fds]
+                targets = [0, 1, 2, _launcher.ERROR_PIPE, *pass_fds]
+                if terminal is not None:
+                    fds.append(terminal)
+                    targets.append(_launcher.TERMINAL)
                 if cgroup is not None:
                     cgroup_fd = os.open(cgroup.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                     made.append(cgroup_fd)
@@ -634,7 +639,7 @@ class Launcher:
                         [_encode(arg) for arg in argv],
                         _encode_env(env),
                         _encode(cwd), mkdir=make_cwd, limits=limits.wire() if limits is not None else None,
-                        user=user, targets=[0, 1, 2, -1, *pass_fds], cgroup=cgroup is not None,
+                        user=user, targets=targets, cgroup=cgroup is not None,
                         label=label.encode() if label is not None and cgroup is not None else None)
                 except _launcher.Unencodable as exc:  # nothing was started
                     code = errno.E2BIG if exc.where == "exec" else errno.EINVAL

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -34,6 +35,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 #include <grp.h>
+#include <termios.h>
 
 #ifndef RUNGD_SOURCE_DIGEST
 #define RUNGD_SOURCE_DIGEST "unknown"
@@ -56,6 +58,8 @@
 #define MAX_ITEMS (1u << 20)  /* launcher.MAX_ITEMS: arguments and environment entries together */
 #define MAX_TARGET (1 << 20)  /* launcher.MAX_TARGET: the highest number a descriptor becomes */
 #define INFINITY_ ((uint64_t)-1)  /* RLIM_INFINITY on the wire */
+#define ERROR_PIPE (-1)  /* launcher.ERROR_PIPE: the target of the error pipe */
+#define TERMINAL (-2)    /* launcher.TERMINAL: the target of the controlling terminal */
 
 /* Flags of a start request (launcher.py: _MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS, _LABEL). */
 enum { F_MKDIR = 1, F_CGROUP = 2, F_USER = 4, F_LIMITS = 8, F_NO_NEW_PRIVS = 16, F_LABEL = 32 };
@@ -77,6 +81,7 @@ struct request {
     unsigned present;     /* which of the six limits are set (bit i: RLIMITS[i]) */
     uint64_t limits[6];
     int err_target;       /* the index of the error pipe among the targets */
+    int tty_target;       /* the index of the controlling terminal among them, or -1 */
     const unsigned char *label;  /* the call's id, for the cgroup (F_LABEL), not NUL-terminated */
     uint32_t label_size;
     char *cwd;
@@ -127,13 +132,17 @@ static int decode(unsigned char *body, size_t size, struct request *r, char *str
     if (!c.ok || (r->flags >> 6) || r->ntargets == 0 || r->ntargets > MAX_FDS) return -1;
     r->targets = calloc(r->ntargets, sizeof *r->targets);
     if (!r->targets) return -1;
-    r->err_target = -1;
+    r->err_target = r->tty_target = -1;
     for (uint32_t i = 0; i < r->ntargets; i++) {
         int32_t target = (int32_t)(uint32_t)take(&c, 4);
-        if (target < -1 || target > MAX_TARGET) return -1;
-        if (target == -1) {
+        if (target < TERMINAL || target > MAX_TARGET) return -1;
+        if (target == ERROR_PIPE) {
             if (r->err_target >= 0) return -1;  /* exactly one error pipe */
             r->err_target = (int)i;
+        }
+        if (target == TERMINAL) {
+            if (r->tty_target >= 0) return -1;  /* at most one terminal */
+            r->tty_target = (int)i;
         }
         r->targets[i] = target;
     }
@@ -319,6 +328,12 @@ static void become(struct request *r, int *fds, int sock_fd, int join_cgroup) {
     for (uint32_t i = 0; i < r->ntargets; i++) close(fds[i]);
     for (uint32_t i = 0; i < r->ntargets; i++)
         if (r->targets[i] >= 0 && dup2(lifted[i], r->targets[i]) < 0) goto failed;
+    if (r->tty_target >= 0) {
+        /* The daemon's pseudo-terminal becomes the session's controlling terminal (launcher.py
+         * says why here, before the user switch); the lifted copy closes at exec. */
+        where = "terminal";
+        if (ioctl(lifted[r->tty_target], TIOCSCTTY, 0) < 0) goto failed;
+    }
     if (join_cgroup >= 0) {
         where = "cgroup";
         int procs = openat(join_cgroup, "cgroup.procs", O_WRONLY | O_CLOEXEC);

@@ -47,7 +47,9 @@ or ``R`` and a start request, big-endian throughout:
 
     flags u8 (_MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS, _LABEL)
     targets: count u16, then i32 each (the number each descriptor becomes; -1, exactly once,
-        the error pipe); the descriptors come in that order, then the cgroup's with _CGROUP
+        the error pipe; -2, at most once, a terminal the new process makes its controlling
+        terminal and keeps no descriptor of); the descriptors come in that order, then the
+        cgroup's with _CGROUP
     with _USER: uid u32, gid u32, groups: count u16, then u32 each
     with _LIMITS: which are set, u8 (bit i: the i-th of ``Limits.wire``), then a u64 for each
         set (all ones: RLIM_INFINITY); _NO_NEW_PRIVS counts only with _LIMITS
@@ -73,6 +75,7 @@ import signal
 import socket
 import struct
 import sys
+import termios
 
 HEADER = struct.Struct("!II")  # body length, number of descriptors
 _INT = struct.Struct("i")
@@ -80,6 +83,7 @@ MAX_FDS = 250
 MAX_BODY = 64 << 20  # the largest request either launcher reads (argv and env are far below)
 MAX_ITEMS = 1 << 20  # arguments and environment entries together (the kernel's own limit is lower)
 MAX_TARGET = 1 << 20  # the highest descriptor number a program's descriptor may become (fs.nr_open)
+ERROR_PIPE, TERMINAL = -1, -2  # targets that are no number in the program (the wire above)
 _MKDIR, _CGROUP, _USER, _LIMITS, _NO_NEW_PRIVS, _LABEL = 1, 2, 4, 8, 16, 32
 LABEL_XATTR = b"user.rungd.call"  # launcher.c names it too; rungd.system.proctree reads it
 MAX_LABEL = 255  # a call id is far shorter; an attribute's value may be longer
@@ -153,7 +157,7 @@ def encode_start(argv: list[bytes], env: dict[bytes, bytes], cwd: bytes, *, mkdi
     Raises:
         Unencodable: a value the wire (and the kernel) cannot take.
     """
-    if not 0 < len(targets) <= MAX_FDS or targets.count(-1) != 1 or not all(-1 <= t <= MAX_TARGET for t in targets):
+    if not _targets_fit(targets):
         raise Unencodable("start", "descriptors out of range")
     if not argv or len(argv) + len(env) > MAX_ITEMS:
         raise Unencodable("exec", "too many arguments")
@@ -192,6 +196,13 @@ def encode_start(argv: list[bytes], env: dict[bytes, bytes], cwd: bytes, *, mkdi
     for name, value in env.items():
         parts += [_U32.pack(len(name)), name, _U32.pack(len(value)), value]
     return b"".join(parts)
+
+
+def _targets_fit(targets: list[int]) -> bool:
+    """Whether a request's targets can go on the wire (checked by the sender and again by the
+    launcher): one error pipe, at most one terminal, every other a descriptor number."""
+    return (0 < len(targets) <= MAX_FDS and targets.count(ERROR_PIPE) == 1 and targets.count(TERMINAL) <= 1
+            and all(TERMINAL <= t <= MAX_TARGET for t in targets))
 
 
 def _label_fits(label: bytes, cgroup: bool) -> bool:
@@ -256,8 +267,7 @@ def decode(body: bytes) -> dict:
     for _ in range(read.take(_U32)):
         name = read.string()
         env[name] = read.string()
-    if (read.at != len(body) or not targets or not argv or targets.count(-1) != 1
-            or not all(-1 <= t <= MAX_TARGET for t in targets) or flags >> 6):
+    if read.at != len(body) or not argv or not _targets_fit(targets) or flags >> 6:
         raise ValueError("a malformed request")
     return {"targets": targets, "user": user, "limits": limits, "cwd": cwd, "argv": argv, "env": env,
             "mkdir": bool(flags & _MKDIR), "cgroup": bool(flags & _CGROUP), "label": label}
@@ -342,7 +352,7 @@ def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
 def _start(spec: dict, fds: list[int], sock_fd: int, clone3: bool) -> bool:
     """Make one process for ``spec``; returns whether clone3 may be tried next time."""
     targets = spec["targets"]
-    err_w = fds[targets.index(-1)]
+    err_w = fds[targets.index(ERROR_PIPE)]
     cgroup_fd = fds[len(targets)] if spec["cgroup"] else -1
     pid, join = -1, cgroup_fd
     if clone3:
@@ -419,12 +429,19 @@ def _exec(spec: dict, fds: list[int], join_cgroup: int) -> None:  # pragma: no c
         # out never overwrites one not placed yet; the lifted copies are close-on-exec.
         floor = max([2, *targets]) + 1
         lifted = [_dupfd(fd, floor) for fd in fds]
-        err_w = lifted[targets.index(-1)]
+        err_w = lifted[targets.index(ERROR_PIPE)]
         for fd in fds:
             os.close(fd)  # received close-on-exec already; closed all the same
         for fd, target in zip(lifted, targets):
             if target >= 0:
                 os.dup2(fd, target, inheritable=True)
+        if TERMINAL in targets:
+            # The daemon's pseudo-terminal becomes this session's controlling terminal: the
+            # program reaches it by opening /dev/tty, and holds no descriptor of it until then
+            # (the lifted copy closes at exec). Done as root, before the user switch: opening
+            # /dev/tty needs no right on the terminal's own node.
+            where = "terminal"
+            fcntl.ioctl(lifted[targets.index(TERMINAL)], termios.TIOCSCTTY, 0)
         if join_cgroup >= 0:
             where = "cgroup"
             procs = os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=join_cgroup)
@@ -476,7 +493,7 @@ def _exec(spec: dict, fds: list[int], join_cgroup: int) -> None:  # pragma: no c
         # Not only OSError: a NUL in argv or env is a ValueError, a limit above the hard one
         # too; end of file on the pipe alone would read as a successful exec.
         code = getattr(exc, "errno", None) or errno.EINVAL
-        _report(err_w if err_w >= 0 else fds[targets.index(-1)], code, where)
+        _report(err_w if err_w >= 0 else fds[targets.index(ERROR_PIPE)], code, where)
 
 
 def _dupfd(fd: int, floor: int) -> int:

@@ -1,4 +1,5 @@
-"""Whether a child is blocked reading its stdin, judged from what the kernel shows in /proc.
+"""Whether a child is blocked reading its stdin or its terminal, judged from what the kernel
+shows in /proc.
 
 When a legacy program goes quiet, rungd must tell a question from a pause. The program's last
 output cannot settle that alone: a program may read stdin without printing anything (a silent
@@ -13,7 +14,10 @@ the daemon holds as the child's stdin. This module reads that evidence:
 - read/readv name the fd in their first argument; poll/ppoll and select/pselect6 keep their
   fds in the caller's memory, read through ``/proc/PID/mem``; an epoll instance lists the
   fds it watches, with their event masks, in ``/proc/PID/fdinfo/EPFD``;
-- ``/proc/PID/fd/N`` names what an fd refers to: ``pipe:[INODE]`` for a pipe.
+- ``/proc/PID/fd/N`` names what an fd refers to: ``pipe:[INODE]`` for a pipe, ``/dev/pts/N``
+  for the call's terminal, or ``/dev/tty`` when opened by that name (then the process's
+  controlling terminal, field 7 of ``/proc/PID/stat``, says which terminal it is);
+- a process stopped in a background group of the terminal (SIGTTIN) shows ``T`` in its stat.
 
 Reading another process's ``syscall`` and ``mem`` needs ptrace access to it: the same uid and a
 dumpable process (setuid programs such as sudo are not dumpable), or CAP_SYS_PTRACE. Without it
@@ -72,9 +76,75 @@ def reading_pipe(pid: int, pipe_ino: int) -> bool:
     return False
 
 
-def waiting_for_input(pids: Iterable[int], pipe_ino: int) -> int | None:
-    """The first of ``pids`` blocked waiting to read the pipe, or None when none is."""
-    return next((pid for pid in pids if reading_pipe(pid, pipe_ino)), None)
+def waiting_for_input(pids: Iterable[int], pipe_ino: int | None, terminal: tuple[str, int] | None = None
+                      ) -> tuple[int, str] | None:
+    """The first of ``pids`` that waits for an answer, and where: ``"stdin"`` (blocked
+    reading the pipe) or ``"terminal"`` (blocked reading the call's terminal, or stopped for
+    reading it from a background group: SIGTTIN); None when none of them does.
+
+    Args:
+        pipe_ino: the stdin pipe's inode (:func:`pipe_inode`); None: stdin is no question
+            (closed, or still being fed).
+        terminal: the call's terminal, as its path (``/dev/pts/N``) and device number.
+    """
+    stdin = f"pipe:[{pipe_ino}]" if pipe_ino is not None else None
+    for pid in pids:
+        if terminal is not None and stopped_on_terminal(pid, terminal[1]):
+            return pid, "terminal"
+        for fd in fds_reading(pid):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue  # the fd was closed after the syscall was read
+            if link == stdin:
+                return pid, "stdin"
+            if terminal is not None and (link == terminal[0] or (link == "/dev/tty" and _tty_of(pid) == terminal[1])):
+                # Opened as /dev/tty, a descriptor reads back by that name: it is the process's
+                # controlling terminal, which is the call's unless it left the call's session.
+                return pid, "terminal"
+    return None
+
+
+def hidden(pid: int) -> bool:
+    """Whether rungd may not see what the process is blocked in (no ptrace access to it: a
+    setuid program such as sudo, for a daemon that is not root), though it is there."""
+    try:
+        read_file(f"/proc/{pid}/syscall")
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _stat_fields(pid: int) -> list[bytes]:
+    """The fields of /proc/PID/stat after the command name (state first); empty if gone."""
+    try:
+        return read_file(f"/proc/{pid}/stat").rpartition(b")")[2].split()
+    except OSError:
+        return []
+
+
+def _tty_of(pid: int) -> int | None:
+    """The device number of the process's controlling terminal (0: none), None if gone."""
+    fields = _stat_fields(pid)
+    return int(fields[4]) if len(fields) > 5 else None
+
+
+def stopped_on_terminal(pid: int, device: int) -> bool:
+    """Whether the process is stopped while its controlling terminal is ``device`` and its
+    group is not the terminal's foreground group: a background reader stopped by SIGTTIN (or
+    a writer by SIGTTOU), which waits for a person who will never come.
+
+    Readable for any process (no ptrace access needed): the state, group and terminal are in
+    /proc/PID/stat. The state is looked at first: a stopped reader still shows its read in
+    its syscall file.
+    """
+    fields = _stat_fields(pid)
+    if len(fields) < 6 or fields[0] != b"T":
+        return False
+    pgrp, tty_nr, tpgid = int(fields[2]), int(fields[4]), int(fields[5])
+    return tty_nr == device and pgrp != tpgid
 
 
 def fds_reading(pid: int) -> set[int]:

@@ -84,6 +84,11 @@ class Program:
     grace_s: float = 1.0
     # False for a read a write makes before or after its act: starting it is no commit point.
     commits: bool = True
+    # "line": the program's controlling terminal is a pseudo-terminal the daemon holds
+    # (rungd.runner.terminal), while its stdio stay pipes: what it asks on /dev/tty is seen
+    # whole, and answered only as declared. "none": it has no terminal at all (opening
+    # /dev/tty fails, ENXIO), for a program that behaves worse with one.
+    terminal: Literal["line", "none"] = "line"
 
 
 @dataclasses.dataclass
@@ -97,6 +102,8 @@ class Completed:
     stderr_bytes: int
     answered: list[str]
     evidence: list[str]
+    # What it wrote on its terminal (a warning, a progress line: what it asked stops the call).
+    terminal: str = ""
     # Which stream was cut to its kept head and tail: a flood on stderr leaves a small
     # stdout whole, and a parse of it honest.
     stdout_cut: bool = False

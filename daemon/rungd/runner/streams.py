@@ -16,8 +16,9 @@ from typing import BinaryIO
 import trio
 
 from rungd.redact import Redactor
-from rungd.runner.launch import Child
+from rungd.runner.launch import Child, Pipe
 from rungd.runner.questions import tty_failure
+from rungd.runner.terminal import Terminal
 
 # A /dev/tty complaint cut between two chunks is still seen: the last bytes of one chunk are
 # searched again with the next.
@@ -195,7 +196,7 @@ class Stream:
 
 
 class Outputs:
-    """A program's stdout, stderr and exit, watched by its call's one task through an epoll of
+    """A program's stdout, stderr, terminal and exit, watched by its call's one task through an epoll of
     the call's own: one turn of the loop takes whatever of them is ready (a task per pipe and
     one for the exit cost a call a turn and a task switch each).
 
@@ -203,13 +204,19 @@ class Outputs:
         poller: the call's epoll, made before the program started (a daemon out of
             descriptors then starts nothing); the caller closes it.
         streams: where stdout's and stderr's output go.
+        terminal: the call's terminal and where what the program writes on it goes.
     """
 
-    def __init__(self, poller: select.epoll, child: Child, streams: tuple[Stream, Stream]) -> None:
+    def __init__(self, poller: select.epoll, child: Child, streams: tuple[Stream, Stream],
+                 terminal: tuple[Terminal, Stream] | None = None) -> None:
         self._poller = poller
         self._child = child
-        self._pipes = {child.stdout.fileno(): (child.stdout, streams[0]),
-                       child.stderr.fileno(): (child.stderr, streams[1])}
+        self._pipes: dict[int, tuple[Pipe | Terminal, Stream]] = {
+            child.stdout.fileno(): (child.stdout, streams[0]), child.stderr.fileno(): (child.stderr, streams[1])}
+        self._terminal = -1
+        if terminal is not None:  # what the program writes on its terminal, read from the master
+            self._terminal = terminal[0].fileno()
+            self._pipes[self._terminal] = terminal
         self._pidfd = child.pidfd()
         for fd in (*self._pipes, self._pidfd):
             poller.register(fd, select.EPOLLIN)
@@ -243,9 +250,10 @@ class Outputs:
 
     async def drain(self, timeout: float) -> None:
         """Once the program has exited: take output until both pipes end, ``timeout`` seconds
-        at most (a descendant may hold them open; the kill that follows ends it)."""
+        at most (a descendant may hold them open; the kill that follows ends it). The
+        terminal never ends while the daemon holds it: what is on it now is taken."""
         deadline = trio.current_time() + timeout
-        while self._pipes and (left := deadline - trio.current_time()) > 0:
+        while self._pipes.keys() - {self._terminal} and (left := deadline - trio.current_time()) > 0:
             await self.wait(left)
 
     def take(self) -> None:

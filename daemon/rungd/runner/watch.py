@@ -15,10 +15,11 @@ from rungd.system import proctree
 from rungd.core.contract import CallContext
 from rungd.core.errors import AuthRequired, Failed, PromptUnexpected, RungdError
 from rungd.redact import Redactor
-from rungd.runner.program import CredentialPrompt, Program
+from rungd.runner.program import Confirmation, CredentialPrompt, Program
 from rungd.runner.questions import is_credential_question
 from rungd.runner.launch import Child
 from rungd.runner.streams import Outputs, Stream
+from rungd.runner.terminal import Terminal
 
 log = logging.getLogger("rungd.runner")
 
@@ -40,13 +41,17 @@ class Watch:
     """Watches a running program: feeds stdin, notices questions, answers or stops it."""
 
     def __init__(self, ctx: CallContext, program: Program, proc: Child, tracker: proctree.Tracker,
-                 outputs: Outputs, streams: tuple[Stream, Stream], redactor: Redactor) -> None:
+                 outputs: Outputs, streams: tuple[Stream, Stream], redactor: Redactor,
+                 terminal: tuple[Terminal, Stream] | None = None) -> None:
         self.ctx = ctx
         self.program = program
         self.proc = proc
         self.tracker = tracker
         self.outputs = outputs
-        self.streams = streams
+        self.streams = streams  # stdout and stderr, where a question on stdin is printed
+        self.terminal = terminal  # the call's terminal, and what the program wrote on it
+        self.every_stream = (*streams, terminal[1]) if terminal is not None else streams
+        self._terminal_id = (terminal[0].path, terminal[0].device) if terminal is not None else None
         self.redactor = redactor
         self.answered: list[str] = []
         self._left = {id(c): c.times for c in (*program.confirmations, *program.credential_prompts, *program.askpass)}
@@ -54,13 +59,16 @@ class Watch:
         self._checked_at = 0.0
         self._stdin_closed = False
         self._feeding = False
-        for stream in streams:
+        for stream in self.every_stream:
             stream.on_output = self.wake
         self.refused: RungdError | None = None
         self.decided = False  # the watch ended: no question is answered any more
         self._tty_words: str | None = None  # what the program said about /dev/tty
         self._tty_question = ""
-        streams[1].on_tty = self.tty_tried  # stderr: where programs complain
+        if terminal is None:
+            # No terminal (the tool opted out): opening /dev/tty fails, and only the program's
+            # own complaint, on stderr, says it tried.
+            streams[1].on_tty = self.tty_tried
 
     async def feed_stdin(self) -> None:
         """Send the declared stdin data, then close stdin only if the tool said ``eof`` (or
@@ -87,7 +95,7 @@ class Watch:
     def _protect(self, secret: str) -> None:
         """Redact a credential given mid-call from everything kept from now on."""
         self.redactor.add(secret)
-        for stream in self.streams:
+        for stream in self.every_stream:
             stream.redactor.add(secret)
 
     def _secret_for(self, prompt: CredentialPrompt, question: str, how: str) -> str | RungdError:
@@ -96,7 +104,7 @@ class Watch:
 
         Args:
             question: what the program asked, already redacted, to quote.
-            how: "through askpass" or "on stdin", for the message.
+            how: "through askpass", "on stdin" or "on its terminal", for the message.
         """
         if self._left[id(prompt)] <= 0:
             times = "once" if prompt.times == 1 else f"{prompt.times} times"
@@ -201,7 +209,7 @@ class Watch:
             # on a timer that backs off while nothing changes.
             woken = await self.outputs.wait(interval)
             now = time.monotonic()
-            quiet_since = max(s.last_output for s in self.streams)
+            quiet_since = max(s.last_output for s in self.every_stream)
             if woken:
                 interval = POLL_S
             else:
@@ -223,44 +231,76 @@ class Watch:
                 await self._check_for_question(quiet_since)
 
     async def _check_for_question(self, quiet_since: float) -> None:
-        if self.program.stdin == "eof" or self._stdin_closed or self._feeding:
+        stdin_open = not (self.program.stdin == "eof" or self._stdin_closed or self._feeding)
+        if not stdin_open and self.terminal is None:
             return
         cgroup = self.tracker.cgroup
         members = cgroup.pids() if cgroup is not None else [pid for pid, _ in self.tracker.members()]
         pids = [self.proc.pid, *(pid for pid in members if pid != self.proc.pid)]
-        if procwatch.waiting_for_input(pids, self._stdin_ino) is None:
+        waiting = procwatch.waiting_for_input(pids, self._stdin_ino if stdin_open else None, self._terminal_id)
+        where = waiting[1] if waiting is not None else None
+        if where is None and self._typing_unseen(pids):
+            where = "terminal"
+        if where is None:
             return  # busy, sleeping or waiting on something else: not our business
         # A prompt may sit in a pipe not read yet (on a loaded host the program can print and
         # block within one tick of ours), or come from another of its processes a moment
         # later: read the pipes once more a moment later, and start over if anything arrived.
         await trio.sleep(_SETTLE_S)
         self.outputs.take()
-        if max(s.last_output for s in self.streams) > quiet_since:
+        if max(s.last_output for s in self.every_stream) > quiet_since:
             return
         self._checked_at = quiet_since
-        # Patterns see the question as printed (it may contain a credential given earlier,
-        # such as a user name); what is quoted back is redacted.
-        # A declared pattern matches a line of the question (text after the prompt allowed:
-        # patterns search); each line in the forms a person would type it (_as_read).
-        raw = tuple(form for line in self._question(raw=True).splitlines()
-                    for form in _as_read(line, self.program.argv[0]))
-        question = self._question()
+        if where == "terminal":
+            await self._terminal_question()
+        else:
+            await self._stdin_question()
+
+    def _typing_unseen(self, pids: list[int]) -> bool:
+        """Whether a secret is being asked on the terminal by a process rungd may not look at
+        (a setuid program such as sudo, when the daemon is not root): the program printed
+        something there since the last answer and turned echo off for a line, and is quiet."""
+        if self.terminal is None or not self.terminal[1].recent:
+            return False
+        echo, canonical = self.terminal[0].echo()
+        return not echo and canonical and any(procwatch.hidden(pid) for pid in pids)
+
+    def _declared(self, raw: str, how: str) -> tuple[str, str, object] | None:
+        """The declared question ``raw`` (as printed, since the last answer) matches, and the
+        answer it still has left: (answer, label, the declaration), or None.
+
+        A declared pattern matches a line of the question (text after the prompt allowed:
+        patterns search), each line in the forms a person would type it (:func:`_as_read`).
+        Patterns see the question as printed (it may contain a credential given earlier, such
+        as a user name); what is quoted back is redacted.
+
+        Raises:
+            AuthRequired / Failed: a credential question whose credential is spent, missing,
+                or unreadable (nothing is written: the program waits until the kill).
+        """
+        forms = tuple(form for line in raw.splitlines() for form in _as_read(line, self.program.argv[0]))
+        question = self.redactor.text(raw.strip())
         for prompt in self.program.credential_prompts:
-            if any(prompt.pattern.search(form) for form in raw):
-                secret = self._secret_for(prompt, question, "on stdin")
+            if any(prompt.pattern.search(form) for form in forms):
+                secret = self._secret_for(prompt, question, how)
                 if isinstance(secret, RungdError):
-                    raise secret  # nothing is written: stdin stays open and silent until the kill
-                await self._answer(secret, label=f"credential {prompt.credential}")
-                return
+                    raise secret
+                return secret, f"credential {prompt.credential}", prompt
         for confirmation in self.program.confirmations:
             # Only a call that passed its gate runs at all (a held call starts nothing), so a
             # confirmation reached here is one the gate allowed.
-            if any(confirmation.pattern.search(form) for form in raw) and self._left[id(confirmation)] > 0:
+            if any(confirmation.pattern.search(form) for form in forms) and self._left[id(confirmation)] > 0:
                 self._left[id(confirmation)] -= 1
-                await self._answer(confirmation.answer, label=f"confirmation {confirmation.pattern.pattern}")
-                if self.ctx.tool.timing.commit_point == "confirmation":
-                    self.ctx.mark_committed()
-                return
+                return confirmation.answer, f"confirmation {confirmation.pattern.pattern}", confirmation
+        return None
+
+    async def _stdin_question(self) -> None:
+        """A process of the call waits on stdin: answer what the tool declared, or stop."""
+        question = self._question()
+        declared = self._declared(self._question(raw=True), "on stdin")
+        if declared is not None:
+            await self._answer(*declared, on_terminal=False)
+            return
         if is_credential_question(question):
             raise _auth_required(
                 f"the program asked for a credential: {question!r}",
@@ -274,19 +314,60 @@ class Watch:
             fields={"question": question},
         )
 
+    async def _terminal_question(self) -> None:
+        """A process of the call waits on its terminal: answer what the tool declared, or stop.
+        What kind of question it is, the terminal says (its echo), never the words."""
+        assert self.terminal is not None
+        terminal, stream = self.terminal
+        echo, canonical = terminal.echo()
+        # What it wrote on the terminal since the last answer; a script that printed its
+        # question on stdout and reads the answer from /dev/tty asked there.
+        on_it = bool(stream.recent)
+        question = stream.question() if on_it else self._question()
+        declared = self._declared(stream.question(raw=True) if on_it else self._question(raw=True), "on its terminal")
+        if declared is not None:
+            await self._answer(*declared, on_terminal=True)
+            return
+        shown = question or "(nothing written on it)"
+        if not canonical:
+            raise PromptUnexpected(
+                f"the program reads keys one at a time on its terminal (a screen program): {shown!r}",
+                hint="nothing answered it and the program was stopped; the tool's author must pass what it asks as "
+                "arguments, or use a batch mode of the program that needs no screen",
+                fields={"question": question})
+        if not echo:
+            raise _auth_required(
+                f"the program asked for a secret on its terminal (it turned echo off): {shown!r}",
+                hint="rungd holds no credential declared for this question; the operator must add one to the tool's "
+                "credential prompts and the credential store", question=question)
+        raise PromptUnexpected(
+            f"the program asked on its terminal and waits for an answer nobody declared: {shown!r}",
+            hint="nothing answered it and the program was stopped; the tool's author must declare this question "
+            "or pass its answer as an argument",
+            fields={"question": question})
+
     def _question(self, *, raw: bool = False) -> str:
         # A prompt rarely ends its line: prefer the stream that stopped mid-line. The two
         # streams are read by separate tasks, so their timestamps only break ties.
         ordered = sorted(self.streams, key=lambda s: (s.mid_line, s.last_output), reverse=True)
         return next((q for s in ordered if (q := s.question(raw=raw))), "")
 
-    async def _answer(self, answer: str, *, label: str) -> None:
-        try:
-            await self.proc.stdin.send_all(answer.encode() + b"\n")
-        except trio.BrokenResourceError:
-            return  # it exited between asking and our answer: its exit status will tell
+    async def _answer(self, answer: str, label: str, declared: object, *, on_terminal: bool) -> None:
+        """Type ``answer`` where the program waits for it: on its terminal, or its stdin."""
+        line = answer.encode() + b"\n"
+        if on_terminal:
+            assert self.terminal is not None
+            if not self.terminal[0].type(line):
+                return  # its terminal takes nothing more: what the program does next will tell
+        else:
+            try:
+                await self.proc.stdin.send_all(line)
+            except trio.BrokenResourceError:
+                return  # it exited between asking and our answer: its exit status will tell
         self.answered.append(label)
-        for stream in self.streams:
+        if isinstance(declared, Confirmation) and self.ctx.tool.timing.commit_point == "confirmation":
+            self.ctx.mark_committed()
+        for stream in self.every_stream:
             stream.last_output = time.monotonic()  # the reply resets the quiet clock
             stream.answered()
 

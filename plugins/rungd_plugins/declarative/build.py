@@ -594,6 +594,7 @@ class _ProgramRunner:
             limits=Limits(**spec.limits.model_dump()) if spec.limits else None,
             stdin_eof=spec.stdin_eof,
             user=self.user,
+            terminal=spec.terminal,
         )
 
     async def run(self, ctx: CallContext, values: dict[str, Any], *,

@@ -756,6 +756,8 @@ _ENV_PATHS = frozenset({
 })
 _ENV_PATH_SUFFIXES = ("CONFIG", "_CONFIG_FILE", "SYSCONFDIR", "_HOME", "_DIR", "_DIRS", "_FILE", "_SOCK",
                       "_SOCKET")
+# A value naming a terminal device, alone or in a list (GPG_TTY=/dev/pts/3, FOO=/dev/tty).
+_TERMINAL_DEVICE = re.compile(r"(^|[:=\s])/dev/(tty|pts/|console|ptmx|vcs|vc/)")
 # KRB5CCNAME=FILE:/tmp/krb5cc_0: a type, then the path.
 _TYPED_PATH = re.compile(r"^[A-Z]+:(?=/)")
 
@@ -797,6 +799,13 @@ def check_env(path: Path, key: str, env: dict[str, str], *, user: str | None = N
                 "arguments, or wrap it in a Python plugin whose code a reviewer reads (plugins/README.md, "
                 "'Environment', lists what may be set)"
             )
+        if values and _TERMINAL_DEVICE.search(value):
+            # Whatever the name: a terminal named to a program sends it, or a helper it starts
+            # outside the call (a key agent's PIN entry), to a terminal that is not the call's.
+            raise ConfigError(
+                f"{path}: key {key}.{name}: {value!r} names a terminal; a tool file may not send a program to "
+                "one: rungd gives each call's program a terminal of its own, which it reaches by /dev/tty; hint: "
+                "leave the variable out (the program asks on its own terminal, where rungd sees the question)")
         if values and (kind == "path" or value.startswith("/")):
             _check_env_path(path, f"{key}.{name}", value, user)
 

@@ -433,6 +433,11 @@ class ToolSpec(_Strict):
     stdin_eof: bool = Field(False, description="Close stdin after the stdin_input data is sent: an end the author "
                                                "declared, for programs that read to end-of-file (bc, chpasswd, "
                                                "sort).")
+    terminal: Literal["line", "none"] = Field(
+        "line", description="line: the program's /dev/tty is a terminal rungd holds (its stdin, stdout and stderr "
+                            "stay pipes), so a question it asks there is seen whole, a secret one by its echo, and "
+                            "answered only as declared; none: it has no terminal (opening /dev/tty fails), for a "
+                            "program that behaves worse with one.")
     program: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]*$",
                                 description="Which of the file's programs this tool runs: a key of "
                                             "[programs.NAME] (default: [program]).")
