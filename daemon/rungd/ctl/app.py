@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from rungd.client import ClientError, ConnectFailed, RequestRejected
-from rungd.ctl import check, commands, evaluate, evidence, health, ledger  # noqa: F401  (importing them registers their commands)
+from rungd.ctl import check, commands, evaluate, evidence, health, ledger, probe  # noqa: F401  (importing them registers their commands)
 from rungd.ctl.cli import fail, unexpected, version
 from rungd.ctl.ledger import LedgerUnreadable
 from rungd.ctl.registry import (

@@ -72,13 +72,19 @@ class Stream:
         self.on_tty: Callable[[Stream], None] | None = None
         self.on_output: Callable[[], None] | None = None  # the watch looks when output pauses
         self._carry = b""
+        self._echo = b""
 
     def take(self, chunk: bytes) -> None:
         self.total += len(chunk)
         self.last_output = time.monotonic()
         if self.on_output is not None:
             self.on_output()
-        self.recent += chunk  # raw, to quote a prompt at once; redacted when read
+        if self._echo:  # the terminal repeating what rungd typed: no part of the next question
+            same = len(os.path.commonprefix([self._echo, chunk]))
+            self._echo = self._echo[same:] if same else b""
+            self.recent += chunk[same:]
+        else:
+            self.recent += chunk  # raw, to quote a prompt at once; redacted when read
         del self.recent[: max(0, len(self.recent) - 512)]
         self._look_for_tty(chunk)
         # Everything kept is redacted first: a secret cut at the head/tail boundary must not
@@ -95,13 +101,18 @@ class Stream:
             self.tty_failure = self.redactor.text(words)
             self.on_tty(self)
 
-    def answered(self) -> None:
+    def answered(self, echo: bytes = b"") -> None:
         """Forget what was printed before an answer: the next question is what comes after.
 
         A program that does not echo the answer prints its next prompt on the same line
         ("New password: Retype new password: "); only the part after the answer is asked.
+
+        Args:
+            echo: what the terminal will repeat of the answer (echo on): left out of the
+                next question, kept in the evidence.
         """
         self.recent.clear()
+        self._echo = echo
 
     def _keep_clean(self, clean: bytes) -> None:
         self.clean_total += len(clean)

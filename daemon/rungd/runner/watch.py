@@ -106,13 +106,14 @@ class Watch:
             question: what the program asked, already redacted, to quote.
             how: "through askpass", "on stdin" or "on its terminal", for the message.
         """
+        asked_on = how.rpartition(" ")[2]  # "askpass", "stdin" or "terminal"
         if self._left[id(prompt)] <= 0:
             times = "once" if prompt.times == 1 else f"{prompt.times} times"
             return _auth_required(
                 f"the program asked again {how}: {question!r}; rungd answered it {times}, so the "
                 f"credential {prompt.credential!r} was rejected",
                 hint=f"the operator must check the credential {prompt.credential!r} in rungd's store; it is "
-                "not sent again in the same call", question=question)
+                "not sent again in the same call", question=question, asked_on=asked_on)
         try:
             secret = self.ctx.credentials(prompt.credential)
         except Exception as exc:  # noqa: BLE001 - a credential plugin's failure, whatever it is
@@ -126,7 +127,8 @@ class Watch:
             return _auth_required(
                 f"the program asked {how}: {question!r}, declared with the credential "
                 f"{prompt.credential!r}, which rungd does not hold",
-                hint=f"the operator must add {prompt.credential!r} to rungd's credential store", question=question)
+                hint=f"the operator must add {prompt.credential!r} to rungd's credential store", question=question,
+                asked_on=asked_on)
         self._left[id(prompt)] -= 1
         self._protect(secret)
         return secret
@@ -305,13 +307,13 @@ class Watch:
             raise _auth_required(
                 f"the program asked for a credential: {question!r}",
                 hint="rungd holds no credential declared for this question; the operator must add one",
-                question=question)
+                question=question, asked_on="stdin")
         shown = question or "(nothing printed: it is reading stdin silently, or its prompt is still buffered)"
         raise PromptUnexpected(
             f"the program is waiting for an answer nobody declared: {shown!r}",
             hint="nothing answered it and the program was stopped; the tool's author must declare "
             "this question or pass its answer as an argument",
-            fields={"question": question},
+            fields={"question": question, "asked_on": "stdin"},
         )
 
     async def _terminal_question(self) -> None:
@@ -334,17 +336,17 @@ class Watch:
                 f"the program reads keys one at a time on its terminal (a screen program): {shown!r}",
                 hint="nothing answered it and the program was stopped; the tool's author must pass what it asks as "
                 "arguments, or use a batch mode of the program that needs no screen",
-                fields={"question": question})
+                fields={"question": question, "asked_on": "terminal", "echo": "keys"})
         if not echo:
             raise _auth_required(
                 f"the program asked for a secret on its terminal (it turned echo off): {shown!r}",
                 hint="rungd holds no credential declared for this question; the operator must add one to the tool's "
-                "credential prompts and the credential store", question=question)
+                "credential prompts and the credential store", question=question, asked_on="terminal", echo="off")
         raise PromptUnexpected(
             f"the program asked on its terminal and waits for an answer nobody declared: {shown!r}",
             hint="nothing answered it and the program was stopped; the tool's author must declare this question "
             "or pass its answer as an argument",
-            fields={"question": question})
+            fields={"question": question, "asked_on": "terminal", "echo": "on"})
 
     def _question(self, *, raw: bool = False) -> str:
         # A prompt rarely ends its line: prefer the stream that stopped mid-line. The two
@@ -355,8 +357,10 @@ class Watch:
     async def _answer(self, answer: str, label: str, declared: object, *, on_terminal: bool) -> None:
         """Type ``answer`` where the program waits for it: on its terminal, or its stdin."""
         line = answer.encode() + b"\n"
+        echoed = b""
         if on_terminal:
             assert self.terminal is not None
+            echoed = line if self.terminal[0].echo()[0] else b""
             if not self.terminal[0].type(line):
                 return  # its terminal takes nothing more: what the program does next will tell
         else:
@@ -369,7 +373,7 @@ class Watch:
             self.ctx.mark_committed()
         for stream in self.every_stream:
             stream.last_output = time.monotonic()  # the reply resets the quiet clock
-            stream.answered()
+            stream.answered(echoed if self.terminal is not None and stream is self.terminal[1] else b"")
 
 
 def _as_read(line: str, argv0: str) -> tuple[str, ...]:
@@ -407,5 +411,11 @@ def prompt_in(text: str, *, skip: str | None = None) -> str:
     return ""
 
 
-def _auth_required(message: str, *, hint: str, question: str) -> AuthRequired:
-    return AuthRequired(message, hint=hint, fields={"question": question})
+def _auth_required(message: str, *, hint: str, question: str, asked_on: str = "askpass",
+                   echo: str | None = None) -> AuthRequired:
+    """AUTH_REQUIRED quoting the question, where it was asked (stdin, terminal, askpass) and,
+    on the terminal, its echo."""
+    fields = {"question": question, "asked_on": asked_on}
+    if echo is not None:
+        fields["echo"] = echo
+    return AuthRequired(message, hint=hint, fields=fields)

@@ -1,0 +1,97 @@
+"""Issue 29: ``rungctl probe`` runs a program once as a call would and reports the evidence: the
+question whole, where it was asked, the terminal's echo, whether a read changed before it, the
+output's shape; and drafts a tool file with the question declared."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from rungd.authoring.probe import probe
+
+# Asks for a secret on its terminal, echo off, over two lines.
+ASKS_SECRET = """
+    import os, termios
+    tty = os.open("/dev/tty", os.O_RDWR)
+    attrs = termios.tcgetattr(tty)
+    attrs[3] &= ~termios.ECHO
+    termios.tcsetattr(tty, termios.TCSANOW, attrs)
+    os.write(tty, b"Keyring 'ops' is locked.\\nUnlock code (8 digits): ")
+    os.read(tty, 100)
+"""
+
+
+def test_a_secret_on_the_terminal_is_reported_with_its_echo_and_drafted_as_a_credential(fake_program) -> None:
+    seen = probe([str(fake_program("keyring", ASKS_SECRET))], deadline_s=10)
+    assert (seen.ended, seen.asked_on, seen.echo, seen.code) == ("asked", "terminal", "off", "AUTH_REQUIRED")
+    assert seen.question == "Keyring 'ops' is locked.\nUnlock code (8 digits):"
+    assert seen.terminal == "Keyring 'ops' is locked.\nUnlock code (8 digits): "
+    draft = tomllib.loads(seen.draft())
+    (name, tool), = draft["tools"].items()
+    assert name == "keyring_item_show" and tool["side_effect"] == "read"
+    assert tool["credential_prompt"] == [{"pattern": r"^Unlock code \(8 digits\):", "credential": "keyring_secret"}]
+    assert tool["description"]["does"] == "FILL IN"  # the file does not load until the author writes it
+
+
+def test_a_read_that_changed_before_the_question_says_it_acts_before_it_asks(fake_program, short_tmp) -> None:
+    marker = short_tmp / "made"
+    program = fake_program("maker", f"""
+        import sys
+        open({str(marker)!r}, "w").close()
+        sys.stderr.write("Created. Also archive the old copy? (yes/no) ")
+        sys.stderr.flush()
+        sys.stdin.readline()
+    """)
+    seen = probe([str(program)], read=["/bin/ls", str(short_tmp)], deadline_s=10)
+    assert (seen.ended, seen.asked_on, seen.code) == ("asked", "stdin", "PROMPT_UNEXPECTED")
+    assert seen.acted_before_asking is True
+    assert any("CHANGED before the question" in line for line in seen.report())
+    tool = tomllib.loads(seen.draft())["tools"]["maker_item_change"]
+    assert tool["side_effect"] == "reversible" and tool["confirm"][0]["answer"] == "FILL IN"
+    assert "verify" in tool
+
+
+def test_an_answer_lets_the_author_see_the_next_question(fake_program) -> None:
+    program = fake_program("two", """
+        import os
+        tty = os.open("/dev/tty", os.O_RDWR)
+        os.write(tty, b"Proceed with step one? ")
+        if os.read(tty, 10).strip() == b"go":
+            os.write(tty, b"Step two needs the site name: ")
+            os.read(tty, 100)
+    """)
+    seen = probe([str(program)], answers=[(r"step one\?", "go")], deadline_s=10)
+    assert seen.answered and seen.question == "Step two needs the site name:" and seen.echo == "on"
+
+
+def test_a_program_that_asks_nothing_is_reported_with_its_output_shape(fake_program) -> None:
+    seen = probe([str(fake_program("lister", 'print("size: 12\\nowner: root")'))], deadline_s=10)
+    assert (seen.ended, seen.exit_status) == ("exited", 0)
+    assert seen.as_dict()["output_shape"] == "KEY: VALUE lines"
+    assert tomllib.loads(seen.draft())["tools"]["lister_item_show"]["parse"] == {"kind": "key_value"}
+
+
+def test_rungctl_probe_prints_the_evidence_and_writes_the_draft(fake_program, short_tmp) -> None:
+    program = fake_program("keyring", ASKS_SECRET)
+    draft = short_tmp / "keyring.toml"
+    done = subprocess.run([sys.executable, "-m", "rungd.ctl", "probe", "--draft", str(draft), "--", str(program)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "asked:    on its terminal (/dev/tty); a call would end AUTH_REQUIRED" in done.stdout
+    assert "echo:     off" in done.stdout and "  | Unlock code (8 digits):" in done.stdout
+    assert "credential_prompt" in draft.read_text()
+    again = subprocess.run([sys.executable, "-m", "rungd.ctl", "probe", "--draft", str(draft), "--", str(program)],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "refusing to overwrite" in again.stderr
+    as_json = subprocess.run([sys.executable, "-m", "rungd.ctl", "--json", "probe", "--", str(program)],
+                             capture_output=True, text=True, timeout=60)
+    assert json.loads(as_json.stdout)["echo"] == "off"
+
+
+def test_rungctl_probe_of_a_missing_program_says_so(short_tmp: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "rungd.ctl", "probe", "--", "no-such-program-here"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "no such program on PATH" in done.stderr
