@@ -196,6 +196,21 @@ def test_environment_that_names_a_program_is_refused_at_load(tmp_path, variable)
     assert "plugins/README.md" in message  # where the table of what may be set is
 
 
+@pytest.mark.parametrize("value", ["/dev/pts/3", "/dev/tty", "/dev/tty1", "/dev/console", "/srv/a:/dev/pts/0"])
+def test_a_value_that_names_a_terminal_is_refused_whatever_the_variable(tmp_path, value) -> None:
+    # Issue 29: sent to a terminal, a helper outside the call (a key agent's PIN entry) draws
+    # there; the call's own terminal is reached by /dev/tty, never named.
+    for variable in ("MY_TTY", "PINENTRY_TERMINAL", "HOME"):
+        message = refusal(tmp_path, "ls", '["{v}"]', f'env = {{ {variable} = "{value}" }}')
+        assert f"key tools.x_item_show.env.{variable}: {value!r} names a terminal" in message
+
+
+@pytest.mark.parametrize("terminal", ["line", "none"])
+def test_a_tool_says_whether_its_program_gets_a_terminal(tmp_path, terminal) -> None:
+    load(tmp_path, "ls", '["{v}"]', f'terminal = "{terminal}"')
+    assert "terminal" in refusal(tmp_path, "ls", '["{v}"]', 'terminal = "screen"')
+
+
 @pytest.mark.parametrize("variable", ["HOME", "OPENSSL_CONF", "GIT_DIR", "WGETRC", "KUBECONFIG", "AWS_CONFIG_FILE",
                                       "GNUPGHOME", "SSH_AUTH_SOCK", "KRB5_CONFIG", "MYAPP_CONFIG_FILE"])
 def test_a_variable_that_names_a_path_takes_only_a_fixed_absolute_path(tmp_path, variable) -> None:

@@ -255,6 +255,15 @@ def _setup(unit: Unit, folder: Path) -> tuple[UnitDaemon, Path, Path]:
     loot.mkdir()
     loot.chmod(0o1777)  # sticky: a folder a tool names in its argv may be
 
+    tools = (_tool("key_list_show", asker, ["--ask", "Passphrase:", "--act", str(act)], f'user = "{NOBODY}"\n')
+             + '[[tools.key_list_show.askpass]]\npattern = "^Passphrase:"\ncredential = "deploy"\n\n'
+             + _tool("steal_list_show", steal, [str(loot), "40"]))
+    return _lay_out(unit, folder, tools), act, loot
+
+
+def _lay_out(unit: Unit, folder: Path, tools_text: str) -> UnitDaemon:
+    """The daemon's state, socket folder, credentials, tool file and config, as an install
+    lays them out (the state and credentials its own, the rest root's); not started."""
     state = folder / "state"
     state.mkdir(mode=0o700)
     os.chown(state, unit.uid, unit.gid)
@@ -265,19 +274,51 @@ def _setup(unit: Unit, folder: Path) -> tuple[UnitDaemon, Path, Path]:
     creds.write_text(f'deploy = "{SECRET}"\n')
     creds.chmod(0o600)
     os.chown(creds, unit.uid, unit.gid)
-
     tools = folder / "tools"
     tools.mkdir(mode=0o755)
-    (tools / "unit.toml").write_text(
-        _tool("key_list_show", asker, ["--ask", "Passphrase:", "--act", str(act)], f'user = "{NOBODY}"\n')
-        + '[[tools.key_list_show.askpass]]\npattern = "^Passphrase:"\ncredential = "deploy"\n\n'
-        + _tool("steal_list_show", steal, [str(loot), "40"]))
+    (tools / "unit.toml").write_text(tools_text)
     socket = run / "rungd.sock"
     config = folder / "rungd.toml"
     config.write_text(f'[server]\nsocket = "{socket}"\nshutdown_grace_s = 2\n\n[state]\ndir = "{state}"\n\n'
                       '[access]\nuids = [0]  # the test calls as root, as a member of rungd-callers would\n\n'
                       f'[plugins]\ntool_dirs = ["{tools}"]\n\n[credentials]\nfile = "{creds}"\n')
-    return UnitDaemon(unit, folder, config, socket), act, loot
+    return UnitDaemon(unit, folder, config, socket)
+
+
+# Asks for a secret on its terminal as `user = "nobody"`: a process the daemon (another user,
+# without CAP_SYS_PTRACE) may not look into, so no syscall says it reads; its echo does.
+UNSEEN_ASKER = """#!/usr/bin/python3 -I
+import os, termios
+tty = os.open("/dev/tty", os.O_RDWR)
+attrs = termios.tcgetattr(tty)
+attrs[3] &= ~termios.ECHO
+termios.tcsetattr(tty, termios.TCSANOW, attrs)
+os.write(tty, b"Token for the release vault: ")
+os.read(tty, 100)
+"""
+
+
+def test_a_secret_asked_by_a_process_the_daemon_may_not_look_into_is_seen_by_the_terminals_echo(unit: Unit) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="rungd-unit-"))
+    try:
+        folder.chmod(0o755)
+        programs = folder / "programs"
+        programs.mkdir(mode=0o755)
+        asker = programs / "unseen"
+        asker.write_text(UNSEEN_ASKER)
+        asker.chmod(0o755)
+        daemon = _lay_out(unit, folder, _tool("vault_token_show", asker, [], f'user = "{NOBODY}"\n'))
+        daemon.start()
+        try:
+            with Client(daemon.socket, timeout=90) as client:
+                env = client.call("vault_token_show", {}, wait_s=60)
+        finally:
+            daemon.stop()
+        assert env.error is not None and env.error.code == "AUTH_REQUIRED", (env, daemon.log_tail())
+        assert env.fields["question"] == "Token for the release vault:" and env.fields["echo"] == "off"
+        assert env.elapsed_ms < 20_000, env  # seen, not a wait for its 60 s deadline
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _wait_for(path: Path, seconds: float, what: str, daemon: UnitDaemon) -> None:
