@@ -3,9 +3,10 @@ that, for each line it reads, runs /bin/true (no shell, no TTY, a new session) a
 with its exit status. No ledger, no cgroup, no prompt watch: what a call costs at the least.
 
     python bench/mini_daemon.py SOCKET              spawn with trio.run_process (a fork of Python)
-    python bench/mini_daemon.py SOCKET --launcher   spawn through rungd's own launcher, as rungd
-                                                    does: the floor of rungd's design, without
-                                                    everything else a call does
+    python bench/mini_daemon.py SOCKET --launcher   spawn through rungd's own launcher with a
+                                                    terminal the daemon owns, as rungd does: the
+                                                    floor of rungd's design, without everything
+                                                    else a call does
 """
 
 import functools
@@ -22,16 +23,24 @@ async def run_process() -> int:
 
 
 async def through_launcher(launcher) -> int:
-    started = await launcher.spawn(["/bin/true"], {"PATH": "/usr/bin:/bin"}, "/", None, [], None, None)
-    await started.exec_result()
-    child = started.child
-    # The exit first, then the pipes, at end of file by then: /bin/true prints nothing (a program
-    # that fills a pipe would need it read while it runs, as rungd does).
-    status = await child.wait()
-    for pipe in (child.stdout, child.stderr):
-        while await pipe.receive_some():
-            pass
-    child.close_pipes()
+    from rungd.runner.terminal import Terminal  # the other peer owes rungd nothing
+
+    # The daemon-owned terminal every rungd call's program gets (issue 29) is part of the floor.
+    terminal = Terminal()
+    try:
+        started = await launcher.spawn(["/bin/true"], {"PATH": "/usr/bin:/bin"}, "/", None, [], None, None,
+                                       terminal=terminal.slave)
+        await started.exec_result()
+        child = started.child
+        # The exit first, then the pipes, at end of file by then: /bin/true prints nothing (a
+        # program that fills a pipe would need it read while it runs, as rungd does).
+        status = await child.wait()
+        for pipe in (child.stdout, child.stderr):
+            while await pipe.receive_some():
+                pass
+        child.close_pipes()
+    finally:
+        terminal.close()
     return status
 
 

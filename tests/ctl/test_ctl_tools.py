@@ -40,3 +40,39 @@ async def test_lint_passes_on_the_builtins_and_fails_a_bad_tool(short_tmp) -> No
     failed = await ctl("lint", "--offline", "--json", "--config", str(config))
     assert failed.returncode == 1
     assert json.loads(failed.stdout)["ok"] is False
+
+
+async def test_key_value_passes_an_optional_integer_so_conflict_is_reachable(rungd_daemon) -> None:
+    # Issue 31: expected_count is `int | None` (anyOf integer, null): it was sent as a string.
+    done = await ctl("--socket", str(rungd_daemon.socket), "--json", "call", "inventory_count_set", "item=widget",
+                     "count=5", "expected_count=99999", "--request-id", "r-opt-int")
+    env = json.loads(done.stdout)
+    assert env["error"]["code"] == "CONFLICT", env
+
+
+async def test_a_held_call_is_said_at_once_with_the_command_that_approves_it(short_tmp) -> None:
+    import time
+
+    from rungd.testing import write_config
+
+    config = write_config(short_tmp, '[gates]\nreversible = "review"\n')
+    socket = short_tmp / "rungd.sock"
+    async with trio.open_nursery() as nursery:
+        from rungd.config import load_config
+        from rungd.service.inprocess import start_daemon
+
+        daemon = await start_daemon(nursery, load_config(config))
+        started = time.monotonic()
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "rungd.ctl", "--socket", str(socket), "call", "inventory_count_set", "item=widget",
+             "count=5", "--request-id", "r-held", "--wait", "6"], stderr=-1, stdout=-1)
+        said = await process.stderr.receive_some(4096)
+        heard_at = time.monotonic() - started
+        await process.wait()
+        out = b""
+        while chunk := await process.stdout.receive_some(4096):
+            out += chunk
+        daemon.daemon.stop()
+    assert b"is held at its gate until an operator approves it: rungctl approve c" in said, said
+    assert heard_at < 4, heard_at  # at once, not after the 6 s wait
+    assert process.returncode == 4 and b"pending" in out and b"why" in out, out

@@ -66,7 +66,7 @@ def parse_pairs(pairs: list[str], schema: dict[str, Any]) -> dict[str, Any]:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise UsageError(f"expected key=value, got {pair!r}")
-        kind = props.get(key, {}).get("type")
+        kind = _kind(props.get(key, {}))
         try:
             if kind == "integer":
                 inputs[key] = int(raw)
@@ -81,6 +81,14 @@ def parse_pairs(pairs: list[str], schema: dict[str, Any]) -> dict[str, Any]:
         except (ValueError, KeyError):
             raise UsageError(f"{key}: {raw!r} is not a valid {kind}") from None
     return inputs
+
+
+def _kind(prop: dict[str, Any]) -> str | None:
+    """The JSON type a field's value takes: its ``type``, or for an optional field (``anyOf``
+    a type and null, as pydantic writes ``int | None``) the type that is not null."""
+    kinds = [prop.get("type")] if "type" in prop else [option.get("type") for option in prop.get("anyOf", [])]
+    kinds = [kind for kind in kinds if kind not in (None, "null")]
+    return kinds[0] if len(kinds) == 1 and isinstance(kinds[0], str) else None
 
 
 def show(ctx: Context, env: Envelope) -> int:
@@ -145,7 +153,20 @@ def call(ctx: Context) -> int:
             raise UsageError("--inputs must be a JSON object")
     if args.pairs:
         inputs.update(parse_pairs(args.pairs, _schema_or_empty(ctx.client, args.tool)))
-    return show(ctx, ctx.client.call(args.tool, inputs, request_id=args.request_id, wait_s=args.wait))
+    # A call held at a gate is said at once, with the command that approves it: the first
+    # answer comes within a second, and a call still running is then waited for as asked.
+    first = min(args.wait, HELD_NOTICE_S)
+    env = ctx.client.call(args.tool, inputs, request_id=args.request_id, wait_s=first)
+    if env.status == "pending" and args.wait > first:
+        if env.next_action == "wait_approval":
+            print(f"rungctl: call {env.call_id} is held at its gate until an operator approves it: rungctl approve "
+                  f"{env.call_id} (or denies it: rungctl deny {env.call_id}); waiting up to {args.wait:g} s",
+                  file=sys.stderr, flush=True)
+        env = ctx.client.wait(env.call_id, args.wait - first)
+    return show(ctx, env)
+
+
+HELD_NOTICE_S = 1.0  # how soon `rungctl call` says that a call is held
 
 
 def _schema_or_empty(client: Client, tool: str) -> dict[str, Any]:

@@ -53,6 +53,8 @@ def print_envelope(env: Envelope) -> None:
     if env.truncated:
         print(f"  truncated    {visible(env.narrow)}")
     if env.status == "pending":
+        if env.narrow:
+            print(f"  why          {visible(env.narrow)}")
         print(f"  pending      rungctl wait {env.call_id}")
     if env.evidence:
         print(f"  evidence     {', '.join(env.evidence)}")
