@@ -100,10 +100,13 @@ def verify(folder: str | os.PathLike[str], anchors: Iterable[Anchor] = ()) -> Ve
     start: tuple[int, str, str] | None = None  # (seq before the first record, its prev, file name)
     ends: dict[int, str] = {}  # last seq -> last hash of each pruned file a record names
     pruned: list[PrunedFile] = []
+    vouched = 0  # the seq of the last record an anchor agreed with
 
-    def report(problem: Problem | None = None) -> VerifyReport:
+    def report(problem: Problem | None = None, *, unsound: int = 0) -> VerifyReport:
+        """``unsound``: records the problem takes back (an anchor that contradicts the chain
+        leaves sound only what an earlier anchor vouched for)."""
         first = 0 if chain.records == 0 and start is None else (start[0] + 1 if start else 1)
-        return VerifyReport(chain.records, chain.seq, problem, first, pruned, checked,
+        return VerifyReport(chain.records - unsound, chain.seq - unsound, problem, first, pruned, checked,
                             sum(len(found) for seq, found in anchored.items() if seq < first and seq not in ends))
 
     for path in files:
@@ -122,8 +125,12 @@ def verify(folder: str | os.PathLike[str], anchors: Iterable[Anchor] = ()) -> Ve
                 for anchor in anchored.get(record.seq, ()):
                     checked += 1
                     if anchor.hash != record.hash:
+                        # Rewritten at or before this seq: sound is what the last anchor that
+                        # agreed vouches for, none of what came after it.
                         return report(Problem("contradicts_anchor", path.name, number, record.seq,
-                                              _contradiction(anchor, record.hash)))
+                                              _contradiction(anchor, record.hash)),
+                                      unsound=record.seq - max(vouched, (start[0] if start else 0)))
+                    vouched = record.seq
     if start is not None:
         before, prev, name = start
         if ends.get(before) != prev:
@@ -137,7 +144,8 @@ def verify(folder: str | os.PathLike[str], anchors: Iterable[Anchor] = ()) -> Ve
                 checked += 1
                 if anchor.hash != ends[seq]:
                     return report(Problem("contradicts_anchor", name, 1, seq, _contradiction(anchor, ends[seq])
-                                          + " (in a pruned file, as its pruned record names it)"))
+                                          + " (in a pruned file, as its pruned record names it)"),
+                                  unsound=chain.records)  # the chain this copy starts from is the one contradicted
     beyond = sorted(seq for seq in anchored if seq > chain.seq)
     if beyond:
         anchor = anchored[beyond[0]][0]

@@ -56,6 +56,7 @@ def test_a_consistently_rewritten_chain_contradicts_the_first_anchor_after_the_c
     report = verify(tmp_path / "forged", anchors)
     assert report.problem is not None and report.problem.kind == "contradicts_anchor"
     assert report.problem.seq == 10, "seq 5 still matches; seq 10 is the first anchor after the change"
+    assert (report.records, report.last_seq) == (5, 5), "sound: what the anchor that agreed vouches for"
     assert "the anchor at line 2" in report.problem.explanation
     assert report.anchors_checked == 2
 

@@ -18,6 +18,8 @@ frozen envelope, cut to the tool's byte cap once, here.
 
 from __future__ import annotations
 
+import os
+
 from typing import Any
 
 import msgspec
@@ -55,10 +57,31 @@ def ok_envelope(call: Call, tool: Tool, result: Result, ctx: CallContext) -> Env
         narrow=result.narrow,
         as_of=result.as_of,
         next_action="continue",
-        evidence=[*ctx.evidence, *(e for e in result.evidence if e not in ctx.evidence)],
+        evidence=listed([*ctx.evidence, *(e for e in result.evidence if e not in ctx.evidence)], ctx),
         elapsed_ms=ms_since(call.started),
     )
     return fit_to_cap(envelope, tool.cap_bytes)
+
+
+EVIDENCE_LISTED = 8  # the most evidence ids an envelope lists; more are named by one index
+
+
+def listed(ids: list[str], ctx: CallContext) -> list[str]:
+    """The evidence ids an envelope carries: all of them, or when there are more than
+    ``EVIDENCE_LISTED``, the first ones and the id of an index file that lists every one
+    (``rungctl evidence`` reads it like any evidence; it is pruned with the rest)."""
+    if len(ids) <= EVIDENCE_LISTED:
+        return ids
+    every = list(ids)
+    index_id, path = ctx.evidence_path("index")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write("".join(f"{evidence_id}\n" for evidence_id in every))
+    except OSError:  # a full disk: the envelope lists them all, and fit_to_cap may shorten them
+        ctx.evidence.remove(index_id)
+        return every
+    return [*every[:EVIDENCE_LISTED - 1], index_id]
 
 
 def _check_result(tool: Tool, result: Result, ctx: CallContext) -> None:
@@ -138,7 +161,7 @@ def error_envelope(
         error=ErrorInfo(code=exc.code, message=message, retry=retry, hint=hint),
         next_action=next_action,
         settle=Settle(**offered) if offered else None,
-        evidence=list(ctx.evidence) if ctx else [],
+        evidence=listed(list(ctx.evidence), ctx) if ctx else [],
         elapsed_ms=ms_since(call.started),
     )
     return fit_to_cap(envelope, tool.cap_bytes if tool is not None else DEFAULT_CAP_BYTES)
