@@ -146,14 +146,24 @@ async def test_tail_and_verify_by_a_user_who_cannot_read_the_ledger_are_one_line
     config = rungd_daemon.config.source
     ledger = rungd_daemon.config.state_dir / "ledger"
     short_tmp.chmod(0o755)
-    rungd_daemon.config.state_dir.chmod(0o755)
-    ledger.chmod(0o750)  # root and its group, as the unit leaves it
+    state = rungd_daemon.config.state_dir
+    state.chmod(0o755)
+    os.chown(ledger, 0, 4)  # root and its group (adm here; rungd on a host the unit runs on)
+    ledger.chmod(0o750)
     nobody: dict[str, Any] = {"user": NOBODY, "group": NOBODY, "extra_groups": [], "cwd": "/"}
-    for args in (("tail",), ("ledger", "verify"), ("tail", "-f")):
+    for args in (("tail",), ("ledger", "verify"), ("tail", "-f"), ("health",)):
         done = await ctl("--config", str(config), *args, **nobody)
         assert done.returncode == 2, args
         message = one_line(done)
-        assert "cannot read the ledger" in message and "usermod -aG" in message, args
+        assert "cannot read the ledger" in message and "usermod -aG adm" in message, args
+    # A state folder this user may not even enter (Python 3.11's is_dir raises then): the same
+    # line, not "unexpected failure" (issue 31).
+    os.chown(state, 0, 4)
+    state.chmod(0o750)
+    for args in (("tail",), ("ledger", "verify"), ("health",)):
+        done = await ctl("--config", str(config), *args, **nobody)
+        assert done.returncode == 2, (args, done.stderr)
+        assert "cannot read the ledger" in one_line(done) and "usermod -aG adm" in one_line(done), args
 
 
 def test_an_unexpected_failure_is_one_line_and_the_traceback_only_when_asked(monkeypatch, capsys) -> None:

@@ -63,30 +63,39 @@ def ledger_folder(ctx: Context, given: Path | None) -> Path:
     Raises:
         ConfigError: no folder given and the config cannot be loaded.
         UsageError: the folder does not exist.
+        LedgerUnreadable: this user may not look into it (or the folder above it).
     """
-    if given is None:
-        folder = ctx.config.state_dir / "ledger"
-        if not folder.is_dir():
-            raise UsageError(f"no ledger at {folder}; hint: pass the daemon's --config (or set RUNGD_CONFIG), "
-                             "or give the ledger folder")
-        return folder
-    if (given / "ledger").is_dir() and not any(given.glob("ledger-*.jsonl")):
-        return given / "ledger"
-    if not given.is_dir():
-        raise UsageError(f"{given}: no such folder; hint: give the folder that holds the ledger-NNNNNN.jsonl files")
+    start = ctx.config.state_dir / "ledger" if given is None else given
+    try:
+        if given is None:
+            if not start.is_dir():
+                raise UsageError(f"no ledger at {start}; hint: pass the daemon's --config (or set RUNGD_CONFIG), "
+                                 "or give the ledger folder")
+            return start
+        if (given / "ledger").is_dir() and not any(given.glob("ledger-*.jsonl")):
+            return given / "ledger"
+        if not given.is_dir():
+            raise UsageError(f"{given}: no such folder; hint: give the folder that holds the ledger-NNNNNN.jsonl "
+                             "files")
+    except PermissionError as exc:  # a folder on the way is not this user's to enter
+        raise unreadable(Path(exc.filename or start).parent, exc) from None
     return given
 
 
 def unreadable(folder: Path, exc: OSError) -> LedgerUnreadable:
+    """The one line for a ledger this user may not read: which group may (the folder's), and
+    how to join it; a ledger root's alone needs root."""
     try:
-        group = grp.getgrgid(os.stat(folder).st_gid).gr_name
+        gid = os.stat(folder).st_gid
+        group = grp.getgrgid(gid).gr_name
     except (OSError, KeyError):
-        group = "rungd"
-    return LedgerUnreadable(
-        f"cannot read the ledger at {exc.filename or folder}: {exc.strerror or exc}; hint: the ledger is readable "
-        f"by root and group {group}: run as a member (usermod -aG {group} $USER, then log in again) or with sudo, "
-        "or work on a copy"
-    )
+        gid, group = -1, "rungd"
+    where = f"cannot read the ledger at {exc.filename or folder}: {exc.strerror or exc}; hint: "
+    if gid == 0:
+        return LedgerUnreadable(where + "this ledger is root's alone: run with sudo, or work on a copy (the install "
+                                "guide gives the state folder to group rungd, whose members may read it)")
+    return LedgerUnreadable(where + f"the ledger is readable by root and group {group}: run as a member (usermod "
+                            f"-aG {group} $USER, then log in again) or with sudo, or work on a copy")
 
 
 def describe_problem(problem: Problem) -> str:
