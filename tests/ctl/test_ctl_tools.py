@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import sys
 
 import trio
@@ -72,7 +74,11 @@ async def test_a_held_call_is_said_at_once_with_the_command_that_approves_it(sho
         out = b""
         while chunk := await process.stdout.receive_some(4096):
             out += chunk
+        listed = await ctl("--socket", str(socket), "pending")
         daemon.daemon.stop()
+    # The approver reads who asked by name (and uid), not a bare number.
+    me = pwd.getpwuid(os.getuid()).pw_name
+    assert f"review    {me}({os.getuid()})" in listed.stdout.decode() and "inventory_count_set" in listed.stdout.decode()
     assert b"is held at its gate until an operator approves it: rungctl approve c" in said, said
     assert heard_at < 4, heard_at  # at once, not after the 6 s wait
     assert process.returncode == 4 and b"pending" in out and b"why" in out, out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pwd
 import sys
 from pathlib import Path
 from typing import Any
@@ -248,9 +249,17 @@ def pending(ctx: Context) -> int:
               file=sys.stderr)
     for h in held:
         # The tool name comes after the fixed-width columns: a long one moves only free text.
-        print(f"{h.call_id}  {h.gate:9} uid={h.caller_uid:<6} age={h.age_s:>6.0f}s expires_in={h.expires_in_s:>5.0f}s"
-              f"  {visible(h.tool)}  {visible(json.dumps(h.inputs, ensure_ascii=False))}")
+        print(f"{h.call_id}  {h.gate:9} {_account(h.caller_uid):<16} age={h.age_s:>6.0f}s "
+              f"expires_in={h.expires_in_s:>5.0f}s  {visible(h.tool)}  {visible(json.dumps(h.inputs, ensure_ascii=False))}")
     return EXIT_OK
+
+
+def _account(uid: int) -> str:
+    """Who a uid is, as an approver reads it: ``alice(1000)``, or the bare uid of no account."""
+    try:
+        return f"{pwd.getpwuid(uid).pw_name}({uid})"
+    except KeyError:
+        return f"uid={uid}"
 
 
 @command("approve", "approve a held call (operators only)", CALL_ID,
