@@ -10,6 +10,7 @@ never starts a call the daemon would interrupt at once.
 
 from __future__ import annotations
 
+import logging
 import pwd
 import time
 from typing import Literal
@@ -25,6 +26,8 @@ from rungd.service.engine.calls import Call, CallTable, Held
 from rungd.service.engine.policy import Policy
 
 Verdict = Literal["approved", "denied"]
+
+log = logging.getLogger("rungd.calls")
 
 
 class Approvals:
@@ -159,6 +162,9 @@ class Approvals:
             held.verdict = verdict
             held.reason = reason
             held.withdrawn = withdrawn
+            log.info("call %s%s", "withdrawn" if withdrawn else verdict, f": {reason}" if reason else "", extra={
+                "call_id": call.call_id, "tool": call.tool, "request_id": call.request_id,
+                "caller_uid": call.caller.uid, "journal": {"APPROVER_UID": str(caller.uid), "VERDICT": verdict}})
         finally:
             held.decided.set()  # wake the holder either way: it decides what a failure means
         return verdict

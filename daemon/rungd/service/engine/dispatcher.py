@@ -58,6 +58,13 @@ from rungd.service.engine.workdirs import WorkFolders
 
 log = logging.getLogger("rungd.calls")
 
+
+def _journal_call(call: Call) -> dict[str, Any]:
+    """The fields every journal entry about a call carries: ``journalctl REQUEST_ID=...``,
+    ``CALLER_UID=...`` and ``CALL_ID=...`` find it."""
+    return {"call_id": call.call_id, "tool": call.tool, "request_id": call.request_id,
+            "caller_uid": call.caller.uid}
+
 # A caller may ask to wait this long at most in one request; longer waits take several.
 MAX_WAIT_S = 300.0
 
@@ -301,6 +308,8 @@ class Dispatcher:
             # The held call keeps its inputs as shown (pending lists them to operators); the
             # inputs it runs with wait in its own task, the one place that runs them.
             self.approvals.hold(call, admitted.shown)
+            log.info("call held at its %s gate", call.gate, extra={
+                **_journal_call(call), "journal": {"GATE": str(call.gate)}})
             self._nursery.start_soon(self._hold, call, tool, admitted.inputs)
         else:
             self._nursery.start_soon(self._run, call, tool, admitted.inputs)
@@ -512,12 +521,16 @@ class Dispatcher:
         # The ledger has every call; the journal, what an operator looks for: a call that
         # failed or changed something; a call that went well and changed nothing only with
         # --verbose (its line would cost the daemon more than the call's three ledger records).
+        # An error is a warning (journalctl -p warning), unless the caller's own input was
+        # wrong (next_action repair), and so is an outcome nobody knows.
         quiet = envelope.status == "ok" and envelope.effect == "none"
+        trouble = envelope.outcome == "unknown" or (envelope.status == "error" and envelope.next_action != "repair")
         log.log(
-            logging.DEBUG if quiet else logging.INFO,
+            logging.DEBUG if quiet else logging.WARNING if trouble else logging.INFO,
             "call finished",
-            extra={"call_id": call.call_id, "tool": call.tool, "status": envelope.status,
-                   "code": envelope.error.code if envelope.error else None},
+            extra={**_journal_call(call), "status": envelope.status,
+                   "code": envelope.error.code if envelope.error else None,
+                   "journal": {"OUTCOME": envelope.outcome, "EFFECT": envelope.effect}},
         )
 
     async def _record_call(self, event: str, call: Call, **fields: Any) -> None:
