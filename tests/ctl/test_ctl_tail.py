@@ -135,6 +135,22 @@ def test_parse_since_reads_what_journalctl_users_type() -> None:
 async def test_json_prints_records_as_json_lines(ledger: Path) -> None:
     lines = await tail_lines(ledger, "--json", "-n", "1")
     assert json.loads(lines[0])["code"] == "GATE_DENIED"
+    assert await tail_lines(ledger, "-o", "json", "-n", "1") == lines  # journalctl's spelling
+
+
+async def test_json_pretty_prints_each_record_indented(ledger: Path) -> None:
+    text = "\n".join(await tail_lines(ledger, "-o", "json-pretty", "-n", "2"))
+    records = [json.loads(part) for part in text.replace("}\n{", "}\x00{").split("\x00")]
+    assert [r["event"] for r in records] == ["denied", "finished"] and "\n  " in text
+
+
+async def test_until_bounds_the_time_from_above_as_since_does_from_below(ledger: Path) -> None:
+    assert len(await tail_lines(ledger, "--until", "1h")) == 2  # the call two hours ago
+    assert len(await tail_lines(ledger, "--since", "15m", "--until", "6m")) == 2  # received and held
+    bad = await ctl("tail", "--ledger", str(ledger), "--until", "last tuesday")
+    assert bad.returncode == 2 and b"--until 'last tuesday': not a time" in bad.stderr
+    backwards = await ctl("tail", "--ledger", str(ledger), "--since", "1m", "--until", "1h")
+    assert backwards.returncode == 2 and b"is before --since" in backwards.stderr
 
 
 async def test_follow_starts_at_the_end_and_prints_new_events(short_tmp: Path) -> None:

@@ -32,8 +32,8 @@ class LedgerUnreadable(Exception):
     """The ledger folder or a file in it cannot be read by this user."""
 
 
-def parse_since(text: str, now: float | None = None) -> float:
-    """Unix time from what ``--since`` takes.
+def parse_since(text: str, now: float | None = None, *, flag: str = "--since") -> float:
+    """Unix time from what ``--since`` (and ``--until``) takes.
 
     Accepts a span back from now (``30m``, ``1h``, ``2d``, ``1w``, ``-1h``, ``2h ago``),
     ``today`` / ``yesterday`` (local midnight), and an ISO 8601 time (``2026-11-30 10:00``,
@@ -52,7 +52,7 @@ def parse_since(text: str, now: float | None = None) -> float:
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise UsageError(f"--since {text!r}: not a time; examples: 30m, 1h, 2d, today, '2026-11-30 10:00', "
+        raise UsageError(f"{flag} {text!r}: not a time; examples: 30m, 1h, 2d, today, '2026-11-30 10:00', "
                          "2026-11-30T10:00:00+01:00") from None
     return (when if when.tzinfo else when.astimezone()).timestamp()
 
@@ -196,6 +196,9 @@ def _anchor_text(report: VerifyReport, anchors: list[Anchor]) -> str:
         f"{FOLLOW_LINES} with -f)"),
     arg("--since", metavar="WHEN", help="only events at or after WHEN: 30m, 1h, 2d, today, '2026-11-30 10:00', or "
         "an ISO 8601 time with zone"),
+    arg("--until", metavar="WHEN", help="only events at or before WHEN (the forms --since takes)"),
+    arg("-o", "--output", choices=["short", "json", "json-pretty"], default=None,
+        help="short: one line each (default); json: JSON Lines (as --json); json-pretty: indented JSON"),
     arg("-f", "--follow", action="store_true", help="keep printing new events as they are written"),
     arg("--tool", metavar="NAME", help="only this tool's events"),
     arg("--outcome", choices=["done", "not_started", "unknown"], help="only events with this outcome"),
@@ -208,17 +211,23 @@ def _anchor_text(report: VerifyReport, anchors: list[Anchor]) -> str:
 def tail(ctx: Context) -> int:
     """Print ledger events, oldest first, one line each: time with zone, seq, event,
     call_id, tool, then request_id, outcome, effect, code, caller, approver (by=) and note
-    (a deny reason). With --json, the records as JSON Lines.
+    (a deny reason). With -o json (or --json), the records as JSON Lines; -o json-pretty,
+    indented. --since and --until bound the time, as journalctl's do.
     """
     args = ctx.args
     if args.lines is not None and args.lines < 0:
         raise UsageError(f"-n {args.lines}: give a count of 0 or more")
     since = parse_since(args.since) if args.since else None
+    until = parse_since(args.until, flag="--until") if args.until else None
+    if since is not None and until is not None and until < since:
+        raise UsageError(f"--until {args.until!r} is before --since {args.since!r}: nothing could match")
+    output = args.output or ("json" if ctx.json else "short")
     folder = ledger_folder(ctx, args.ledger)
     limit = args.lines if args.lines is not None else FOLLOW_LINES if args.follow else None
 
     def wanted(record: Record) -> bool:
         return ((since is None or record.time >= since)
+                and (until is None or record.time <= until)
                 and (args.tool is None or record.tool == args.tool)
                 and (args.outcome is None or record.outcome == args.outcome)
                 and (args.call is None or record.call_id == args.call)
@@ -226,7 +235,13 @@ def tail(ctx: Context) -> int:
                 and (args.event is None or record.event in args.event))
 
     def emit(record: Record) -> None:
-        print(msgspec.json.encode(record).decode() if ctx.json else ledger_line(record), flush=args.follow)
+        if output == "short":
+            text = ledger_line(record)
+        elif output == "json":
+            text = msgspec.json.encode(record).decode()
+        else:
+            text = as_json(msgspec.to_builtins(record))
+        print(text, flush=args.follow)
 
     try:
         last_seq = 0
