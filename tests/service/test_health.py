@@ -104,3 +104,41 @@ def test_a_refusal_counts_as_a_call_but_not_in_latency(short_tmp: Path) -> None:
     folder = write_ledger(short_tmp, [*_call(7, 100, 0.5), *refused])
     row = compute(folder, NOW - 3600, now=NOW)["tools"][TOOL]
     assert row["calls"] == 2 and row["latency_ms"]["count"] == 1 and row["latency_ms"]["p50"] >= 400
+
+
+def test_prometheus_format_parses_and_counts_every_record_with_bounded_labels(short_tmp: Path) -> None:
+    # Issue 31: what a Prometheus on the host scrapes, read back by the real client's parser.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    folder = _ledger(short_tmp)
+    held = {"call_id": f"c{7:016d}", "tool": TOOL}
+    more = write_ledger(short_tmp / "state2" / "ledger", [{"ago": 50, "event": "received", **held},
+                                                           {"ago": 50, "event": "held", **held}], now=NOW)
+    done = subprocess.run([sys.executable, "-m", "rungd.ctl", "health", "--format", "prometheus", "--ledger",
+                           str(folder)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    families = {family.name: family for family in text_string_to_metric_families(done.stdout)}
+    calls = {(s.labels["outcome"], s.labels["code"]): s.value for s in families["rungd_calls"].samples}
+    # Every record the ledger holds (the call 30 h ago too: a counter, not a window).
+    assert calls == {("done", "ok"): 3, ("not_started", "SURFACE_CHANGED"): 2, ("not_started", "PROMPT_UNEXPECTED"): 1}
+    duration = {(s.name, s.labels.get("le")): s.value for s in families["rungd_call_duration_seconds"].samples}
+    assert duration[("rungd_call_duration_seconds_count", None)] == 6
+    assert duration[("rungd_call_duration_seconds_bucket", "0.025")] == 2  # 10 and 20 ms
+    assert duration[("rungd_call_duration_seconds_bucket", "+Inf")] == 6
+    approvals = {s.labels["verdict"]: s.value for s in families["rungd_approvals"].samples}
+    assert approvals == {"approved": 1, "denied": 0, "expired": 0}
+    assert families["rungd_step_downs"].samples[0].value == 1
+    for family in families.values():
+        for sample in family.samples:
+            assert set(sample.labels) <= {"tool", "outcome", "code", "le", "verdict"}, sample
+    # A call held now is a gauge; --textfile writes the file whole for node_exporter.
+    textfile = short_tmp / "rungd.prom"
+    done = subprocess.run([sys.executable, "-m", "rungd.ctl", "health", "--format", "prometheus", "--ledger",
+                           str(more), "--textfile", str(textfile)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "", done.stderr
+    families = {family.name: family for family in text_string_to_metric_families(textfile.read_text())}
+    assert [(s.labels["tool"], s.value) for s in families["rungd_held_calls"].samples] == [(TOOL, 1)]
+    assert not [p for p in short_tmp.iterdir() if p.name.startswith(".rungd.prom")]
+    wrong = subprocess.run([sys.executable, "-m", "rungd.ctl", "health", "--ledger", str(more), "--textfile",
+                            str(textfile)], capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2 and "--format prometheus" in wrong.stderr

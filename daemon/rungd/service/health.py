@@ -34,13 +34,14 @@ MAX_TREND = 48  # hours shown at most; a longer span is shown in wider buckets
 class _Tool:
     """Running totals for one tool."""
 
-    __slots__ = ("calls", "outcomes", "codes", "latencies", "answered", "waits", "verdicts", "step_downs",
+    __slots__ = ("calls", "outcomes", "codes", "finals", "latencies", "answered", "waits", "verdicts", "step_downs",
                  "last_step_down", "resumed", "hours")
 
     def __init__(self, buckets: int) -> None:
         self.calls = 0
         self.outcomes: Counter[str] = Counter()
         self.codes: Counter[str] = Counter()
+        self.finals: Counter[tuple[str, str]] = Counter()  # (outcome, code) of each final record
         self.latencies: list[float] = []
         self.answered = 0
         self.waits: list[float] = []
@@ -82,6 +83,7 @@ def compute(folder: Path, since: float, *, tool: str | None = None, now: float |
     tools: dict[str, _Tool] = {}
     received: dict[str, float] = {}
     held: dict[str, float] = {}
+    waiting: dict[str, str] = {}  # calls held now (no verdict, no final record yet): call_id -> tool
     for block in records(folder):
         for r in block:
             if (tool is not None and r.tool != tool) or not r.tool:
@@ -92,7 +94,10 @@ def compute(folder: Path, since: float, *, tool: str | None = None, now: float |
                 continue
             if event == "held":
                 held[r.call_id] = r.time
+                waiting[r.call_id] = r.tool
                 continue
+            if event in ("approved", "denied", "expired", "finished", "rejected"):
+                waiting.pop(r.call_id, None)
             if r.time < since:
                 if event in ("finished", "rejected"):
                     received.pop(r.call_id, None)
@@ -104,6 +109,7 @@ def compute(folder: Path, since: float, *, tool: str | None = None, now: float |
                 t.calls += 1
                 t.outcomes[r.outcome or "none"] += 1
                 t.codes[r.code or "ok"] += 1
+                t.finals[r.outcome or "none", r.code or "ok"] += 1
                 start = received.pop(r.call_id, None)
                 if start is not None and event == "finished":  # a refusal's 0 ms is no call's latency
                     t.latencies.append((r.time - start) * 1000)
@@ -127,6 +133,7 @@ def compute(folder: Path, since: float, *, tool: str | None = None, now: float |
         "until": now,
         "hours": hours,
         "tools": {name: _summary(t) for name, t in sorted(tools.items())},
+        "held_now": dict(Counter(waiting.values())),
     }
 
 
@@ -135,6 +142,9 @@ def _summary(t: _Tool) -> dict[str, Any]:
     waits = sorted(t.waits)
     return {
         "calls": t.calls,
+        "finals": [[outcome, code, n] for (outcome, code), n in sorted(t.finals.items())],
+        "buckets_ms": _buckets(latencies),
+        "latency_ms_sum": round(sum(latencies), 3),
         "ok": t.codes.get("ok", 0),
         "outcomes": dict(t.outcomes),
         "codes": {code: n for code, n in t.codes.most_common() if code != "ok"},
@@ -145,6 +155,66 @@ def _summary(t: _Tool) -> dict[str, Any]:
         "step_downs": {"fired": t.step_downs, "resumed": t.resumed, "last": t.last_step_down},
         "calls_per_hour": t.hours,
     }
+
+
+# Call duration histogram bounds, in seconds (Prometheus' defaults, and one more for long writes).
+BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def _buckets(sorted_ms: list[float]) -> list[int]:
+    """How many latencies fall at or under each bound of ``BUCKETS_S`` (cumulative)."""
+    counts, at = [], 0
+    for bound in BUCKETS_S:
+        while at < len(sorted_ms) and sorted_ms[at] <= bound * 1000:
+            at += 1
+        counts.append(at)
+    return counts
+
+
+def prometheus_text(report: dict[str, Any]) -> str:
+    """The report in the Prometheus text exposition format (what node_exporter's textfile
+    collector and a scrape both read). Labels are bounded: tool names, outcomes and error
+    codes, never a request id, a caller or an input. Counters count the ledger's records
+    since ``report["since"]`` (0: all it holds; pruning shows as a counter reset)."""
+    lines: list[str] = []
+
+    def family(name: str, kind: str, text: str) -> None:
+        lines.extend((f"# HELP {name} {text}", f"# TYPE {name} {kind}"))
+
+    tools = report["tools"]
+    family("rungd_calls_total", "counter", "Calls that ended (finished or refused), by tool, outcome and error code "
+           "(ok: none).")
+    for tool, t in tools.items():
+        for outcome, code, n in t["finals"]:
+            lines.append(f'rungd_calls_total{{tool="{_label(tool)}",outcome="{outcome}",code="{code}"}} {n}')
+    family("rungd_call_duration_seconds", "histogram", "Time from received to finished, by tool.")
+    for tool, t in tools.items():
+        for bound, n in zip(BUCKETS_S, t["buckets_ms"]):
+            lines.append(f'rungd_call_duration_seconds_bucket{{tool="{_label(tool)}",le="{bound:g}"}} {n}')
+        count = t["latency_ms"]["count"]
+        lines.append(f'rungd_call_duration_seconds_bucket{{tool="{_label(tool)}",le="+Inf"}} {count}')
+        lines.append(f'rungd_call_duration_seconds_sum{{tool="{_label(tool)}"}} {t["latency_ms_sum"] / 1000:.6f}')
+        lines.append(f'rungd_call_duration_seconds_count{{tool="{_label(tool)}"}} {count}')
+    family("rungd_prompts_answered_total", "counter", "Confirmations and credentials rungd answered, by tool.")
+    for tool, t in tools.items():
+        lines.append(f'rungd_prompts_answered_total{{tool="{_label(tool)}"}} {t["prompts"]["answered"]}')
+    family("rungd_approvals_total", "counter", "Held calls decided, by tool and verdict.")
+    for tool, t in tools.items():
+        for verdict in ("approved", "denied", "expired"):
+            lines.append(f'rungd_approvals_total{{tool="{_label(tool)}",verdict="{verdict}"}} '
+                         f'{t["approvals"][verdict]}')
+    family("rungd_step_downs_total", "counter", "Step-down observations that fired, by tool.")
+    for tool, t in tools.items():
+        lines.append(f'rungd_step_downs_total{{tool="{_label(tool)}"}} {t["step_downs"]["fired"]}')
+    family("rungd_held_calls", "gauge", "Calls held at a gate now, waiting for an operator, by tool.")
+    for tool, n in sorted(report.get("held_now", {}).items()):
+        lines.append(f'rungd_held_calls{{tool="{_label(tool)}"}} {n}')
+    return "\n".join(lines) + "\n"
+
+
+def _label(value: str) -> str:
+    """A label value as the exposition format writes it (a tool name needs none of this)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _pct(values: list[float], p: int) -> float | None:
