@@ -4,6 +4,7 @@ started for a call may survive."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -66,11 +67,24 @@ def no_survivors() -> Iterator[None]:
 
 
 def _call_cgroups() -> set[str]:
-    """The per-call cgroups (``rungd-<call_id>``) under this process's cgroup, by name."""
-    from rungd.system.proctree import _own_cgroup
+    """The per-call cgroups (``rungd-<call_id>``) this test process's daemons and launchers
+    made, by path: those in the subtrees this process made (``rungd-p<pid>``, and each
+    ``rungd-d<tag>`` it marked with its pid), never another rungd's on the host."""
+    from rungd.system.proctree import OWNER_XATTR, _own_cgroup
 
     base = _own_cgroup()
-    return {path.name for path in base.glob("rungd-*")} if base is not None else set()
+    if base is None:
+        return set()
+    mine = str(os.getpid()).encode()
+    found = set()
+    for subtree in base.glob("rungd-[dp]*"):
+        try:
+            ours = subtree.name == f"rungd-p{os.getpid()}" or os.getxattr(subtree, OWNER_XATTR) == mine
+        except OSError:
+            ours = False
+        if ours:
+            found |= {str(path.relative_to(base)) for path in subtree.glob("rungd-*")}
+    return found
 
 
 def _run_as_folders() -> set[Path]:

@@ -131,11 +131,11 @@ async def test_out_of_descriptors_at_spawn_is_resource_exhausted(rungd_daemon) -
 
 
 async def test_no_call_leaves_its_cgroup_behind(rungd_daemon) -> None:
-    from rungd.system.proctree import CallCgroup, _own_cgroup
+    from rungd.system.proctree import CallCgroup, _own_cgroup, calls_subtree
 
-    base = _own_cgroup()
-    if base is None or not os.access(base, os.W_OK):
+    if _own_cgroup() is None or not os.access(_own_cgroup(), os.W_OK):
         pytest.skip("no writable cgroup v2 hierarchy here")
+    base = calls_subtree(rungd_daemon.daemon.dispatcher._reaper.cgroup_tag)  # the daemon's own subtree
     calls = [
         await rungd_daemon.call("fake_run", {"program": "exit_with", "args": ["0"]}),
         await rungd_daemon.call("fake_run_short", {"program": "stubborn", "args": []}),

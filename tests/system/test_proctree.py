@@ -424,31 +424,48 @@ async def test_reaper_never_steals_the_status_of_children_in_the_daemons_own_ses
     assert statuses == [1] * 40
 
 
-def test_sweep_removes_old_empty_call_cgroups_and_kills_the_recovered_ones() -> None:
-    from rungd.system.proctree import _own_cgroup, sweep_cgroups
+def test_sweep_clears_its_own_subtree_and_never_another_daemons() -> None:
+    # Issue 31: each daemon's call cgroups live in a subtree of its own (rungd-d<tag>): its
+    # start-up sweep empties its own, and another daemon in the same cgroup loses nothing.
+    from rungd.system.proctree import _own_cgroup, calls_subtree, sweep_cgroups
 
     base = _own_cgroup()
     if base is None or not os.access(base, os.W_OK):
         pytest.skip("no writable cgroup v2 hierarchy here")
-    old, fresh = base / f"rungd-c{secrets.token_hex(8)}", base / f"rungd-c{secrets.token_hex(8)}"
-    crashed, running = base / f"rungd-c{secrets.token_hex(8)}", base / f"rungd-c{secrets.token_hex(8)}"
+    mine, theirs = f"t{secrets.token_hex(6)}", f"t{secrets.token_hex(6)}"
+    own, other = calls_subtree(mine), calls_subtree(theirs)
+    made = [own, other]
+    for subtree in made:
+        subtree.mkdir()
+    crashed, running, spare = (own / f"rungd-c{secrets.token_hex(8)}" for _ in range(3))
+    their_spare = other / f"rungd-s{secrets.token_hex(8)}"
+    old, fresh = base / f"rungd-c{secrets.token_hex(8)}", base / f"rungd-c{secrets.token_hex(8)}"  # an older layout's
     sleepers = {}
-    for path in (old, fresh, crashed, running):
+    for path in (crashed, running, spare, their_spare, old, fresh):
         path.mkdir()
     for path in (crashed, running):
         sleepers[path] = subprocess.Popen(["sleep", "60"])
         (path / "cgroup.procs").write_text(f"{sleepers[path].pid}\n")
     an_hour_ago = time.time() - 3600
-    os.utime(old, (an_hour_ago, an_hour_ago))
+    for path in (old, their_spare):
+        os.utime(path, (an_hour_ago, an_hour_ago))
     try:
-        sweep_cgroups([crashed.name.removeprefix("rungd-")])
-        assert not old.exists() and fresh.exists()
+        sweep_cgroups([crashed.name.removeprefix("rungd-")], mine)
         assert not crashed.exists() and sleepers[crashed].wait(timeout=5) == -signal.SIGKILL
-        assert running.exists() and sleepers[running].poll() is None  # another call's: untouched
+        assert not spare.exists()  # its own, empty: gone however young
+        assert running.exists() and sleepers[running].poll() is None  # holds a process, no recovered call's
+        assert their_spare.exists()  # another daemon's: untouched however old
+        assert not old.exists() and fresh.exists()  # beside the subtrees: empty and a minute old
     finally:
         for proc in sleepers.values():
             proc.kill()
             proc.wait()
-        for path in (fresh, running):
-            with contextlib.suppress(OSError):  # emptied by the kills above
-                path.rmdir()
+        for path in (fresh, running, their_spare, *made):
+            for _ in range(50):
+                with contextlib.suppress(FileNotFoundError):
+                    try:
+                        path.rmdir()
+                    except OSError:  # emptied by the kills above a moment later
+                        time.sleep(0.05)
+                        continue
+                break

@@ -490,6 +490,7 @@ class Launcher:
         self._owned = owned
         self._compiled = compiled
         self._reaper = reaper
+        self._tag = reaper.cgroup_tag if reaper is not None else None  # where its cgroups go
         self._process: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         # Empty call cgroups kept for the next calls, and those the running launcher was told of.
@@ -552,7 +553,7 @@ class Launcher:
         """
         if self._closed:
             return
-        if not self._spares and (spare := proctree.CallCgroup.spare()) is not None:
+        if not self._spares and (spare := proctree.CallCgroup.spare(self._tag)) is not None:
             self._untold.append(spare.path)
             self._spares.append(spare)
         for spare in self._spares:
@@ -569,7 +570,7 @@ class Launcher:
         daemon may not make cgroups)."""
         if self._spares:
             return self._spares.pop()
-        made = proctree.CallCgroup.spare()
+        made = proctree.CallCgroup.spare(self._tag)
         if made is not None and self._reaper is not None:
             self._untold.append(made.path)  # told with this call's request
         return made
@@ -766,6 +767,7 @@ class Launcher:
         spares, self._spares = self._spares, []
         for spare in spares:
             spare.remove()
+        proctree.remove_subtree(self._tag)  # a call's cgroup still in it (or another launcher's spare) keeps it
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):

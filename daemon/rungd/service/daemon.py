@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import gc
+import hashlib
 import logging
 import os
 import resource
@@ -98,7 +99,10 @@ class Daemon:
         self.audit = Audit(state / "ledger", retention_s=ledger.retention_days * 86400,
                            rotate_bytes=ledger.rotate_bytes, reserve_bytes=ledger.reserve_bytes)
         recovered = recover(self.audit, {name: reg.tool for name, reg in self.tools.items()})
-        proctree.sweep_cgroups(recovered)
+        # One subtree of call cgroups per daemon, named by its state folder (one daemon per
+        # state folder): a restart finds what its last run left, and no other daemon's.
+        cgroup_tag = hashlib.sha256(os.fsencode(state.resolve())).hexdigest()[:12]
+        proctree.sweep_cgroups(recovered, cgroup_tag)
         # Every call of an earlier run is over: sweep their work folders (and any credential
         # file a crash left in one), then make the folder anew, private.
         shutil.rmtree(state / "work", ignore_errors=True)
@@ -110,6 +114,7 @@ class Daemon:
         if not proctree.set_child_subreaper():
             log.warning("cannot become a child subreaper; orphans of calls are tracked by tag only")
         reaper = proctree.Reaper(set())
+        reaper.cgroup_tag = cgroup_tag
         try:
             async with trio.open_nursery() as housekeeping, trio.open_nursery() as calls_nursery:
                 await housekeeping.start(reaper.run)

@@ -571,6 +571,40 @@ def _find_own_cgroup(cgroups: list[str]) -> Path | None:
 # On a call cgroup: the call it holds, or held last (written by the runner's launcher, which
 # names it too: rungd.runner.launcher.LABEL_XATTR).
 _LABEL_XATTR = "user.rungd.call"
+# On a daemon's subtree: the pid of the process that made it (a test run counts its own).
+OWNER_XATTR = "user.rungd.pid"
+
+
+def calls_subtree(tag: str | None = None) -> Path | None:
+    """Where call cgroups go: the subtree ``rungd-d<tag>`` of one daemon (its tag comes from
+    its state folder, so a restart finds what the last run left, and two daemons sharing a
+    cgroup never touch each other's calls or spares), or ``rungd-p<pid>`` for code running
+    without a daemon; under the daemon's own cgroup. Not made here (:meth:`CallCgroup.create`
+    makes it with its first call's cgroup). None without a cgroup v2 hierarchy."""
+    base = _own_cgroup()
+    if base is None:
+        return None
+    return base / (f"rungd-d{tag}" if tag is not None else f"rungd-p{os.getpid()}")
+
+
+def _make_subtree(path: Path) -> None:
+    """Make a daemon's subtree, saying which process made it. No controller is enabled in
+    it, so the daemon's own cgroup may hold the daemon and this subtree both."""
+    path.mkdir(exist_ok=True)
+    with contextlib.suppress(OSError):  # no user attributes on cgroups before 5.7
+        os.setxattr(path, OWNER_XATTR, str(os.getpid()).encode())
+
+
+def remove_subtree(tag: str | None) -> bool:
+    """Remove a daemon's subtree once its calls' cgroups are gone (at stop); True if it went."""
+    subtree = calls_subtree(tag)
+    try:
+        if subtree is not None:
+            subtree.rmdir()
+            return True
+    except OSError:  # a call's cgroup is still in it (a process stuck), or it was never made
+        pass
+    return False
 
 
 class CallCgroup:
@@ -607,8 +641,11 @@ class CallCgroup:
         self.dated = -math.inf  # when (time.monotonic) the daemon last set its mtime, keeping it
 
     @classmethod
-    def create(cls, call_id: str) -> CallCgroup | None:
-        """Make the cgroup ``rungd-<call_id>`` under the daemon's own.
+    def create(cls, call_id: str, tag: str | None = None) -> CallCgroup | None:
+        """Make the cgroup ``rungd-<call_id>`` in the daemon's subtree (:func:`calls_subtree`).
+
+        Args:
+            tag: the daemon's (:func:`calls_subtree`); None for code running without one.
 
         Returns:
             The cgroup; None without a writable cgroup v2 hierarchy, or on a kernel without
@@ -621,12 +658,16 @@ class CallCgroup:
             raise ValueError(
                 f"call id {call_id!r} cannot name a cgroup; use letters, digits, - and _"
             )
-        base = _own_cgroup()
-        if base is None:
+        subtree = calls_subtree(tag)
+        if subtree is None:
             return None
-        path = base / f"rungd-{call_id}"
+        path = subtree / f"rungd-{call_id}"
         try:
-            path.mkdir()
+            try:
+                path.mkdir()
+            except FileNotFoundError:  # the subtree is made with its first call's cgroup (or again)
+                _make_subtree(subtree)
+                path.mkdir()
         except OSError:  # not delegated to us, or read-only
             return None
         if not (path / "cgroup.kill").exists():
@@ -635,10 +676,10 @@ class CallCgroup:
         return cls(path)
 
     @classmethod
-    def spare(cls) -> CallCgroup | None:
+    def spare(cls, tag: str | None = None) -> CallCgroup | None:
         """A cgroup for a call not known yet, ``rungd-s<random>`` (the launcher labels it with
         the call whose program it makes there)."""
-        return cls.create(f"s{os.urandom(8).hex()}")
+        return cls.create(f"s{os.urandom(8).hex()}", tag)
 
     def reusable(self, events: bytes | None = None) -> bool:
         """Whether it is as it was made: never killed, empty, not frozen, no cgroup inside it,
@@ -769,17 +810,23 @@ class CallCgroup:
 _SWEEP_MIN_AGE_S = 60.0
 
 
-def sweep_cgroups(recovered: Collection[str]) -> int:
-    """Remove the call cgroups an earlier run left under the daemon's own (a crash, a kill).
+def sweep_cgroups(recovered: Collection[str], tag: str | None = None) -> int:
+    """Remove the call cgroups an earlier run of this daemon left in its subtree (a crash, a
+    kill), and what code running without a daemon left beside the subtrees.
 
-    One whose call is among ``recovered`` (the calls this daemon's ledger says a previous run
-    left unfinished) is killed (``cgroup.kill``) if it still holds processes, and removed.
-    Any other that is empty is removed once it is a minute old; one that holds processes
-    belongs to a call still running somewhere, and stays. Removal waits, bounded, for the kernel to empty it; a process
-    stuck in the kernel keeps its cgroup, and the next start tries again.
+    In the daemon's own subtree (``tag``), every cgroup is an earlier run's: one whose call
+    is among ``recovered`` (the calls this daemon's ledger says a previous run left
+    unfinished) is killed (``cgroup.kill``) if it still holds processes; every empty one is
+    removed. One that holds processes and is no recovered call's stays (a program that moved
+    itself there). Another daemon's subtree (``rungd-d*``) is never touched. Beside the
+    subtrees (call cgroups of a version before them, and ``rungd-p<pid>`` folders of processes
+    that ran calls without a daemon) an empty one is removed once it is a minute old.
+    Removal waits, bounded, for the kernel to empty it; a process stuck in the kernel keeps
+    its cgroup, and the next start tries again.
 
     Args:
         recovered: call_ids recovery just finished as interrupted.
+        tag: the daemon's subtree (:func:`calls_subtree`).
 
     Returns:
         How many were removed.
@@ -788,7 +835,20 @@ def sweep_cgroups(recovered: Collection[str]) -> int:
     if base is None:
         return 0
     removed = 0
+    subtree = calls_subtree(tag)
     for path in base.glob("rungd-*"):
+        if path.name.startswith("rungd-d"):
+            continue  # a daemon's subtree: its own below, another's never
+        cgroup = CallCgroup(path)
+        if path.name.startswith("rungd-p") and any(path.glob("rungd-*")):
+            continue  # a process's calls, still there
+        if not cgroup.pids():
+            with contextlib.suppress(OSError):
+                if time.time() - path.stat().st_mtime >= _SWEEP_MIN_AGE_S:
+                    removed += cgroup.remove()
+    if subtree is None or tag is None or not subtree.is_dir():
+        return removed
+    for path in subtree.glob("rungd-*"):
         cgroup = CallCgroup(path)
         if cgroup.call_id() in recovered:
             # Ours, from a run that crashed: kill what it holds (recovery's kill by tag may
@@ -800,9 +860,7 @@ def sweep_cgroups(recovered: Collection[str]) -> int:
                     time.sleep(_KILL_POLL_S)
             removed += cgroup.remove()
         elif not cgroup.pids():
-            with contextlib.suppress(OSError):
-                if time.time() - path.stat().st_mtime >= _SWEEP_MIN_AGE_S:
-                    removed += cgroup.remove()
+            removed += cgroup.remove()  # this daemon's, and no call of it runs yet
     return removed
 
 
@@ -872,6 +930,7 @@ class Reaper:
         self.owned = owned
         self.calls = RUNNING
         self.launchers: Any = None  # the runner's launchers (rungd.runner.launch), made lazily
+        self.cgroup_tag: str | None = None  # the daemon's subtree of call cgroups (calls_subtree)
         # Call cgroups whose call has ended: removing one takes the kernel milliseconds (an
         # RCU grace period), so it is done here, in a worker thread, not on the call's path.
         self._retired: list[CallCgroup] = []
