@@ -507,6 +507,7 @@ def recv_exact(conn: socket.socket, n: int) -> bytes:
 
 
 def unix_listener(path: Path) -> socket.socket:
+    path.unlink(missing_ok=True)  # a socket file stays after its listener closes
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(1)

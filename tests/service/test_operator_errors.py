@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import trio
 
 from rungd import main as rungd_main
 from rungd.config import embedded_configs, load_config
@@ -249,3 +250,35 @@ def test_a_socket_folder_this_user_may_not_write_is_named_with_the_user(short_tm
     assert not later.problems and len(later.notes) == 1
     assert f"{short_tmp / 'gone'} does not exist, and user nobody (uid {NOBODY}) may not create it" in later.notes[0]
     assert check_paths(config).problems == []  # root may
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to connect as another user and group")
+async def test_a_socket_group_that_could_not_reach_the_socket_is_refused_at_start_and_one_that_can_connects(
+        short_tmp, nursery) -> None:
+    # Issue 31: the state folder is kept 0750 (rungd's group), so a socket inside it cannot be
+    # shared with socket_group: refused in one line with the fix, before anything listens.
+    import sys
+
+    from rungd.service.inprocess import start_daemon
+    from rungd.service.server import bind_unix_socket
+
+    short_tmp.chmod(0o755)
+    state = short_tmp / "state"
+    state.mkdir(mode=0o750)
+    with pytest.raises(ConfigError) as caught:
+        bind_unix_socket(state / "rungd.sock", 0o660, "nogroup")
+    assert f"members of nogroup could not reach the socket {state / 'rungd.sock'}: the folder {state} (mode 0750)" \
+        in str(caught.value) and "outside the state folder" in str(caught.value)
+    assert not (state / "rungd.sock").exists()
+    # Outside the state folder, in a folder they may pass through: a member connects.
+    (short_tmp / "run").mkdir(mode=0o755)
+    socket = short_tmp / "run" / "rungd.sock"
+    config = short_tmp / "shared.toml"
+    config.write_text(f'[server]\nsocket = "{socket}"\nsocket_mode = "0660"\nsocket_group = "nogroup"\n'
+                      f'[state]\ndir = "{state}"\n[access]\ngroups = ["nogroup"]\n')
+    running = await start_daemon(nursery, load_config(config))
+    probe = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\nprint('connected')")
+    done = await trio.run_process([sys.executable, "-c", probe, str(socket)], capture_stdout=True,
+                                  capture_stderr=True, check=False, user=NOBODY, group=65534, extra_groups=[])
+    running.daemon.stop()
+    assert done.stdout == b"connected\n", done.stderr

@@ -26,6 +26,7 @@ import math
 import os
 import pwd
 import socket
+import stat
 import struct
 import time
 from collections.abc import Callable
@@ -40,7 +41,7 @@ from rungd.config import ServerConfig
 from rungd.core.contract import Caller
 from rungd.service.engine import Call as CallState
 from rungd.service.engine import Dispatcher, outcomes
-from rungd.core.errors import RungdError
+from rungd.core.errors import ConfigError, RungdError
 from rungd.service.evidence import EvidenceStore
 from rungd.service.gates import approval_message, is_operator
 from rungd.protocol import (
@@ -98,6 +99,15 @@ def bind_unix_socket(path: Path, mode: int, group: str | None) -> trio.socket.So
         # mkdir's own words ("File exists: /x/afile") would hide that a file is in the way.
         raise NotADirectoryError(errno.ENOTDIR, "the socket's folder is not a folder (a file is in the way)",
                                  str(path.parent)) from None
+    if group:
+        gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+        if (closed := _closed_to(path.parent, gid)) is not None:
+            raise ConfigError(
+                f"server.socket_group: members of {group} could not reach the socket {path}: the folder {closed} "
+                f"(mode {stat.S_IMODE(os.stat(closed).st_mode):04o}) lets neither them nor others pass; hint: put the "
+                "socket in a folder of its own they may pass through, outside the state folder (which rungd keeps "
+                "0750, for its own group): e.g. socket = \"/run/rungd/rungd.sock\" with RuntimeDirectory=rungd "
+                "(the unit's), or make the folder group-owned by it")
     if path.exists() and not path.is_socket():
         # Never unlink what is not a socket: a config pointing at the wrong path must not
         # delete a file there.
@@ -124,12 +134,23 @@ def bind_unix_socket(path: Path, mode: int, group: str | None) -> trio.socket.So
     finally:
         os.umask(old_umask)
     if group:
-        gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
         os.chown(staging, -1, gid)
     os.chmod(staging, mode)
     sock.listen(socket.SOMAXCONN)
     os.rename(staging, path)
     return sock
+
+
+def _closed_to(folder: Path, gid: int) -> Path | None:
+    """The first folder from / down to ``folder`` that members of group ``gid`` may not
+    pass through (no search right for others, nor for a group of its own that is ``gid``);
+    None when they reach it. By the modes alone: an ACL that lets them through is not read."""
+    for step in (*reversed(folder.parents), folder):
+        info = os.stat(step)
+        if info.st_mode & stat.S_IXOTH or (info.st_gid == gid and info.st_mode & stat.S_IXGRP):
+            continue
+        return step
+    return None
 
 
 def peer_of(sock: trio.socket.SocketType) -> Caller:
