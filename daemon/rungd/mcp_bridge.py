@@ -92,7 +92,9 @@ try:
     from mcp.server.stdio import stdio_server
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without the extra
     raise ModuleNotFoundError(
-        f"the MCP bridge needs the MCP SDK ({exc}); install it with: pip install 'rungd[mcp]'",
+        f"the MCP bridge needs the MCP SDK ({exc}); hint: install rungd with its mcp extra, from your checkout "
+        "or its wheel as the README's install does: python3 -m pip install '/path/to/rungd[mcp]' (never 'rungd' "
+        "by name: it is not on PyPI)",
         name=exc.name,
     ) from exc
 

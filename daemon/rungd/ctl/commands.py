@@ -348,7 +348,7 @@ def lint(ctx: Context) -> int:
     return lint_exit_status(findings)
 
 
-@command("mcp", "serve the tools over MCP on stdio (needs rungd[mcp])",
+@command("mcp", "serve the tools over MCP on stdio (needs the mcp extra: the README's install carries it)",
          arg("--wait", type=seconds, default=25.0, metavar="S", help="seconds a call waits before answering pending"))
 def mcp(ctx: Context) -> int:
     """Serve the daemon's tools to an MCP client on stdin/stdout, forwarding each call."""
