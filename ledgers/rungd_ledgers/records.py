@@ -41,6 +41,9 @@ EVENTS: Final = frozenset(
         # Not an event of a call: whole old files were deleted (``retention``). ``pruned``
         # names them, so ``verify`` can prove the files left still continue that chain.
         "pruned",
+        # Not an event of a call: a reload added, changed or removed tools (note: which,
+        # each with its definition digest, as ``received`` records name it in tool_digest).
+        "reloaded",
     }
 )
 
@@ -82,6 +85,8 @@ class Record(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
         request_id: the caller's idempotency key, if it sent one.
         caller_uid, caller_pid: who called, from the socket's peer credentials.
         input_digest: ``input_digest(tool, inputs)`` of the full inputs.
+        tool_digest: on ``received``, the digest of the tool's definition it ran with (its
+            contract and what it runs), so what a tool was when it acted can be told.
         inputs: only the inputs the tool marks safe to log.
         outcome: ``done``, ``not_started`` or ``unknown`` once known.
         effect: ``changed``, ``existing``, ``no_change`` or ``none`` once known.
@@ -105,6 +110,7 @@ class Record(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     caller_uid: int | None = None
     caller_pid: int | None = None
     input_digest: str | None = None
+    tool_digest: str | None = None
     inputs: dict[str, Any] = {}
     outcome: str | None = None
     effect: str | None = None

@@ -571,6 +571,10 @@ class Tool:
     # The credential names the tool may obtain (``CallContext.credentials``, a Program's
     # env, file, prompt or askpass credentials); the heading's session names only these.
     credentials: tuple[str, ...] = ()
+    # What the tool runs, as its plugin knows it (a tool file: its program's and its tool's
+    # tables, as JSON): part of the tool's digest in the ledger. Left empty, the digest takes
+    # the source file of the handler's module instead.
+    provenance: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "credentials", tuple(self.credentials))

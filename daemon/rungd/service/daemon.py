@@ -230,14 +230,17 @@ class Daemon:
             log.warning("reload: %s changed in %s and apply at the next start only (systemctl restart rungd); "
                         "[plugins], [access] and [gates] are applied now", ", ".join(later), config.source)
         self.config = self.config.model_copy(update={name: getattr(config, name) for name in RELOADED})
+        before = self.tools
         self.hooks, self.pm, self.tools = hooks, hooks.pm, tools
         _log_refused(hooks)
         self.credentials.use_plugins(hooks)
         if self.evidence is not None:
             self.evidence.config = self.config
+        changes = None
         if self.dispatcher is not None:
             self.dispatcher.use(self.config, tools, hooks.refused)
-        log.info("reloaded %s: %d tools", self.config.source, len(tools))
+            changes = self.dispatcher.note_reload(before, tools)
+        log.info("reloaded %s: %d tools%s", self.config.source, len(tools), f" ({changes})" if changes else "")
 
     def _unlink_socket(self) -> None:
         self.socket_path.unlink(missing_ok=True)

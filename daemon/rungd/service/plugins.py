@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import inspect
+import json
 import logging
 import os
 import sys
@@ -226,10 +229,49 @@ def _check_hooks(pm: pluggy.PluginManager) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class RegisteredTool:
-    """A tool and the name of the plugin that registered it."""
+    """A tool, the name of the plugin that registered it, and the digest of what it was
+    (:func:`definition_digest`), which the ledger's ``received`` records name."""
 
     tool: Tool
     plugin: str
+    digest: str = ""
+
+
+DIGEST_CHARS = 16  # of a definition's sha256, in hex: the ledger names a tool's version by it
+
+
+def definition_digest(tool: Tool, plugin: str) -> str:
+    """What a tool was when it acted, as a digest an auditor can compare across the ledger:
+    its contract (description, inputs, side effect, gate, timing, errors, precondition,
+    credentials) and what it runs (``Tool.provenance``, else the source of the handler's
+    module), and the plugin that registered it."""
+    try:
+        schema = tool.input_schema()
+    except Exception:  # noqa: BLE001 - a schema that does not build is still a definition
+        schema = {"unbuildable": tool.inputs.__qualname__}
+    contract = {
+        "name": tool.name, "plugin": plugin, "side_effect": tool.side_effect, "gate": tool.gate,
+        "description": dataclasses.asdict(tool.description), "inputs": schema, "outputs": dict(tool.outputs),
+        "errors": [repr(rule) for rule in tool.errors], "timing": repr(tool.timing), "cap_bytes": tool.cap_bytes,
+        "concurrency": tool.concurrency, "log_fields": list(tool.log_fields), "precondition": repr(tool.precondition),
+        "credentials": list(tool.credentials), "runs": tool.provenance or _handler_source(tool.handler),
+    }
+    text = json.dumps(contract, sort_keys=True, default=repr, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
+
+
+def _handler_source(handler: Any) -> str:
+    """The digest of the file the handler's code lives in, or its qualified name when it has
+    none to read (a builtin, a lambda made at run time)."""
+    function = getattr(handler, "func", handler)  # functools.partial
+    function = getattr(function, "__func__", function)  # a bound method
+    try:
+        path = inspect.getsourcefile(function)
+        if path is not None:
+            return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except (TypeError, OSError):
+        pass
+    return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"
 
 
 class Hooks:
@@ -308,7 +350,7 @@ class Hooks:
                     raise PluginError(
                         f"tool {tool.name!r} is registered by two plugins: {first!r} and {_plugin!r}; hint: {hint}"
                     )
-                tools[tool.name] = RegisteredTool(tool, _plugin)
+                tools[tool.name] = RegisteredTool(tool, _plugin, definition_digest(tool, _plugin))
 
             settings = settings_for(plugin_name, config)
             before = set(tools)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import re
 import string
 from collections.abc import Callable
@@ -169,9 +170,34 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
                 lint_waivers=spec.lint_waivers,
                 heading=_heading(path, key, spec),
                 credentials=_credentials(file, spec),
+                provenance=_provenance(name, specs, runs),
             )
         )
     return Loaded(path, built)
+
+
+def _provenance(name: str, specs: dict[str, ToolSpec], runs: dict[str, Resolved]) -> str:
+    """What a tool runs, for its definition digest: its table, the tables of the reads it
+    names (read-back, settle, precondition), and each program's table with the identity of
+    its file now (path, size, time, inode: an upgraded program is another definition)."""
+    spec = specs[name]
+    named = [name, *(read.tool for read in (spec.verify, spec.settle, spec.precondition) if read is not None)]
+    seen = {}
+    for tool in dict.fromkeys(named):
+        if tool not in specs:
+            continue
+        program = runs.get(tool)
+        identity = None
+        if program is not None:
+            try:
+                info = program.command.stat()
+                identity = [str(program.command), info.st_size, info.st_mtime_ns, info.st_ino]
+            except OSError:
+                identity = [str(program.command)]
+        seen[tool] = {"tool": specs[tool].model_dump(mode="json", by_alias=True),
+                      "program": program.spec.model_dump(mode="json") if program is not None else None,
+                      "file": identity}
+    return json.dumps(seen, sort_keys=True)
 
 
 _SPAN_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -47,6 +47,7 @@ class Admitted:
             held call shows, and what the digest and the logged inputs are made of.
         digest: ``input_digest`` of ``shown``, as JSON.
         logged: the inputs the tool marks safe to write to the ledger.
+        definition: the digest of what the tool was (``plugins.definition_digest``).
     """
 
     tool: Tool
@@ -54,6 +55,7 @@ class Admitted:
     shown: ToolInputs
     digest: str
     logged: dict[str, Any]
+    definition: str = ""
 
 
 class Admission:
@@ -101,7 +103,8 @@ class Admission:
             ToolSuspended: a step-down observation fired and the tool is suspended.
             BadInput: the inputs do not validate.
         """
-        tool = self.lookup(name, caller).tool
+        registered = self.lookup(name, caller)
+        tool = registered.tool
         if self.step_downs is not None:
             self.step_downs.refuse_if_suspended(name)
         inputs = tool.validate(raw)
@@ -117,7 +120,7 @@ class Admission:
                            f"longer than a ledger record may hold (over {MAX_LOGGED_BYTES} bytes as JSON); "
                            "nothing was recorded or run",
                            hint="send shorter values; a tool that needs long ones must not list them in log_fields")
-        return Admitted(tool, inputs, shown, input_digest(name, plain), logged)
+        return Admitted(tool, inputs, shown, input_digest(name, plain), logged, registered.digest)
 
     def usable(self, name: str, caller: Caller) -> Tool | None:
         """The tool called ``name`` if this caller may use it, else None: what shapes the

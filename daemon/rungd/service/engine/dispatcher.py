@@ -153,6 +153,24 @@ class Dispatcher:
         already admitted or held keep what they were decided with."""
         self.policy.use(config, tools, refused)
 
+    def note_reload(self, before: Mapping[str, RegisteredTool], after: Mapping[str, RegisteredTool]) -> str | None:
+        """Record in the ledger which tools a reload added, changed (another definition digest)
+        or removed, so an auditor can tell what a tool was when it acted; returns the note,
+        or None when the reload changed no tool (then nothing is recorded)."""
+        added = sorted(after.keys() - before.keys())
+        removed = sorted(before.keys() - after.keys())
+        changed = sorted(name for name in after.keys() & before.keys() if after[name].digest != before[name].digest)
+        if not (added or removed or changed):
+            return None
+        parts = [f"{what}: " + ", ".join(f"{name} {after[name].digest}" if what != "removed" else name
+                                          for name in names)
+                 for what, names in (("added", added), ("changed", changed), ("removed", removed)) if names]
+        note = "; ".join(parts)
+        if len(note) > 3000:  # a ledger line stays small: the names that fit, and how many more
+            note = note[:2900].rsplit(",", 1)[0] + f", ... ({len(added) + len(changed) + len(removed)} tools in all)"
+        self._nursery.start_soon(self._record_quietly, [("reloaded", "", "", {"note": note})])
+        return note
+
     def watch_step_downs(self, watch: StepDownWatch) -> None:
         """Mark tools, and refuse a suspended one, by ``watch`` from now on."""
         self.admission.step_downs = watch
@@ -285,6 +303,7 @@ class Dispatcher:
         return ("received", call.call_id, call.tool, {
             "input_digest": admitted.digest if admitted else None, "inputs": admitted.logged if admitted else {},
             "request_id": call.request_id, "caller_uid": call.caller.uid, "caller_pid": call.caller.pid,
+            "tool_digest": admitted.definition or None if admitted else None,
         })
 
     async def _dispatch(self, call: Call, admitted: Admitted, received: _Event) -> None:
