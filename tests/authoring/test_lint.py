@@ -382,3 +382,18 @@ def test_lint_does_not_import_the_server() -> None:
     code = "import sys, rungd.authoring.lint; print('rungd.service.server' in sys.modules, 'trio' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["False", "False"], done.stderr
+
+
+def test_a_tool_files_fixes_are_written_in_the_tool_files_keys() -> None:
+    # Issue 31: a tool file's author reads TOML, not Timing(...) or ErrorRule.core(...).
+    write = {"name": "legacy_record_change", "side_effect": "reversible", "outputs": {"id": "the id"},
+             "input_schema": {"type": "object", "properties": {"id": {"type": "string"}}}}
+    python = {f.code: f.fix for f in lint([definition(**write, plugin="legacy")])}
+    in_file = {f.code: f.fix for f in lint([definition(**write, plugin="declarative")])}
+    assert "Timing(settle=SettleSpec(" in python["write.settle_missing"]
+    for code in ("write.settle_missing", "input.undescribed", "input.no_example", "heading.step_down_missing",
+                 "errors.surface_changed_missing"):
+        assert in_file[code].startswith(("[tools.legacy_record_change", "SURFACE_CHANGED")), (code, in_file[code])
+        assert not any(word in in_file[code] for word in ("Timing(", "Field(", "ErrorRule", "Heading(")), in_file[code]
+    assert '[tools.legacy_record_change.heading] step_down = [{ codes = ["SURFACE_CHANGED"' in \
+        in_file["heading.step_down_missing"]

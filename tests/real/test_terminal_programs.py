@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import pwd
 import shutil
 import socket
@@ -177,7 +176,8 @@ async def test_zip_e_asks_on_the_terminal_and_the_zip_opens_only_with_the_declar
     assert (made.status, made.effect) == ("ok", "changed"), made
     archive = str(real_root / "out" / "ship.zip")
     assert "encrypted" in run("unzip", "-Z", "-v", archive).stdout
-    assert run("unzip", "-p", "-P", secret, archive, "hello.txt").stdout == (real_root / "src" / "hello.txt").read_text()
+    plain = (real_root / "src" / "hello.txt").read_text()
+    assert run("unzip", "-p", "-P", secret, archive, "hello.txt").stdout == plain
     assert run("unzip", "-p", "-P", "wrong", archive, "hello.txt", check=False).stdout == ""
     assert not leaks(rungd_daemon, secret, bare, made)
 
@@ -252,12 +252,12 @@ async def test_ccrypt_asks_its_key_on_the_terminal_and_the_file_decrypts_with_it
         rungd_daemon, real_root: Path, monkeypatch) -> None:
     out = real_root / "out"
     (out / "report.txt").write_text("quarterly numbers\n")
-    bare = await rungd_daemon.call("term_ccrypt_bare_encrypt", {"file": "report.txt"}, request_id="cc-0")
+    bare = await rungd_daemon.call("term_ccrypt_bare_create", {"file": "report.txt"}, request_id="cc-0")
     asked(bare, "AUTH_REQUIRED", "Enter encryption key:", "terminal", "off")
     assert (bare.outcome, bare.effect) == ("not_started", "none") and (out / "report.txt").exists()
 
     secret = set_secret(monkeypatch, "term_ccrypt_key", "Ccrypt-key-8080")
-    done = await rungd_daemon.call("term_ccrypt_encrypt", {"file": "report.txt"}, request_id="cc-1")
+    done = await rungd_daemon.call("term_ccrypt_create", {"file": "report.txt"}, request_id="cc-1")
     assert (done.status, done.effect) == ("ok", "changed"), done
     assert not (out / "report.txt").exists()
     assert run("ccrypt", "-c", "-K", secret, str(out / "report.txt.cpt")).stdout == "quarterly numbers\n"
@@ -267,7 +267,7 @@ async def test_ccrypt_asks_its_key_on_the_terminal_and_the_file_decrypts_with_it
     # terminal, echo on, whether to overwrite: a question nobody declared, quoted alone.
     (out / "report.txt").write_text("newer numbers\n")
     sealed = (out / "report.txt.cpt").read_bytes()
-    again = await rungd_daemon.call("term_ccrypt_encrypt", {"file": "report.txt"}, request_id="cc-2")
+    again = await rungd_daemon.call("term_ccrypt_create", {"file": "report.txt"}, request_id="cc-2")
     asked(again, "PROMPT_UNEXPECTED", f"ccrypt: {out / 'report.txt.cpt'} already exists; overwrite (y or n)?",
           "terminal", "on")
     assert (again.outcome, again.effect) == ("not_started", "none"), again
@@ -343,13 +343,13 @@ async def test_cryptsetup_waiting_on_stdin_without_a_word_is_stopped_and_formats
         f.truncate(32 * 1024 * 1024)
     # With no terminal on stdin, luksFormat asks nothing ("Are you sure?" only on a terminal)
     # and reads the passphrase from stdin without a prompt: a question with no words.
-    bare = await rungd_daemon.call("term_luks_bare_format", {"name": "vault"}, request_id="luks-0")
+    bare = await rungd_daemon.call("term_luks_bare_create", {"name": "vault"}, request_id="luks-0")
     asked(bare, "PROMPT_UNEXPECTED", "", "stdin", None)
     assert (bare.outcome, bare.effect) == ("not_started", "none"), bare
     assert run("cryptsetup", "isLuks", str(image), check=False).returncode != 0
 
     secret = set_secret(monkeypatch, "term_luks_pass", "Luks-pass-6464")
-    done = await rungd_daemon.call("term_luks_format", {"name": "vault"}, request_id="luks-1")
+    done = await rungd_daemon.call("term_luks_create", {"name": "vault"}, request_id="luks-1")
     assert (done.status, done.effect) == ("ok", "changed"), done
     assert run("cryptsetup", "isLuks", str(image), check=False).returncode == 0
 
@@ -604,10 +604,9 @@ def my_serve(conn: socket.socket, expected: str) -> dict[str, Any]:
     client_caps, = struct.unpack("<I", reply[:4])
     rest = reply[32:]
     user, rest = rest.split(b"\0", 1)
-    if client_caps & 0x200000:  # length-encoded auth data (short form only here)
-        size, rest = rest[0], rest[1:]
-    else:
-        size, rest = rest[0], rest[1:]
+    # One length byte (CLIENT_SECURE_CONNECTION, or a short length-encoded integer), then the proof.
+    assert client_caps & 0x8000, hex(client_caps)
+    size, rest = rest[0], rest[1:]
     proof = rest[:size]
     matched = proof == native_scramble(expected, salt)
     if not matched:

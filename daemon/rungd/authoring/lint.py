@@ -57,7 +57,7 @@ from rungd.authoring.definitions import (
     to_anthropic,
 )
 from rungd.core.errors import CORE_ERRORS, NextAction, Retry
-from rungd.service.plugins import Hooks
+from rungd.service.plugins import DECLARATIVE, Hooks
 from rungd.protocol import ToolDefinition
 
 if TYPE_CHECKING:
@@ -194,9 +194,49 @@ def lint(definitions: Iterable[ToolDefinition], known_tools: Iterable[str] | Non
             *_check_heading(d),
         ]
         waived = d.lint_waivers
-        findings += [f for f in found if f.code not in waived]
+        in_file = d.plugin == DECLARATIVE  # its author writes TOML: the fix in the tool file's words
+        findings += [_in_tool_file(f) if in_file else f for f in found if f.code not in waived]
     findings += _check_set(defs)
     return sorted(findings, key=lambda f: (RANKS.index(f.rank), f.tool, f.code, f.message))
+
+
+# The fixes whose Python words (Timing, Field, ErrorRule...) a tool file's author would have to
+# translate, in the tool file's own keys; {tool} is the tool's name.
+_TOOL_FILE_FIXES = {
+    "timing.commit_point_invalid": 'set [tools.{tool}] commit_point = "spawn" or "confirmation"',
+    "timing.deadline_invalid": "set [tools.{tool}] deadline_s to the longest a correct run takes, plus margin",
+    "write.request_id_not_required": "every side_effect but read requires a request_id: check [tools.{tool}] "
+                                     "side_effect",
+    "write.settle_missing": '[tools.{tool}.verify] tool = "<system>_<object>_show" (a read of this file), with its '
+                           'inputs = {{ <input> = "{{<input>}}" }} and expect, or a [tools.{tool}.settle] table',
+    "input.undescribed": '[tools.{tool}.inputs.NAME] description = "<what it is>, <format or unit>": the model '
+                         "reads nothing else about it",
+    "input.no_example": '[tools.{tool}.inputs.NAME] example = "<one valid value>"',
+    "input.untyped": '[tools.{tool}.inputs.NAME] type = "string" / "integer" / "boolean", or enum = [...] for a '
+                     "closed set",
+    "errors.timeout_blind_retry": "TIMEOUT is rungd's own: do not list it in [tools.{tool}.exit]; rungd answers "
+                                  "retry after_check, next_action reconcile",
+    "errors.timeout_missing": "rungd adds TIMEOUT to every tool file's tools; say in on_error what to do (settle "
+                              "first, for a write)",
+    "description.on_error_unknown_code": "add an [tools.{tool}.exit.STATUS] table with that code, or correct the "
+                                         "code in on_error",
+    "errors.surface_changed_missing": "SURFACE_CHANGED comes from a parse that fails: give [tools.{tool}.parse] a "
+                                      "kind that checks the output (json, key_value, regex, columns), or list it in "
+                                      '[tools.{tool}] errors = ["SURFACE_CHANGED"]',
+    "errors.auth_required_missing": '[tools.{tool}] errors = ["AUTH_REQUIRED"] if it can ask (a password prompt, '
+                                    "askpass, a token); if it never can, [tools.{tool}] lint_waivers = "
+                                    '{{ "errors.auth_required_missing" = "<why>" }}',
+    "heading.step_down_missing": '[tools.{tool}.heading] step_down = [{{ codes = ["SURFACE_CHANGED", '
+                                 '"PROMPT_UNEXPECTED"], count = 3 }}]',
+    "session.credential_undeclared": "name only credentials the tool uses ([tools.{tool}] credentials, "
+                                     "credential_files, credential_prompt or askpass), or declare the one it needs",
+}
+
+
+def _in_tool_file(finding: Finding) -> Finding:
+    """``finding`` with its fix in a tool file's keys, where its words are Python's."""
+    fix = _TOOL_FILE_FIXES.get(finding.code)
+    return dataclasses.replace(finding, fix=fix.format(tool=finding.tool)) if fix else finding
 
 
 def lint_tool(tool: Tool, plugin: str = "", known_tools: Iterable[str] | None = None) -> list[Finding]:

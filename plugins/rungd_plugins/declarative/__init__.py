@@ -2,7 +2,7 @@
 legacy program in tools, with no Python to write.
 
 It uses only the public hook and ``rungd.sdk``, the way an outside plugin would. The file
-format is in ``schema.py``; commented examples are in ``configs/tools/`` and the guide in
+format is in ``schema.py``; every key, commented, is in the file ``rungctl new-plugin`` writes, and the guide in
 ``plugins/README.md``.
 """
 
@@ -59,7 +59,8 @@ def read_tool_file(path: Path) -> Loaded:
     except pydantic.ValidationError as exc:
         problems = [f"  key {_key(err['loc'])}: {_problem(err)}" for err in exc.errors()[:5]]
         raise ConfigError(f"{path}: {exc.error_count()} problem(s)\n" + "\n".join(problems)
-                          + "\n  hint: configs/tools/ has a commented example of every key") from None
+                          + "\n  hint: every key, its type and default are in plugins/README.md (appendix), and "
+                          "`rungctl new-plugin NAME` writes a tool file with every key commented") from None
     return load_tool_file(path, file)
 
 

@@ -1,7 +1,7 @@
 """The shape of a tool file: one TOML file per legacy program, validated strictly.
 
 Every key is checked; a misspelled key is an error, not a silently ignored setting. See
-``configs/tools/`` for commented examples and ``plugins/README.md`` for the guide.
+``rungctl new-plugin`` for a tool file with every key commented and ``plugins/README.md`` for the guide.
 
 Every key carries its description here, and only here: the guide's key reference and the
 scaffold ``rungctl new-plugin`` writes are generated from these models
