@@ -44,6 +44,9 @@ EVENTS: Final = frozenset(
         # Not an event of a call: a reload added, changed or removed tools (note: which,
         # each with its definition digest, as ``received`` records name it in tool_digest).
         "reloaded",
+        # Not an event of a call: the ledger could not be written for a while (note: since when,
+        # for how long, how many appends were refused), recorded once it could be again.
+        "ledger_outage",
     }
 )
 

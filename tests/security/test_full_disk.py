@@ -67,3 +67,9 @@ async def test_a_full_disk_refuses_new_work_and_loses_no_finish(nursery, short_t
     again = await daemon.call("mark_item_add", {"item": "new"}, request_id="w2")
     assert (again.status, again.effect) == ("ok", "changed")
     daemon.daemon.stop()
+    # The outage the ledger could not record while it lasted is in it now (issue 31): counted
+    # by the daemon, written once the ledger took records again, and a metric.
+    (outage,) = [r for r in iter_records(small_state / "ledger") if r.event == "ledger_outage"]
+    assert "1 append(s) refused" in outage.note, outage.note
+    from rungd.service.health import compute, prometheus_text
+    assert "rungd_ledger_outages_total 1\n" in prometheus_text(compute(small_state / "ledger", 0.0))

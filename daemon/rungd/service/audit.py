@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,9 @@ class Audit:
             log.warning("ledger: a torn last line was moved aside: %s", self.ledger.repair)
         self.index = IdempotencyIndex.rebuild(folder, retention_seconds=retention_s)
         self.limiter = trio.CapacityLimiter(LEDGER_THREADS)
+        # An outage the ledger could not record while it lasted: (when it began, appends
+        # refused); written as a ``ledger_outage`` record once the ledger takes records again.
+        self._outage: tuple[float, int] | None = None
 
     async def record(self, event: str, call_id: str, tool: str, **fields: Any) -> None:
         """Append one event durably, then update the index.
@@ -92,10 +96,33 @@ class Audit:
                     abandon_on_cancel=False, limiter=self.limiter)
         except LedgerWriteFailed as exc:
             log.error("ledger write failed: %s", exc, extra={"call_id": events[0][1], "tool": events[0][2]})
+            began, refused = self._outage or (time.time(), 0)
+            self._outage = began, refused + 1
             raise LedgerUnavailable(
                 "rungd cannot write its ledger, so it runs nothing new",
                 hint="retry later; the operator must free space or fix the state folder's permissions",
             ) from None
+        for record in records:
+            self.index.apply(record)
+        if self._outage is not None:
+            await self._record_outage()
+
+    async def _record_outage(self) -> None:
+        """Write down the outage that just ended, now that the ledger takes records again (for
+        ``rungctl health``, its counters and an auditor): when it began and how many appends it
+        refused. Kept for the next record if this one fails too."""
+        began, refused = self._outage or (0.0, 0)
+        self._outage = None
+        note = (f"the ledger could not be written from {time.strftime('%Y-%m-%dT%H:%M:%S%z', time.localtime(began))} "
+                f"for {time.time() - began:.0f} s: {refused} append(s) refused (their calls ran nothing new)")
+        try:
+            records = await trio.to_thread.run_sync(
+                functools.partial(self.ledger.append_many, [("ledger_outage", "", "", {"note": note})], sync=True),
+                abandon_on_cancel=False, limiter=self.limiter)
+        except LedgerWriteFailed:
+            self._outage = began, refused
+            return
+        log.warning("ledger writable again: %s", note)
         for record in records:
             self.index.apply(record)
 

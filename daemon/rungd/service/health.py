@@ -84,8 +84,12 @@ def compute(folder: Path, since: float, *, tool: str | None = None, now: float |
     received: dict[str, float] = {}
     held: dict[str, float] = {}
     waiting: dict[str, str] = {}  # calls held now (no verdict, no final record yet): call_id -> tool
+    outages = 0
     for block in records(folder):
         for r in block:
+            if r.event == "ledger_outage" and r.time >= since:
+                outages += 1
+                continue
             if (tool is not None and r.tool != tool) or not r.tool:
                 continue  # no tool's: a retention record, a summary of refused calls
             event = r.event
@@ -134,6 +138,7 @@ def compute(folder: Path, since: float, *, tool: str | None = None, now: float |
         "hours": hours,
         "tools": {name: _summary(t) for name, t in sorted(tools.items())},
         "held_now": dict(Counter(waiting.values())),
+        "ledger_outages": outages,
     }
 
 
@@ -206,6 +211,9 @@ def prometheus_text(report: dict[str, Any]) -> str:
     family("rungd_step_downs_total", "counter", "Step-down observations that fired, by tool.")
     for tool, t in tools.items():
         lines.append(f'rungd_step_downs_total{{tool="{_label(tool)}"}} {t["step_downs"]["fired"]}')
+    family("rungd_ledger_outages_total", "counter", "Times the ledger could not be written (new calls were refused "
+           "meanwhile), as the daemon recorded once it could write again.")
+    lines.append(f"rungd_ledger_outages_total {report.get('ledger_outages', 0)}")
     family("rungd_held_calls", "gauge", "Calls held at a gate now, waiting for an operator, by tool.")
     for tool, n in sorted(report.get("held_now", {}).items()):
         lines.append(f'rungd_held_calls{{tool="{_label(tool)}"}} {n}')
