@@ -59,7 +59,10 @@ def ensure_venv() -> None:
 # Debian; elsewhere the tests that need them say so.
 TEST_PACKAGES = ("git", "procps", "openssh-client", "systemd", "sudo", "cron", "zip", "unzip", "sqlite3", "bc",
                  "openssl", "man-db", "strace", "gcc", "libc6-dev", "gpg", "gpg-agent", "pinentry-curses",
-                 "python3-venv")
+                 "python3-venv",
+                 # Programs that ask on their terminal, wrapped by tests/real/tools/terminal.toml.
+                 "postgresql-client", "mariadb-client", "ldap-utils", "apache2-utils", "ccrypt", "p7zip-full",
+                 "cryptsetup-bin")
 
 
 def ensure_test_packages() -> None:

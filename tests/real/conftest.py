@@ -24,7 +24,9 @@ TOOLS = Path(__file__).parent / "tools"
 # What the tool files wrap; a host without one of them cannot run the suite.
 PROGRAMS = ("useradd", "usermod", "chfn", "groupadd", "chpasswd", "getent", "passwd", "ssh-keygen", "openssl",
             "sqlite3", "bc", "crontab", "tar", "zip", "unzip", "gzip", "git", "dpkg-query", "apt-cache", "man",
-            "sudo", "mv", "ln", "rm", "find", "stat", "ls", "printenv", "touch")
+            "sudo", "mv", "ln", "rm", "find", "stat", "ls", "printenv", "touch",
+            # tools/terminal.toml: programs that ask on their terminal
+            "psql", "mysql", "ldapsearch", "htpasswd", "ccrypt", "7z", "cryptsetup", "zipcloak", "gpg", "chsh")
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="needs root: accounts, crontabs, other users")
 

@@ -457,8 +457,6 @@ async def test_gpasswd_refuses_without_a_terminal_on_stdin_and_the_call_is_faile
 
 
 @needs("gpasswd")
-@pytest.mark.xfail(strict=True, reason="defect: a write's FAILED loses the program's words ('it said: ...') when "
-                                       "its settle read replaces the hint (engine/outcomes.py settled())")
 async def test_gpasswd_failure_keeps_the_programs_words_after_the_settle_read(
         rungd_daemon, service_user: str, monkeypatch) -> None:
     set_secret(monkeypatch, "term_account_new_pass", "Group-pass-2Qa9")

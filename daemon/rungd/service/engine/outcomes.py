@@ -340,7 +340,8 @@ def settled(envelope: Envelope, tool: Tool, *, read: Envelope, expect: dict[str,
     "Moved" looks at the fields ``expect`` names: one that changes on every read (a
     timestamp, a counter) moves nothing. ``acted``:
     whether the call's program may have acted (it ran: evidence, not its declared commit
-    point). The error stays: it is what went wrong; its hint now says what the read showed.
+    point). The error stays: it is what went wrong; its hint now says what the read showed,
+    then what it said before (the program's words, when it quoted them).
     """
     assert envelope.error is not None
     happened = shows(read.fields, expect, before)
@@ -379,7 +380,11 @@ def settled(envelope: Envelope, tool: Tool, *, read: Envelope, expect: dict[str,
     settled_envelope = msgspec.structs.replace(
         envelope, outcome=outcome, effect=effect,
         verified_by=f"settle read {read.tool} (call {read.call_id})", settle=None, next_action=next_action,
-        error=msgspec.structs.replace(envelope.error, retry=retry, hint=said),
+        # What the program said (its stderr, a mapped status's hint) stays beside what the read
+        # showed: the read decides the outcome, the program's words still say why it failed.
+        error=msgspec.structs.replace(envelope.error, retry=retry,
+                                      hint=f"{said}; before that: {envelope.error.hint}" if envelope.error.hint
+                                      else said),
     )
     return fit_to_cap(settled_envelope, tool.cap_bytes)
 
