@@ -95,3 +95,31 @@ def test_rungctl_probe_of_a_missing_program_says_so(short_tmp: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "rungd.ctl", "probe", "--", "no-such-program-here"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "no such program on PATH" in done.stderr
+
+
+def test_at_the_deadline_what_it_printed_is_still_reported(fake_program) -> None:
+    program = fake_program("stalls", """
+        import sys, time
+        sys.stderr.write("Current password: ")
+        sys.stderr.flush()
+        time.sleep(30)
+    """)
+    seen = probe([str(program)], deadline_s=1.5)
+    assert seen.ended == "deadline" and seen.stderr == "Current password: "
+    assert any("may not look into" in line for line in seen.report())
+
+
+def test_questions_answered_by_answer_stay_in_the_draft(fake_program) -> None:
+    program = fake_program("twice", """
+        import os
+        tty = os.open("/dev/tty", os.O_RDWR)
+        for _ in range(2):
+            os.write(tty, b"Seal the vault? ")
+            os.read(tty, 10)
+        print("sealed")
+    """)
+    seen = probe([str(program)], answers=[(r"vault\?", "yes")], deadline_s=10)
+    assert (seen.ended, seen.stdout) == ("exited", "sealed\n")
+    tool = tomllib.loads(seen.draft())["tools"]["twice_item_change"]
+    assert tool["side_effect"] == "reversible"  # a question it answers lets it act
+    assert tool["confirm"] == [{"pattern": r"vault\?", "answer": "FILL IN", "times": 2}]

@@ -90,14 +90,16 @@ class Probe:
                                                          }.get(self.echo, ""))
             lines += ["question:", *(f"  | {line}" for line in self.question.splitlines())]
         elif self.ended == "exited":
-            lines.append(f"exited:   status {self.exit_status}, asking nothing")
+            lines.append(f"exited:   status {self.exit_status}, "
+                         + ("asking nothing more" if self.answered else "asking nothing"))
         elif self.ended == "deadline":
-            lines.append("deadline: it neither asked nor exited in time (busy, or waiting on something other "
-                         "than its stdin or terminal); its whole tree was killed")
+            lines.append("deadline: it neither asked nor exited in time (busy, waiting on something other than its "
+                         "stdin or terminal, or asking in a process rungd may not look into: a setuid program probed "
+                         "by a user other than root; probe as root to see it ask); its whole tree was killed")
         else:
             lines.append(f"failed:   {self.code}: {self.message}")
-        if self.answered:
-            lines.append(f"answered: {', '.join(self.answered)}")
+        for pattern, times in _answered(self.answered).items():
+            lines.append(f"answered: {pattern} (by --answer{f', {times} times' if times > 1 else ''})")
         if self.acted_before_asking is not None:
             if self.ended == "asked":
                 lines.append("read:     " + ("CHANGED before the question: the program acts before it asks (a write; "
@@ -122,8 +124,9 @@ class Probe:
         system = _NAME.sub("", os.path.basename(self.argv[0]).lower())[:20] or "program"
         if not system[0].isalpha():
             system = "p" + system[:19]
-        write = bool(self.acted_before_asking) or (self.ended == "asked" and self.echo != "off" and self.code
-                                                   == "PROMPT_UNEXPECTED")
+        # A question it asks, answered, lets it act: a read may answer none (the file would not load).
+        write = bool(self.acted_before_asking) or bool(self.answered) or (
+            self.ended == "asked" and self.echo != "off" and self.code == "PROMPT_UNEXPECTED")
         name = f"{system}_item_{'change' if write else 'show'}"
         tool = f"tools.{name}"
         out = [f"# Drafted by `rungctl probe` from one run of: {' '.join(self.argv)}",
@@ -133,6 +136,12 @@ class Probe:
                "", "[program]", f"name = {_toml(system)}", f"command = {_toml(self.argv[0])}", "",
                f"[{tool}]", f"side_effect = {_toml('reversible' if write else 'read')}",
                f"argv = [{', '.join(_toml(a) for a in self.argv[1:])}]"]
+        for pattern, times in _answered(self.answered).items():  # what --answer typed: questions it asks
+            out += ["", "# Answered during the probe by --answer. If it asked for a secret (echo off), declare it as",
+                    "# a credential_prompt instead, answered from rungd's store.",
+                    f"[[{tool}.confirm]]", f"pattern = {_toml(pattern)}", 'answer = "FILL IN"']
+            if times > 1:
+                out.append(f"times = {times}")
         if self.ended == "asked" and self.question:
             prompt = self.question.splitlines()[-1].strip()
             pattern = "^" + re.escape(prompt).replace("\\ ", " ")  # a space needs no escape
@@ -163,6 +172,11 @@ class Probe:
         return "\n".join(out) + "\n"
 
     def _summary(self) -> str:
+        if self.answered:
+            return f"asked {len(self.answered)} question(s) answered by --answer, then {self._end()}"
+        return self._end()
+
+    def _end(self) -> str:
         if self.ended == "asked":
             echo = f", echo {self.echo}" if self.echo else ""
             return f"asked {_WHERE.get(self.asked_on, self.asked_on)}{echo} after {self.elapsed_ms} ms"
@@ -174,6 +188,15 @@ class Probe:
 
 
 _WHERE = {"stdin": "on stdin", "terminal": "on its terminal", "askpass": "through askpass"}
+
+
+def _answered(labels: list[str]) -> dict[str, int]:
+    """The --answer patterns the run used, each with how often (the runner's labels)."""
+    counts: dict[str, int] = {}
+    for label in labels:
+        pattern = label.removeprefix("confirmation ")
+        counts[pattern] = counts.get(pattern, 0) + 1
+    return counts
 
 
 def _toml(text: str) -> str:
@@ -269,8 +292,10 @@ async def _probe(argv: list[str], deadline_s: float, read: list[str] | None, ans
             seen.code, seen.message = exc.code, exc.message
             seen.question = str(fields.get("question", ""))
             seen.asked_on, seen.echo = str(fields.get("asked_on", "")), str(fields.get("echo", ""))
+        if seen.ended != "exited":
             seen.answered = list(ctx.answered)
-            # What it printed up to its question is in the call's evidence (redacted, as kept).
+            # What it printed up to its question, or the deadline, is in the call's evidence
+            # (redacted, as kept).
             for label in ("stdout", "stderr", "terminal"):
                 for path in sorted((folder / "evidence").glob(f"{ctx.call_id}.*.{label}")):
                     setattr(seen, label, path.read_text(encoding="utf-8", errors="replace"))
