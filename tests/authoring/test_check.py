@@ -194,6 +194,16 @@ def test_a_question_to_a_program_fed_its_input_on_stdin_is_not_expected_to_wait(
     assert _judge("question", {}, answered, acted=False, write=False) == ["expected PROMPT_UNEXPECTED, got ok"]
 
 
+def test_a_read_that_counts_exit_1_as_an_answer_may_answer_the_secret_fixture() -> None:
+    # The guide's stat read (ok_exit = [0, 1]): the secret stand-in exits 1, an answer for it.
+    from rungd.authoring.check import _judge
+    from rungd.core.envelope import Envelope
+
+    answered = Envelope(call_id="c1", tool="t", status="ok", outcome="done", effect="none")
+    assert _judge("secret", {"ok_exit": [0, 1]}, answered, acted=False, write=False) == []
+    assert _judge("secret", {}, answered, acted=False, write=False) == ["expected an error, got ok"]
+
+
 def test_a_file_whose_checked_copy_does_not_load_is_one_error_not_a_crash(short_tmp: Path) -> None:
     # Raised inside the check's nurseries, it once came out as an ExceptionGroup: rungctl
     # said "unexpected failure" instead of what is wrong with the file.

@@ -524,7 +524,10 @@ def _judge(fixture: str, spec: dict[str, Any], env: Envelope, acted: bool, write
         expected = None
     if expected is not None and code != expected:
         problems.append(f"expected {expected}, got {code or env.status}")
-    if fixture in ("missing", "secret") and env.status != "error":
+    # The secret stand-in exits 1: an error, unless the tool counts 1 as an answer (ok_exit = [0, 1],
+    # the guide's stat read); its check is that the secret shows nowhere, whatever the status.
+    fails = fixture == "missing" or (fixture == "secret" and 1 not in spec.get("ok_exit", [0]))
+    if fails and env.status != "error":
         problems.append(f"expected an error, got {env.status}")
     if fixture == "acts_dies" and env.status == "ok" and env.effect != "changed":
         problems.append(f"the program acted and the read-back shows it, yet effect is {env.effect}")
