@@ -41,7 +41,10 @@ async def test_built_in_tool_files_pass_every_adverse_fixture() -> None:
     assert {f.fixture: f.runs[0] for f in by_tool["host_disk_usage_show"].fixtures}["empty"].endswith("SURFACE_CHANGED")
 
 
-async def test_a_tool_that_takes_a_failure_for_success_fails_its_receipt(short_tmp: Path) -> None:
+async def test_a_tool_that_counts_exit_1_as_an_answer_is_judged_by_where_the_secret_shows(short_tmp: Path) -> None:
+    # ok_exit = [0, 1] is the tool's word that 1 is an answer (the guide's stat read): the
+    # check cannot tell it from a failure taken for success, so it judges what it can see:
+    # the secret the stand-in prints shows nowhere.
     tool_file = short_tmp / "echoer.toml"
     tool_file.write_text(textwrap.dedent("""\
         [program]
@@ -51,7 +54,7 @@ async def test_a_tool_that_takes_a_failure_for_success_fails_its_receipt(short_t
         [tools.echoer_text_show]
         argv = ["hello"]
         deadline_s = 5
-        ok_exit = [0, 1]   # the defect: exit status 1 (a failure) counted as success
+        ok_exit = [0, 1]
 
         [tools.echoer_text_show.description]
         does = "Prints a greeting. Changes nothing."
@@ -62,9 +65,8 @@ async def test_a_tool_that_takes_a_failure_for_success_fails_its_receipt(short_t
         if_unknown = "ask the user."
     """), encoding="utf-8")
     [receipt] = await check_files([tool_file])
-    assert not receipt.passed
-    assert receipt.line().startswith("FAIL echoer_text_show  fixtures=6 ")
-    assert any(p.startswith("secret: expected an error, got ok") for p in receipt.problems), receipt.problems
+    assert " secretHits=0 " in receipt.line() + " ", receipt.line()
+    assert not any(p.startswith("secret:") for p in receipt.problems), receipt.problems
 
 
 async def test_rungctl_check_prints_receipts_and_skips_python_plugin_tools(short_tmp: Path) -> None:
