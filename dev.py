@@ -62,7 +62,9 @@ TEST_PACKAGES = ("git", "procps", "openssh-client", "systemd", "sudo", "cron", "
                  "python3-venv",
                  # Programs that ask on their terminal, wrapped by tests/real/tools/terminal.toml.
                  "postgresql-client", "mariadb-client", "ldap-utils", "apache2-utils", "ccrypt", "p7zip-full",
-                 "cryptsetup-bin")
+                 "cryptsetup-bin",
+                 # rungctl --host ssh:// against a real sshd on loopback (tests/client/test_ssh_host.py).
+                 "openssh-server")
 
 
 def ensure_test_packages() -> None:

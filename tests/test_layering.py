@@ -79,7 +79,7 @@ def files_under(*folders: Path) -> list[Path]:
 
 
 # rungd's packages and top-level modules, from the bottom up: each may import those before it.
-LAYERS = ("core", "redact", "system", "config", "protocol", "exchange", "runner", "client", "aclient",
+LAYERS = ("core", "redact", "system", "config", "protocol", "exchange", "runner", "ssh_host", "client", "aclient",
           "service", "sdk", "testing", "authoring", "mcp_bridge", "ctl", "main")
 
 

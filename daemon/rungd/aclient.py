@@ -3,7 +3,7 @@
 Agent frameworks await it without a worker thread, whichever event loop they run on (it
 uses anyio, which runs on both):
 
-    async with AsyncClient() as rungd:            # socket from $RUNGD_SOCKET or ./var
+    async with AsyncClient() as rungd:            # $RUNGD_HOST, else $RUNGD_SOCKET, else ./var
         for tool in await rungd.list_tools(): ...
         envelope = await rungd.call("inventory_item_show", {"item": "widget"})
         if envelope.status == "pending":
@@ -11,7 +11,9 @@ uses anyio, which runs on both):
 
 Same methods, arguments, return types and exceptions as the sync client (``ConnectFailed``,
 ``RequestRejected``, ``ClientError``); a result envelope, failed or not, is never an
-exception. One connection carries one request at a time (the protocol says so): concurrent
+exception; ``AsyncClient(host="ssh://alice@ops1")`` reaches another host's daemon as
+``Client(host=...)`` does, its ssh started on connecting and stopped by ``aclose``. One
+connection carries one request at a time (the protocol says so): concurrent
 awaits on one client queue behind a lock, so open one client per concurrent call when calls
 must overlap (a ``wait`` can pick up a call started on any connection).
 
@@ -47,8 +49,10 @@ from rungd.client import (
     ConnectFailed,
     RequestRejected,
     check_reply,
+    chosen_host,
     connect_failed,
     default_socket,
+    ssh_failed,
 )
 from rungd.core.envelope import Envelope
 from rungd.protocol import (
@@ -77,6 +81,7 @@ from rungd.protocol import (
     Wait,
     Welcome,
 )
+from rungd.ssh_host import SshHost, Tunnel, TunnelFailed
 
 __all__ = ["AsyncClient", "ClientError", "ConnectFailed", "RequestRejected"]
 
@@ -89,21 +94,33 @@ class AsyncClient:
     ``connect()`` opens a fresh connection on the same client.
 
     Args:
-        path: the socket; defaults to ``default_socket()``.
+        path: the socket; defaults to ``default_socket()``, unless ``$RUNGD_HOST`` is set.
         timeout: seconds to wait for any one reply beyond the call's own ``wait_s``.
+        host: ``ssh://[user@]host[:port][/socket]`` (or an ``SshHost``) instead of ``path``,
+            as for ``rungd.client.Client``. ssh starts on connecting, is started again by
+            ``connect()`` if the connection to the host dropped, and stops on ``aclose``.
 
     Raises:
         ConnectFailed: on connecting, when nothing listens at ``path``; its message says
-            why (no such file, permission, a stale socket or dead tunnel) and what to do.
+            why (no such file, permission, a stale socket or dead tunnel, or ssh's failure
+            with reason ``ssh``) and what to do.
+        ValueError: on construction, both ``path`` and ``host``, or a host that is not an
+            ssh:// URL.
 
     Cancellation: see the module docstring. In short, a cancelled request closes the
     connection and keeps running in the daemon; repeat it with the same ``request_id`` to
     learn its result.
     """
 
-    def __init__(self, path: Path | str | None = None, timeout: float = 30.0) -> None:
-        self.path = Path(path) if path is not None else default_socket()
+    def __init__(self, path: Path | str | None = None, timeout: float = 30.0, *,
+                 host: str | SshHost | None = None) -> None:
+        self.host = chosen_host(path, host)
+        # With a host, the local end of its tunnel once connected.
+        self.path: Path | None = None
+        if self.host is None:
+            self.path = Path(path) if path is not None else default_socket()
         self.timeout = timeout
+        self._tunnel: Tunnel | None = None
         self._stream: anyio.abc.SocketStream | None = None
         self._frames = FrameBuffer(MAX_REPLY_FRAME)
         # Why the last connection was closed under the caller, said on the next request.
@@ -114,12 +131,23 @@ class AsyncClient:
         """Open the connection (again, after a failed or cancelled request); a no-op when open.
 
         Raises:
-            ConnectFailed: nothing could be reached at ``path``.
+            ConnectFailed: nothing could be reached at ``path``, or ssh could not reach the
+                daemon of ``host``.
 
-        Cancellation: safe; nothing was sent, and the client stays unconnected.
+        Cancellation: safe; nothing was sent, and the client stays unconnected (an ssh
+        being started is stopped).
         """
         if self._stream is not None:
             return self
+        if self.host is not None and (self._tunnel is None or not self._tunnel.running):
+            await self._stop_tunnel()  # ssh ended (the host dropped us): start it again
+            tunnel = Tunnel(self.host)
+            try:
+                self.path = await tunnel.aopen()
+            except TunnelFailed as exc:
+                raise ssh_failed(self.host, exc) from None
+            self._tunnel = tunnel
+        assert self.path is not None
         try:
             self._stream = await anyio.connect_unix(self.path)
         except OSError as exc:
@@ -135,9 +163,11 @@ class AsyncClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the connection; calls it carried keep running in the daemon.
+        """Close the connection, and stop ssh when the client has a host; calls the
+        connection carried keep running in the daemon.
 
-        Cancellation: the socket is closed even when the caller is being cancelled.
+        Cancellation: the socket is closed, and ssh stopped, even when the caller is being
+        cancelled.
         """
         stream, self._stream = self._stream, None
         self._closed_because = ""
@@ -145,6 +175,17 @@ class AsyncClient:
             # Forcefully: closing a Unix socket needs no round trip, and a caller being
             # cancelled must still leave nothing open.
             await anyio.aclose_forcefully(stream)
+        await self._stop_tunnel()
+
+    async def _stop_tunnel(self) -> None:
+        tunnel, self._tunnel = self._tunnel, None
+        if tunnel is not None:
+            await tunnel.aclose()
+
+    @property
+    def where(self) -> str:
+        """The daemon as messages name it: the host's URL, or the socket path."""
+        return self.host.url if self.host is not None else str(self.path)
 
     # --- requests: one line each, the same as rungd.client.Client -------------------------
 
@@ -241,15 +282,15 @@ class AsyncClient:
                 finished = True
                 return response
             except TimeoutError:
-                raise ClientError(f"connection to rungd at {self.path} failed: no reply in time") from None
+                raise ClientError(f"connection to rungd at {self.where} failed: no reply in time") from None
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 raise ClientError(
-                    f"connection to rungd at {self.path} failed: the daemon closed the connection"
+                    f"connection to rungd at {self.where} failed: the daemon closed the connection"
                 ) from None
             except OSError as exc:
-                raise ClientError(f"connection to rungd at {self.path} failed: {exc}") from None
+                raise ClientError(f"connection to rungd at {self.where} failed: {exc}") from None
             except (FrameError, msgspec.DecodeError) as exc:  # ValidationError is a DecodeError
-                raise ClientError(f"rungd at {self.path} sent a reply this client cannot read: {exc}") from None
+                raise ClientError(f"rungd at {self.where} sent a reply this client cannot read: {exc}") from None
             finally:
                 if not finished:
                     await self._abandon(stream, message)
@@ -276,9 +317,9 @@ class AsyncClient:
 
     def _not_connected(self) -> str:
         if self._closed_because:
-            return (f"not connected to rungd at {self.path}: {self._closed_because}; reconnect with "
+            return (f"not connected to rungd at {self.where}: {self._closed_because}; reconnect with "
                     "`await client.connect()`, then repeat a call with the same request_id to get its result")
-        return f"not connected to rungd at {self.path}; use `async with AsyncClient(...)` or `await client.connect()`"
+        return f"not connected to rungd at {self.where}; use `async with AsyncClient(...)` or `await client.connect()`"
 
     async def _ask(self, message: Message) -> Any:
         return check_reply(message, await self.request(message))

@@ -1,18 +1,22 @@
 """A small synchronous client for the rungd socket, usable from any agent framework.
 
-    with Client() as rungd:                      # socket from $RUNGD_SOCKET or ./var
+    with Client() as rungd:                      # $RUNGD_HOST, else $RUNGD_SOCKET, else ./var
         for tool in rungd.list_tools(): ...
         envelope = rungd.call("demo_item_show", {"item": "widget"})
         if envelope.status == "pending":
             envelope = rungd.wait(envelope.call_id)
 
+    with Client(host="ssh://alice@ops1") as rungd: ...    # ops1's /run/rungd/rungd.sock, over ssh
+
 ``rungctl`` uses this client. It holds one connection and sends one request at a time;
-use one client per thread.
+use one client per thread. With ``host``, it runs ``ssh -N -L`` for as long as it is open
+(``rungd.ssh_host``): the daemon there sees the ssh user as the caller.
 
 Errors (a result envelope, failed or not, is never an exception):
 
     ClientError            the exchange failed; the connection is closed
-    ├── ConnectFailed      nothing could be reached at the socket path; ``reason`` says why
+    ├── ConnectFailed      nothing could be reached at the socket path (or over ssh);
+    │                      ``reason`` says why
     └── RequestRejected    the daemon answered with a protocol error; ``code`` and ``hint``
 
 What each request is answered with comes from ``protocol.REPLY_TO``; this module and
@@ -62,13 +66,14 @@ from rungd.protocol import (
     Wait,
     Welcome,
 )
+from rungd.ssh_host import SshHost, Tunnel, TunnelFailed, host_from_env
 
 DEFAULT_SOCKET = Path("var/rungd.sock")
 # Replies are capped envelopes or tool definitions; a bigger frame means the other end is
 # not rungd (or is broken), and reading it whole would only cost memory.
 MAX_REPLY_FRAME = 16 << 20
 
-ConnectReason = Literal["missing", "permission", "refused", "not_socket", "other"]
+ConnectReason = Literal["missing", "permission", "refused", "not_socket", "ssh", "other"]
 
 
 class ClientError(Exception):
@@ -83,7 +88,8 @@ class ConnectFailed(ClientError):
         reason: ``missing`` (no such file: rungd not running, or a wrong path),
             ``permission`` (the caller may not open it), ``refused`` (a socket nobody
             listens on: a stale socket or a dead ssh tunnel), ``not_socket`` (the path is
-            some other kind of file) or ``other``.
+            some other kind of file), ``ssh`` (a client given a host: ssh could not log in,
+            or not reach the socket there; the message says which) or ``other``.
     """
 
     def __init__(self, message: str, path: Path | None = None, reason: ConnectReason = "other") -> None:
@@ -104,6 +110,26 @@ class RequestRejected(ClientError):
 def default_socket() -> Path:
     """``$RUNGD_SOCKET`` if set, else ``./var/rungd.sock`` (the embedded default's socket)."""
     return Path(os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET)
+
+
+def chosen_host(path: Path | str | None, host: str | SshHost | None) -> SshHost | None:
+    """The host a client goes to over ssh: ``host``; else ``$RUNGD_HOST`` when no ``path``
+    is given either; else None (a socket on this machine).
+
+    Raises:
+        ValueError: both ``path`` and ``host`` are given, or the host is not an ssh:// URL
+            (``BadHost``).
+    """
+    if path is not None and host is not None:
+        raise ValueError("give a client the socket path or the host, not both")
+    if isinstance(host, str):
+        return SshHost.parse(host)
+    return host if host is not None or path is not None else host_from_env()
+
+
+def ssh_failed(host: SshHost, exc: TunnelFailed) -> ConnectFailed:
+    """A tunnel that did not come up, as the clients raise it."""
+    return ConnectFailed(str(exc), Path(host.socket), "ssh")
 
 
 def connect_failed(path: Path, exc: OSError) -> ConnectFailed:
@@ -174,23 +200,47 @@ class Client:
     """One connection to the daemon.
 
     Args:
-        path: the socket; defaults to ``default_socket()``.
+        path: the socket; defaults to ``default_socket()``, unless ``$RUNGD_HOST`` is set.
         timeout: seconds to wait for any one reply beyond the call's own ``wait_s``.
+        host: ``ssh://[user@]host[:port][/socket]`` (or an ``SshHost``) instead of ``path``:
+            the daemon of that host, through ``ssh -N -L`` with the user's ssh config and
+            agent, stopped by ``close``. Its socket defaults to ``/run/rungd/rungd.sock``.
+
+    Attributes:
+        path: the socket connected to (with ``host``, the local end of the tunnel).
+        host: the host, or None.
 
     Raises:
-        ConnectFailed: on construction, when nothing listens at ``path``.
+        ConnectFailed: on construction, when nothing listens at ``path``, or ssh could not
+            reach the daemon of ``host`` (reason ``ssh``).
+        ValueError: both ``path`` and ``host``, or a host that is not an ssh:// URL.
     """
 
-    def __init__(self, path: Path | str | None = None, timeout: float = 30.0) -> None:
-        self.path = Path(path) if path is not None else default_socket()
+    def __init__(self, path: Path | str | None = None, timeout: float = 30.0, *,
+                 host: str | SshHost | None = None) -> None:
+        self.host = chosen_host(path, host)
         self.timeout = timeout
         self._frames = FrameBuffer(MAX_REPLY_FRAME)
+        self._tunnel: Tunnel | None = None
+        if self.host is not None:
+            tunnel = Tunnel(self.host)
+            try:
+                path = tunnel.open()
+            except TunnelFailed as exc:
+                raise ssh_failed(self.host, exc) from None
+            self._tunnel = tunnel
+        self.path = Path(path) if path is not None else default_socket()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._sock.connect(str(self.path))
         except OSError as exc:
-            self._sock.close()
+            self.close()
             raise connect_failed(self.path, exc) from None
+
+    @property
+    def where(self) -> str:
+        """The daemon as messages name it: the host's URL, or the socket path."""
+        return self.host.url if self.host is not None else str(self.path)
 
     def __enter__(self) -> Client:
         return self
@@ -199,7 +249,10 @@ class Client:
         self.close()
 
     def close(self) -> None:
+        """Close the connection, and stop ssh when the client has a host."""
         self._sock.close()
+        if self._tunnel is not None:
+            self._tunnel.close()
 
     # --- requests: one line each; protocol.REPLY_TO says what answers them -----------------
 
@@ -286,7 +339,7 @@ class Client:
             return protocol.decode_response(body)
         except (OSError, FrameError, msgspec.DecodeError) as exc:
             self.close()
-            raise ClientError(f"connection to rungd at {self.path} failed: {exc}") from None
+            raise ClientError(f"connection to rungd at {self.where} failed: {exc}") from None
 
     def _ask(self, message: Message) -> Any:
         return check_reply(message, self.request(message))

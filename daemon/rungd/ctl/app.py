@@ -4,6 +4,8 @@ exception becomes a message and an exit status."""
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 from rungd.client import ClientError, ConnectFailed, RequestRejected
@@ -16,12 +18,14 @@ from rungd.ctl.registry import (
     EXIT_ERROR_RESULT,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
+    RUN_ON_HOST,
     USAGE_CODES,
     CommandFailed,
     Context,
     UsageError,
 )
 from rungd.core.errors import ConfigError, PluginError
+from rungd.ssh_host import SshHost, TunnelFailed
 
 PROG = "rungctl"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
@@ -34,10 +38,15 @@ def _options(suppress: bool) -> argparse.ArgumentParser:
     extra = {"default": argparse.SUPPRESS} if suppress else {}
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument("--json", action="store_true", help="machine-readable output", **extra)
-    parent.add_argument("--socket", type=Path, help="daemon socket (default: --config's; else $RUNGD_SOCKET; else "
-                        "$RUNGD_CONFIG's; else ./var/rungd.sock)", **extra)
+    parent.add_argument("--socket", type=Path, help="daemon socket (default: --config's; else $RUNGD_HOST's; "
+                        "else $RUNGD_SOCKET; else $RUNGD_CONFIG's; else ./var/rungd.sock)", **extra)
     parent.add_argument("--config", type=Path, help="the daemon's config file (default: $RUNGD_CONFIG, else the "
-                        "embedded default)", **extra)
+                        "embedded default); with --host, a file on the host", **extra)
+    parent.add_argument("--host", metavar="ssh://[USER@]HOST[:PORT][/SOCKET]",
+                        help="the rungd of another host, through your ssh (keys, agent, ~/.ssh/config); it sees "
+                        "the ssh user as the caller. SOCKET defaults to /run/rungd/rungd.sock. tail, ledger verify, "
+                        "health and status run that host's rungctl over ssh (default: $RUNGD_HOST, unless --socket "
+                        "or --config is given)", **extra)
     return parent
 
 
@@ -75,9 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     Process-wide settings belong to the console script (``rungd.ctl.main``), not here: a
     program that calls this in-process keeps its own signal dispositions.
     """
-    args = build_parser().parse_args(argv)  # a usage error exits 2 here, with the usage
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(words)  # a usage error exits 2 here, with the usage
     ctx = Context(args)
     try:
+        if args.run in {COMMANDS[name].run for name in RUN_ON_HOST} and (host := ctx.host()) is not None:
+            return run_on_host(host, words, config_given=bool(args.config))
         return args.run(ctx)
     except (UsageError, ConfigError, PluginError, LedgerUnreadable) as exc:
         fail(PROG, str(exc))
@@ -90,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         # anything else (a call no longer held, no longer known) is a failed request.
         fail(PROG, str(exc))
         return EXIT_USAGE if exc.code in USAGE_CODES else EXIT_ERROR_RESULT
-    except ConnectFailed as exc:
+    except (ConnectFailed, TunnelFailed) as exc:
         fail(PROG, str(exc))
         return EXIT_UNREACHABLE
     except ClientError as exc:
@@ -103,3 +115,54 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR_RESULT
     finally:
         ctx.close()
+
+
+def run_on_host(host: SshHost, words: list[str], *, config_given: bool) -> int:
+    """Run a command that reads the daemon's files with the host's own rungctl, where the
+    files are: ``ssh HOST rungctl [--socket SOCKET] WORDS`` (WORDS less ``--host``), its
+    output and exit status relayed.
+
+    Paths among WORDS (``--config``, ``--ledger``, ``PATH``, ``--anchors``) are the host's.
+    The URL's socket goes along (so ``status`` asks the daemon the other commands reach),
+    unless only ``--config`` names it.
+
+    Raises:
+        TunnelFailed: no ssh here, ssh failed (its status 255: rungctl never exits so), or
+            the host's shell found no rungctl (127).
+    """
+    words = _without_host(words)
+    if host.socket_given or not config_given:
+        words = ["--socket", str(host.socket), *words]
+    try:
+        # stdout goes straight through (tail -f prints as it goes); stderr is held to tell
+        # ssh's own failure from the remote rungctl's one-line error, which is relayed.
+        done = subprocess.run(host.rungctl_argv(words), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              check=False)
+    except FileNotFoundError:
+        raise host.ssh_missing() from None
+    said = done.stderr.decode("utf-8", "replace")
+    if done.returncode == 255:
+        raise host.ssh_failed(said, done.returncode)
+    if done.returncode == 127:
+        raise host.rungctl_missing(said)
+    for line in said.splitlines(keepends=True):  # its paths are the host's: say which host
+        sys.stderr.write(f"{PROG}: {host.host}: {line.removeprefix(f'{PROG}: ')}" if line.startswith(f"{PROG}: ")
+                         else line)
+    return done.returncode
+
+
+def _without_host(words: list[str]) -> list[str]:
+    """``words`` less ``--host URL`` and ``--host=URL`` (or a prefix argparse took for it,
+    ``--ho``); words after ``--`` are arguments, kept as they are."""
+    kept: list[str] = []
+    rest = iter(words)
+    for word in rest:
+        if word == "--":
+            return [*kept, word, *rest]
+        name, equals, _ = word.partition("=")
+        if len(name) >= len("--ho") and "--host".startswith(name):
+            if not equals:
+                next(rest, None)
+            continue
+        kept.append(word)
+    return kept

@@ -16,6 +16,7 @@ is the one place that turns exceptions into a message and an exit status.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import os
 from collections.abc import Callable
@@ -23,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rungd.client import Client
+from rungd.client import Client, ssh_failed
 from rungd.config import CONFIG_ENV, Config
 from rungd.ctl.cli import read_config
 from rungd.core.envelope import Envelope
+from rungd.ssh_host import REMOTE_SOCKET, BadHost, SshHost, Tunnel, TunnelFailed, host_from_env
 
 EXIT_OK, EXIT_ERROR_RESULT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_PENDING = 0, 1, 2, 3, 4
 
@@ -44,8 +46,17 @@ environment:
   RUNGD_CONFIG   config file to use when --config is not given
   RUNGD_SOCKET   socket path when neither --socket nor --config is given (it overrides
                  the socket of $RUNGD_CONFIG or of the embedded default)
+  RUNGD_HOST     ssh://[USER@]HOST[:PORT][/SOCKET] when none of --host, --socket and
+                 --config is given (it beats RUNGD_SOCKET and RUNGD_CONFIG; empty: this host)
+  RUNGD_SSH_CONFIG      with a host: the ssh config file to use (ssh -F) instead of ~/.ssh/config
+  RUNGD_REMOTE_RUNGCTL  with a host: the rungctl that tail, ledger verify, health and status
+                        run there over ssh (default: rungctl on the ssh user's PATH)
   RUNGD_DEBUG=1  print the traceback of an unexpected failure
 """
+
+# The commands that read the daemon's files (its ledger), not only its socket. With a host
+# the files are there, so the host's own rungctl runs them (``ssh HOST rungctl ...``).
+RUN_ON_HOST = frozenset({"tail", "ledger verify", "health", "status"})
 
 # Error codes that mean the caller asked for something it cannot have, as the README
 # promises: a usage error (2), not an error result of a call (1).
@@ -78,6 +89,8 @@ class Context:
         self.args = args
         self._client: Client | None = None
         self._config: Config | None = None
+        self._host: SshHost | None = None
+        self._tunnel: Tunnel | None = None
 
     @property
     def json(self) -> bool:
@@ -90,28 +103,86 @@ class Context:
             self._config = read_config(self.args.config)
         return self._config
 
+    def host(self) -> SshHost | None:
+        """The host whose rungd to reach over ssh: ``--host``; else ``$RUNGD_HOST`` unless
+        ``--socket`` or ``--config`` is given; else None (this machine).
+
+        Explicit beats environment, as for the socket: ``--host`` beats ``$RUNGD_SOCKET`` and
+        ``$RUNGD_CONFIG``, and a ``--socket`` or ``--config`` given here beats ``$RUNGD_HOST``.
+
+        Raises:
+            UsageError: both ``--host`` and ``--socket``, or a host that is not an ssh:// URL.
+        """
+        if self._host is None:
+            given = getattr(self.args, "host", None)
+            try:
+                if given:
+                    if self.args.socket:
+                        raise UsageError(f"--host {given} and --socket {self.args.socket} both say where rungd is; "
+                                         "hint: give one (the socket on the host goes in the URL's path: "
+                                         "ssh://HOST/run/rungd/rungd.sock)")
+                    self._host = SshHost.parse(given)
+                elif not self.args.socket and not self.args.config:
+                    self._host = host_from_env()
+            except BadHost as exc:
+                raise UsageError(str(exc)) from None
+        return self._host
+
     def socket_path(self) -> Path | None:
         """``--socket``; else the socket of ``--config``; else ``$RUNGD_SOCKET``; else the
         socket of ``$RUNGD_CONFIG``; else None (the client's default, ``./var/rungd.sock``).
+        With a host (``host()``), the local end of an ssh tunnel to its socket, opened on
+        first use and closed by ``close``.
 
         Explicit beats environment beats default: ``load_config`` lets ``$RUNGD_SOCKET``
-        replace the socket of ``$RUNGD_CONFIG`` but never that of ``--config``."""
+        replace the socket of ``$RUNGD_CONFIG`` but never that of ``--config``.
+
+        Raises:
+            UsageError: ``--host`` with ``--config`` (a file on the host that a socket command
+                cannot read from here).
+            ConnectFailed: the tunnel did not come up.
+        """
+        host = self._socket_host()
+        if host is not None:
+            if self._tunnel is None:
+                tunnel = Tunnel(host)
+                try:
+                    tunnel.open()
+                except TunnelFailed as exc:
+                    raise ssh_failed(host, exc) from None
+                self._tunnel = tunnel
+            return self._tunnel.local
         if self.args.socket:
             return self.args.socket
         if self.args.config or os.environ.get(CONFIG_ENV):
             return self.config.server.socket
         return None
 
+    def _socket_host(self) -> SshHost | None:
+        host = self.host()
+        if host is not None and self.args.config:
+            # The config is on the host, where only the commands of RUN_ON_HOST read it:
+            # guessing its socket here could reach another daemon.
+            example = dataclasses.replace(host, socket=REMOTE_SOCKET).url
+            raise UsageError(f"--config {self.args.config} with --host: the config is a file on {host.host}, which "
+                             "this command cannot read from here; hint: name its socket (server.socket in that "
+                             f"config) in the URL instead: {example}")
+        return host
+
     @property
     def client(self) -> Client:
-        """A connected client. Raises ConnectFailed when rungd cannot be reached."""
+        """A connected client (over ssh, with a host). Raises ConnectFailed when rungd cannot
+        be reached."""
         if self._client is None:
-            self._client = Client(self.socket_path())
+            host = self._socket_host()
+            self._client = Client(host=host) if host is not None else Client(self.socket_path())
         return self._client
 
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
+        if self._tunnel is not None:
+            self._tunnel.close()
 
 
 @dataclass(frozen=True)
