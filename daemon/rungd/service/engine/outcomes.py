@@ -341,7 +341,7 @@ def settled(envelope: Envelope, tool: Tool, *, read: Envelope, expect: dict[str,
     timestamp, a counter) moves nothing. ``acted``:
     whether the call's program may have acted (it ran: evidence, not its declared commit
     point). The error stays: it is what went wrong; its hint now says what the read showed,
-    then what it said before (the program's words, when it quoted them).
+    then what the program said (its quoted words), when the hint quoted it.
     """
     assert envelope.error is not None
     happened = shows(read.fields, expect, before)
@@ -380,13 +380,24 @@ def settled(envelope: Envelope, tool: Tool, *, read: Envelope, expect: dict[str,
     settled_envelope = msgspec.structs.replace(
         envelope, outcome=outcome, effect=effect,
         verified_by=f"settle read {read.tool} (call {read.call_id})", settle=None, next_action=next_action,
-        # What the program said (its stderr, a mapped status's hint) stays beside what the read
-        # showed: the read decides the outcome, the program's words still say why it failed.
-        error=msgspec.structs.replace(envelope.error, retry=retry,
-                                      hint=f"{said}; before that: {envelope.error.hint}" if envelope.error.hint
-                                      else said),
+        # What the program said stays beside what the read showed: the read decides the
+        # outcome, the program's words still say why it failed. rungd's own advice in the old
+        # hint ("run the settle read") is answered by now, and goes.
+        error=msgspec.structs.replace(envelope.error, retry=retry, hint=_with_its_words(said, envelope.error.hint)),
     )
     return fit_to_cap(settled_envelope, tool.cap_bytes)
+
+
+def _with_its_words(said: str, hint: str) -> str:
+    """``said`` and, when ``hint`` quotes the program (rungd writes every quote of a program
+    after ``it said:``, issue 27), that quote."""
+    at = hint.find("it said: ")
+    if at < 0:
+        return said
+    quote = hint[at:]
+    if hint[at - 1:at] == "(" and quote.endswith(")"):  # "RULE HINT (it said: '...')"
+        quote = quote[:-1]
+    return f"{said}; {quote}"
 
 
 def protocol_error(exc: RungdError) -> ProtocolError:
