@@ -174,3 +174,32 @@ async def test_a_tool_may_opt_out_of_the_terminal(short_tmp, fake_program) -> No
     """)),), terminal="none")
     done = await run_quick(make_ctx(short_tmp), program)
     assert done.stdout == "ENXIO\n" and done.terminal == ""
+
+
+async def test_a_host_with_no_pseudo_terminals_runs_programs_without_one(short_tmp, fake_program, monkeypatch,
+                                                                         caplog) -> None:
+    # A sandbox without /dev/ptmx must not stop every call: programs get no terminal (ENXIO),
+    # as with terminal = "none", and the daemon says so once.
+    import errno
+    import os
+
+    from rungd.runner import execute
+
+    def no_ptmx() -> tuple[int, int]:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/dev/ptmx")
+
+    monkeypatch.setattr(os, "openpty", no_ptmx)
+    monkeypatch.setattr(execute, "_SAID_NO_TERMINALS", [])
+    program = runner.Program(argv=(str(fake_program("opens", """
+        import errno, os
+        try:
+            os.open("/dev/tty", os.O_RDWR)
+            print("a terminal")
+        except OSError as exc:
+            print(errno.errorcode[exc.errno])
+    """)),))
+    for _ in range(2):
+        done = await run_quick(make_ctx(short_tmp), program)
+        assert done.stdout == "ENXIO\n"
+    said = [r.getMessage() for r in caplog.records if "no pseudo-terminal" in r.getMessage()]
+    assert len(said) == 1 and "PrivateDevices" in said[0]

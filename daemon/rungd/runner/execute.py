@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import logging
 import os
 import pwd
 import select
@@ -35,6 +36,8 @@ from rungd.runner.program import Completed, Program, credential_file_marker
 from rungd.runner.streams import Outputs, Stream
 from rungd.runner.terminal import Terminal
 from rungd.runner.watch import Watch
+
+log = logging.getLogger("rungd.runner")
 
 # Programs found trusted, re-checked at each call by a stat of each entry on their path.
 _TRUSTED = trust.Trust()
@@ -71,11 +74,16 @@ class _Scratch:
         if program.terminal == "line":
             try:
                 terminal = Terminal()
-            except OSError as exc:  # EMFILE, ENFILE; ENOSPC: every pseudo-terminal of the host in use
-                poller.close()
-                if exc.errno == errno.ENOSPC:
-                    exc = OSError(errno.EAGAIN, "no pseudo-terminal is free on the host (kernel.pty.max)")
-                raise _spawn_error(program, exc) from None
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EAGAIN, errno.ENOMEM):
+                    # Out of descriptors, or every pseudo-terminal of the host in use: this call waits.
+                    poller.close()
+                    if exc.errno == errno.ENOSPC:
+                        exc = OSError(errno.EAGAIN, "no pseudo-terminal is free on the host (kernel.pty.max)")
+                    raise _spawn_error(program, exc) from None
+                # A host (or sandbox) with no pseudo-terminals at all: programs get none, as
+                # with terminal = "none", and their own words tell what they tried.
+                _no_terminals(exc)
         try:
             # The daemon's one askpass endpoint serves every call: its own user's programs
             # (whose new process makes the work folder it starts in) and another account's
@@ -128,6 +136,18 @@ class _Scratch:
             self.terminal.close()
         for file in self.files:
             file.close()
+
+
+_SAID_NO_TERMINALS: list[bool] = []
+
+
+def _no_terminals(exc: OSError) -> None:
+    """Say once per daemon that calls run without a terminal, and why."""
+    if not _SAID_NO_TERMINALS:
+        _SAID_NO_TERMINALS.append(True)
+        log.warning("no pseudo-terminal can be made here (%s): programs run with no terminal, as tools with "
+                    "terminal = \"none\" do; hint: give the daemon /dev/ptmx and /dev/pts (systemd's "
+                    "PrivateDevices= keeps them)", exc.strerror or exc)
 
 
 def _as_user(user: str | None) -> dict[str, Any]:
