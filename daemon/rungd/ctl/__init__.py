@@ -9,13 +9,15 @@
     rungctl pending | approve CALL_ID [--key KEY] [--reason TEXT] | deny CALL_ID [--reason TEXT]
     rungctl export-tools --format openai|anthropic|mcp|jsonschema [--tools a,b]
     rungctl lint [--json] [--tools a,b] [--offline]
-    rungctl health [TOOL] [--since 24h] [--json] | resume TOOL
+    rungctl health [TOOL] [--since 24h] [--json | --format prometheus [--textfile F]] | resume TOOL
     rungctl mcp [--wait S]                      an MCP server on stdio, forwarding to rungd
     rungctl new-plugin NAME [--python] [--dir DIR]
     rungctl ledger verify [PATH]
-    rungctl tail [-n N] [--since WHEN] [-f] [--tool T] [--outcome O] [--call ID] [--request-id ID] [--event E]
+    rungctl tail [-n N] [--since WHEN] [--until WHEN] [-f] [--tool T] [--outcome O] [--call ID] [--event E] [-o FORMAT]
+    rungctl probe [--read 'CMD'] [--answer REGEX=TEXT] [--draft FILE] -- PROGRAM ARGS
 
-Every command takes ``--json`` for machines. Exit status: 0 ok, 1 the call ended in an
+Every command takes ``--json`` for machines, and ``--host ssh://[user@]host[:port][/socket]``
+(or ``$RUNGD_HOST``) to reach the rungd of another host through ssh (``rungd.ssh_host``). Exit status: 0 ok, 1 the call ended in an
 error result, 2 bad usage (an unknown or denied tool included), 3 rungd could not be
 reached, 4 the call is still pending (``registry.EXIT_CODES`` has the full text).
 
@@ -26,6 +28,7 @@ Modules:
     ledger     tail and ledger verify: they read the ledger files
     evidence   evidence: a call's full, redacted output, read through the daemon
     health     health (reads the ledger files) and resume (lifts a step-down mark)
+    probe      probe: a program run once as a call would, what it asked, and a drafted tool file
     show       human output: envelopes, definitions, ledger lines
     cli        what rungd and rungctl share: --version, the last-resort error line
     app        the parser built from the table, and main: the one error boundary
