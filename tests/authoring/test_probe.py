@@ -123,3 +123,23 @@ def test_questions_answered_by_answer_stay_in_the_draft(fake_program) -> None:
     tool = tomllib.loads(seen.draft())["tools"]["twice_item_change"]
     assert tool["side_effect"] == "reversible"  # a question it answers lets it act
     assert tool["confirm"] == [{"pattern": r"vault\?", "answer": "FILL IN", "times": 2}]
+
+
+def test_a_program_is_probed_as_the_account_a_tool_runs_as(fake_program, short_tmp) -> None:
+    import os
+    import pwd
+
+    if os.geteuid() != 0:
+        import pytest
+
+        pytest.skip("running a program as another account needs root")
+    program = fake_program("whoami", "import os, pwd\nprint(pwd.getpwuid(os.getuid()).pw_name)\n")
+    for folder in (short_tmp, program.parent):  # the account must reach the program
+        folder.chmod(0o755)
+    seen = probe([str(program)], user="nobody", deadline_s=10)
+    assert (seen.ended, seen.stdout) == ("exited", "nobody\n"), seen
+    assert tomllib.loads(seen.draft())["tools"]["whoami_item_show"]["user"] == "nobody"
+    assert pwd.getpwnam("nobody")
+    done = subprocess.run([sys.executable, "-m", "rungd.ctl", "probe", "--user", "no-such-account-x", "--",
+                           str(program)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "no such account" in done.stderr

@@ -61,6 +61,7 @@ class Probe:
     answered: list[str] = dataclasses.field(default_factory=list)
     read_before: str | None = None
     read_after: str | None = None
+    user: str | None = None  # the account it ran as (--user), else the caller's
 
     @property
     def acted_before_asking(self) -> bool | None:
@@ -135,6 +136,7 @@ class Probe:
                "# as <system>_<object>_<verb>; then `rungctl lint` and `rungctl check`.",
                "", "[program]", f"name = {_toml(system)}", f"command = {_toml(self.argv[0])}", "",
                f"[{tool}]", f"side_effect = {_toml('reversible' if write else 'read')}",
+               *([f"user = {_toml(self.user)}"] if self.user else []),
                f"argv = [{', '.join(_toml(a) for a in self.argv[1:])}]"]
         for pattern, times in _answered(self.answered).items():  # what --answer typed: questions it asks
             out += ["", "# Answered during the probe by --answer. If it asked for a secret (echo off), declare it as",
@@ -254,7 +256,8 @@ async def _read(folder: Path, argv: list[str], deadline_s: float) -> str:
 
 
 def probe(argv: list[str], *, deadline_s: float = 10.0, read: list[str] | None = None,
-          answers: list[tuple[str, str]] = (), stdin: str = "none", terminal: str = "line") -> Probe:  # type: ignore[assignment]
+          answers: list[tuple[str, str]] = (), stdin: str = "none", terminal: str = "line",  # type: ignore[assignment]
+          user: str | None = None) -> Probe:
     """Run ``argv`` once as a call would and say what it showed.
 
     Args:
@@ -264,21 +267,24 @@ def probe(argv: list[str], *, deadline_s: float = 10.0, read: list[str] | None =
             tool's ``confirm`` would (to see what the program asks next).
         stdin: "none" (open and silent) or "eof" (closed at once).
         terminal: "line" (the daemon's terminal) or "none".
+        user: the account to run it as (a tool's ``user =``); needs root, as the daemon does.
     """
-    return trio.run(_probe, argv, deadline_s, read, list(answers), stdin, terminal)
+    return trio.run(_probe, argv, deadline_s, read, list(answers), stdin, terminal, user)
 
 
 async def _probe(argv: list[str], deadline_s: float, read: list[str] | None, answers: list[tuple[str, str]],
-                 stdin: str, terminal: str) -> Probe:
+                 stdin: str, terminal: str, user: str | None) -> Probe:
     with tempfile.TemporaryDirectory(prefix="rungd-probe-") as scratch:
         folder = Path(scratch)
+        if user is not None:
+            folder.chmod(0o711)  # the account passes through to the private folder made for it
         before = await _read(folder, read, deadline_s) if read else None
         confirmations = tuple(runner.Confirmation(re.compile(pattern), answer, times=10) for pattern, answer in answers)
         program = runner.Program(argv=tuple(argv), stdin=stdin, confirmations=confirmations,  # type: ignore[arg-type]
-                                 terminal=terminal)  # type: ignore[arg-type]
+                                 terminal=terminal, user=user)  # type: ignore[arg-type]
         ctx = _context(folder, "probe_program_run", "reversible" if answers else "read", deadline_s)
         started = time.monotonic()
-        seen = Probe(argv=list(argv), ended="deadline", elapsed_ms=0)
+        seen = Probe(argv=list(argv), ended="deadline", elapsed_ms=0, user=user)
         try:
             with trio.move_on_after(deadline_s):
                 done = await runner.run(ctx, program)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import shlex
 from pathlib import Path
 
@@ -22,6 +24,8 @@ from rungd.ctl.registry import EXIT_OK, Context, UsageError, arg, command
                                                                   "(default: 10)"),
     arg("--stdin", choices=["none", "eof"], default="none", help="none: open and silent (default); eof: closed"),
     arg("--no-terminal", action="store_true", help="give it no terminal (a tool's terminal = \"none\")"),
+    arg("--user", metavar="ACCOUNT", help="run it as this account, as a tool's user = does (needs root, as the "
+                                          "daemon does; a setuid program's question is seen only by root)"),
     arg("--draft", type=Path, metavar="FILE.toml", help="write the drafted tool file here (refuses to overwrite)"),
 )
 def probe(ctx: Context) -> int:
@@ -54,11 +58,20 @@ def probe(ctx: Context) -> int:
         if not sep or not pattern:
             raise UsageError(f"--answer {given!r}: give REGEX=TEXT, e.g. --answer 'Continue\\?=y'")
         answers.append((pattern, text))
+    if args.user is not None:
+        try:
+            pwd.getpwnam(args.user)
+        except KeyError:
+            raise UsageError(f"--user {args.user}: no such account; hint: name an account of this host") from None
+        if os.geteuid() != 0:
+            raise UsageError(f"--user {args.user}: only root may run a program as another account; hint: run "
+                             "rungctl probe with sudo")
     if args.draft is not None and args.draft.exists():
         raise UsageError(f"{args.draft}: refusing to overwrite it; hint: name a new file")
     try:
         seen = run_probe(argv, deadline_s=args.deadline, read=shlex.split(args.read) if args.read else None,
-                         answers=answers, stdin=args.stdin, terminal="none" if args.no_terminal else "line")
+                         answers=answers, stdin=args.stdin, terminal="none" if args.no_terminal else "line",
+                         user=args.user)
     except ValueError as exc:  # a bad --answer pattern, or --read that does not split
         raise UsageError(str(exc)) from None
     draft = seen.draft()
