@@ -626,6 +626,24 @@ def test_an_input_allowed_a_slash_names_a_subfolder_and_never_walks_out() -> Non
         inside_path("/srv/repos/{repo}", {"repo": "group/project"})  # not allowed a slash
 
 
+def test_a_path_part_is_judged_as_filled_in_not_input_by_input() -> None:
+    # An empty extension beside a name is the name; the same inputs that fill a part with
+    # nothing, '.' or '..' still leave the folder (found wrapping real programs: enum = ["", ".txt"]
+    # loaded, and every call with "" was BAD_INPUT).
+    from rungd.core.errors import BadInput
+    from rungd_plugins.declarative.templates import inside_path
+
+    inside_path("/srv/files/{name}{ext}", {"name": "report", "ext": ""})
+    inside_path("/srv/files/{name}{ext}", {"name": "report", "ext": ".txt"})
+    for values in ({"name": "", "ext": ""}, {"name": ".", "ext": ""}, {"name": ".", "ext": "."},
+                   {"name": "", "ext": None}):
+        with pytest.raises(BadInput, match="would leave the folder"):
+            inside_path("/srv/files/{name}{ext}", values)
+    for empty in ("", None, ".", ".."):
+        with pytest.raises(BadInput, match="would leave the folder"):
+            inside_path("/srv/files/{name}", {"name": empty})
+
+
 def test_an_editors_lock_file_in_the_tool_folder_is_not_a_tool_file(short_tmp: Path) -> None:
     # Emacs leaves .#stock.toml, a symlink to nowhere, while a tool file is edited: it once
     # failed check-config, start-up and every reload.

@@ -79,11 +79,21 @@ def inside_path(template: str, values: dict[str, Any], slashed: frozenset[str] =
     for name in placeholders(template):
         value = values.get(name)
         text = "" if value is None else str(value)
-        parts = text.split("/") if name in slashed else [text]
+        parts = text.split("/") if name in slashed else []
         if "/" in text and name not in slashed or any(part in ("", ".", "..") for part in parts):
             raise BadInput(f"{name}: {text!r} would leave the folder {template!r} names",
                            hint=f"give {name} as one name in that folder: not empty, no '/', not '.' or '..'"
                            + (" (it may name a subfolder: a/b)" if name in slashed else ""))
+    # What is judged is each part of the path as filled in: "{name}{ext}" with ext = "" is the
+    # name, a part of its own, while "{name}" or "{a}{b}" filled with nothing is the folder.
+    for segment in template.split("/"):
+        names = placeholders(segment)
+        filled = substitute(segment, values) if names else None
+        if names and ("" if filled is None else str(filled)) in ("", ".", ".."):
+            given = ", ".join(f"{name}={values.get(name)!r}" for name in names)
+            raise BadInput(f"{', '.join(names)}: {given} would leave the folder {template!r} names",
+                           hint=f"give {' and '.join(names)} so that together they make one name in that folder: "
+                           "not empty, not '.' or '..'")
 
 
 def literal_text(template: str) -> str:
