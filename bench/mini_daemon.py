@@ -1,5 +1,5 @@
 """The smallest honest peers of rungd for the cost benchmark: a Trio daemon on a Unix socket
-that, for each line it reads, runs /bin/true (no shell, no TTY, a new session) and replies
+that, for each line it reads, runs /bin/true (no shell, a new session) and replies
 with its exit status. No ledger, no cgroup, no prompt watch: what a call costs at the least.
 
     python bench/mini_daemon.py SOCKET              spawn with trio.run_process (a fork of Python)
