@@ -178,7 +178,8 @@ async def test_zip_e_asks_on_the_terminal_and_the_zip_opens_only_with_the_declar
     assert "encrypted" in run("unzip", "-Z", "-v", archive).stdout
     plain = (real_root / "src" / "hello.txt").read_text()
     assert run("unzip", "-p", "-P", secret, archive, "hello.txt").stdout == plain
-    assert run("unzip", "-p", "-P", "wrong", archive, "hello.txt", check=False).stdout == ""
+    # Not the text (ZipCrypto lets about one wrong password in 256 past its check, into garbage).
+    assert run("unzip", "-p", "-P", "wrong", archive, "hello.txt", check=False).stdout != plain
     assert not leaks(rungd_daemon, secret, bare, made)
 
 
@@ -187,7 +188,14 @@ async def test_unzip_of_an_encrypted_member_quotes_its_question_with_the_archive
         rungd_daemon, real_root: Path, monkeypatch) -> None:
     secret = set_secret(monkeypatch, "term_zip_pass", "Unzip-pass-1717")
     archive = real_root / "out" / "ship.zip"
-    run("zip", "-q", "-j", "-P", secret, str(archive), str(real_root / "src" / "hello.txt"))
+    # ZipCrypto checks a password by one byte of a random header: about one archive in 256
+    # takes a wrong password for the right one, and unzip then fails on the CRC without
+    # asking again. Make one the wrong password below is refused by, as most are.
+    for _ in range(20):
+        archive.unlink(missing_ok=True)
+        run("zip", "-q", "-j", "-P", secret, str(archive), str(real_root / "src" / "hello.txt"))
+        if "incorrect password" in run("unzip", "-P", "Not-the-zip-pass", "-t", str(archive), check=False).stdout:
+            break
     bare = await rungd_daemon.call("term_zip_unpack_bare_restore", {"name": "ship", "file": "hello.txt"},
                                    request_id="unzip-0")
     asked(bare, "AUTH_REQUIRED", f"[{archive}] hello.txt password:", "terminal", "off")
@@ -224,7 +232,8 @@ async def test_zipcloak_asks_on_the_terminal_and_encrypts_the_zip_with_the_decla
     assert (done.status, done.effect) == ("ok", "changed"), done
     assert done.fields["after"]["security"] == "encrypted"
     assert run("unzip", "-p", "-P", secret, str(archive), "hello.txt").stdout.startswith("hello from rungd")
-    assert run("unzip", "-p", "-P", "wrong", str(archive), "hello.txt", check=False).stdout == ""
+    assert not run("unzip", "-p", "-P", "wrong", str(archive), "hello.txt",
+                   check=False).stdout.startswith("hello from rungd")  # garbage at most, never the text
     assert not leaks(rungd_daemon, secret, bare, done)
 
 
