@@ -4,6 +4,7 @@ started for a call may survive."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -92,8 +93,17 @@ def _run_as_folders() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob(".rungd-as-*"))
 
 
+def _subtrees() -> set[Path]:
+    """The daemons' and processes' subtrees of call cgroups (rungd.system.proctree.calls_subtree)."""
+    from rungd.system.proctree import _own_cgroup
+
+    base = _own_cgroup()
+    return set(base.glob("rungd-[dp]*")) if base is not None else set()
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_CGROUPS_BEFORE] = _call_cgroups()
+    session.config.stash[_SUBTREES_BEFORE] = _subtrees()
     session.config.stash[_RUN_AS_BEFORE] = _run_as_folders()
 
 
@@ -111,7 +121,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.config.get_terminal_writer().line(
             f"FAILED: the run left {len(left)} per-call cgroup(s) behind: {sorted(left)[:5]}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    # A daemon the tests killed outright may leave its subtree, empty, for its next start's
+    # sweep (a minute later, any daemon's); the tests' daemons never start again: the run
+    # removes the empty ones it made (one holding a cgroup was reported above, and stays).
+    for subtree in _subtrees() - session.config.stash.get(_SUBTREES_BEFORE, set()):
+        with contextlib.suppress(OSError):
+            subtree.rmdir()
 
 
 _CGROUPS_BEFORE = pytest.StashKey[set[str]]()
 _RUN_AS_BEFORE = pytest.StashKey[set[Path]]()
+_SUBTREES_BEFORE = pytest.StashKey[set[Path]]()

@@ -759,3 +759,28 @@ def test_the_daemon_keeps_ambient_capabilities_for_its_launcher_alone(short_tmp)
     finally:
         daemon.terminate()
         daemon.wait(timeout=20)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+async def test_a_daemon_gone_leaves_neither_its_spare_nor_its_subtree(compiled) -> None:
+    # The launcher outlives a daemon killed outright: at end of file it removes the spare
+    # cgroups it was told of, then the daemon's subtree they were in (found left six times
+    # on a machine after the suite's kill -9 tests).
+    if compiled and launch.compiled_launcher() is None:
+        pytest.skip("no compiled launcher built from this launcher.c")
+    import secrets
+
+    reaper = proctree.Reaper(set())
+    reaper.cgroup_tag = f"t{secrets.token_hex(6)}"
+    launcher = launch.Launcher(set(), reaper, compiled=compiled)
+    await launcher.refill()  # makes a spare in the subtree and tells the launcher of it
+    if not launcher._spares:
+        pytest.skip("no cgroup v2 hierarchy this process may make cgroups in")
+    subtree = proctree.calls_subtree(reaper.cgroup_tag)
+    assert subtree is not None and [s.path.parent for s in launcher._spares] == [subtree]
+    process = launcher._process
+    launcher._stop_process()  # the daemon's end closes, as when it dies: only the launcher acts
+    assert process is not None and process.returncode == 0
+    assert not subtree.exists()
+    launcher._spares.clear()
+    launcher.close()

@@ -432,9 +432,9 @@ def test_sweep_clears_its_own_subtree_and_never_another_daemons() -> None:
     base = _own_cgroup()
     if base is None or not os.access(base, os.W_OK):
         pytest.skip("no writable cgroup v2 hierarchy here")
-    mine, theirs = f"t{secrets.token_hex(6)}", f"t{secrets.token_hex(6)}"
-    own, other = calls_subtree(mine), calls_subtree(theirs)
-    made = [own, other]
+    mine, theirs, killed = (f"t{secrets.token_hex(6)}" for _ in range(3))
+    own, other, left = calls_subtree(mine), calls_subtree(theirs), calls_subtree(killed)
+    made = [own, other, left]
     for subtree in made:
         subtree.mkdir()
     crashed, running, spare = (own / f"rungd-c{secrets.token_hex(8)}" for _ in range(3))
@@ -447,14 +447,15 @@ def test_sweep_clears_its_own_subtree_and_never_another_daemons() -> None:
         sleepers[path] = subprocess.Popen(["sleep", "60"])
         (path / "cgroup.procs").write_text(f"{sleepers[path].pid}\n")
     an_hour_ago = time.time() - 3600
-    for path in (old, their_spare):
+    for path in (old, their_spare, other, left):
         os.utime(path, (an_hour_ago, an_hour_ago))
     try:
         sweep_cgroups([crashed.name.removeprefix("rungd-")], mine)
         assert not crashed.exists() and sleepers[crashed].wait(timeout=5) == -signal.SIGKILL
         assert not spare.exists()  # its own, empty: gone however young
         assert running.exists() and sleepers[running].poll() is None  # holds a process, no recovered call's
-        assert their_spare.exists()  # another daemon's: untouched however old
+        assert their_spare.exists() and other.exists()  # another daemon's: untouched however old
+        assert not left.exists()  # the empty subtree of a daemon killed outright: nobody's
         assert not old.exists() and fresh.exists()  # beside the subtrees: empty and a minute old
     finally:
         for proc in sleepers.values():

@@ -559,5 +559,13 @@ int main(int argc, char **argv) {
     sigprocmask(SIG_SETMASK, &none, NULL);
     serve((int)sock);
     for (size_t i = 0; i < nspares; i++) rmdir(spares[i]);  /* in use or gone: left to the next start's sweep */
+    /* Then the daemon's subtree each was in, once empty (launcher.py says why). */
+    for (size_t i = 0; i < nspares; i++) {
+        char *slash = strrchr(spares[i], '/');
+        if (!slash || slash == spares[i]) continue;
+        *slash = '\0';
+        const char *base = strrchr(spares[i], '/');
+        if (strncmp(base ? base + 1 : spares[i], "rungd-", 6) == 0) rmdir(spares[i]);
+    }
     return 0;
 }

@@ -288,18 +288,22 @@ def apply_limits(limits: tuple[object, ...]) -> None:
 
 def serve(sock_fd: int) -> None:
     """Start what the daemon asks for until it closes the socket (or dies); then remove the
-    call cgroups it was told of (those in use or gone stay as they are)."""
+    call cgroups it was told of, and the daemon's subtree they were in (those in use or gone
+    stay as they are)."""
     os.set_inheritable(sock_fd, False)
     conn = socket.socket(fileno=sock_fd)
     spares: set[bytes] = set()
     try:
         _serve(conn, sock_fd, spares)
     finally:
-        for path in spares:
-            try:
-                os.rmdir(path)
-            except OSError:
-                pass  # in use after all, or gone: the daemon's next start sweeps what is left
+        # Then the daemon's subtree each was in (rungd.system.proctree.calls_subtree), once
+        # empty: a daemon killed outright leaves no folder of its own in the cgroup tree.
+        for path in [*spares, *{os.path.dirname(path) for path in spares}]:
+            if path in spares or os.path.basename(path).startswith(b"rungd-"):
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass  # in use after all, or gone: the daemon's next start sweeps what is left
 
 
 def _serve(conn: socket.socket, sock_fd: int, spares: set[bytes]) -> None:

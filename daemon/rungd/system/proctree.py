@@ -818,9 +818,9 @@ def sweep_cgroups(recovered: Collection[str], tag: str | None = None) -> int:
     is among ``recovered`` (the calls this daemon's ledger says a previous run left
     unfinished) is killed (``cgroup.kill``) if it still holds processes; every empty one is
     removed. One that holds processes and is no recovered call's stays (a program that moved
-    itself there). Another daemon's subtree (``rungd-d*``) is never touched. Beside the
-    subtrees (call cgroups of a version before them, and ``rungd-p<pid>`` folders of processes
-    that ran calls without a daemon) an empty one is removed once it is a minute old.
+    itself there). Beside it, what holds calls or processes (another daemon's subtree, a
+    process's ``rungd-p<pid>``) is never touched; what is empty and a minute old (the subtree
+    of a daemon killed outright, a call cgroup of the older layout) is removed.
     Removal waits, bounded, for the kernel to empty it; a process stuck in the kernel keeps
     its cgroup, and the next start tries again.
 
@@ -837,15 +837,16 @@ def sweep_cgroups(recovered: Collection[str], tag: str | None = None) -> int:
     removed = 0
     subtree = calls_subtree(tag)
     for path in base.glob("rungd-*"):
-        if path.name.startswith("rungd-d"):
-            continue  # a daemon's subtree: its own below, another's never
-        cgroup = CallCgroup(path)
-        if path.name.startswith("rungd-p") and any(path.glob("rungd-*")):
-            continue  # a process's calls, still there
-        if not cgroup.pids():
-            with contextlib.suppress(OSError):
-                if time.time() - path.stat().st_mtime >= _SWEEP_MIN_AGE_S:
-                    removed += cgroup.remove()
+        if path == subtree:
+            continue  # this daemon's: swept below, and kept for its calls
+        # Another daemon's subtree, a process's, or a call cgroup of the older layout: one
+        # that holds cgroups or processes is in use; an empty one a minute old is what a
+        # killed daemon left (a live daemon's subtree always holds its next call's spare).
+        if CallCgroup(path).pids() or any(path.glob("rungd-*")):
+            continue
+        with contextlib.suppress(OSError):
+            if time.time() - path.stat().st_mtime >= _SWEEP_MIN_AGE_S:
+                removed += CallCgroup(path).remove()
     if subtree is None or tag is None or not subtree.is_dir():
         return removed
     for path in subtree.glob("rungd-*"):
