@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -268,10 +269,17 @@ def _handler_source(handler: Any) -> str:
     try:
         path = inspect.getsourcefile(function)
         if path is not None:
-            return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            info = os.stat(path)
+            return _file_digest(path, info.st_size, info.st_mtime_ns)
     except (TypeError, OSError):
         pass
     return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"
+
+
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    """A source file's digest, read once per version of it: a plugin's tools share its module."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 class Hooks:
