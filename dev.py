@@ -64,7 +64,9 @@ TEST_PACKAGES = ("git", "procps", "openssh-client", "systemd", "sudo", "cron", "
                  "postgresql-client", "mariadb-client", "ldap-utils", "apache2-utils", "ccrypt", "p7zip-full",
                  "cryptsetup-bin",
                  # rungctl --host ssh:// against a real sshd on loopback (tests/client/test_ssh_host.py).
-                 "openssh-server")
+                 "openssh-server",
+                 # Screen programs (tests/real/test_screen_programs.py) and their casts replayed.
+                 "dialog", "whiptail", "asciinema")
 
 
 def ensure_test_packages() -> None:

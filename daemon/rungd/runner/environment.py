@@ -54,6 +54,14 @@ def child_env(
     env.update(askpass)
     env.update(program.env)
     env.update(credentials)
+    if program.screen is not None:
+        # A screen program draws for the terminal the tool fixed, in colour as for a person
+        # (a current item may be marked by colour only).
+        env["TERM"] = program.screen.term
+        env.pop("NO_COLOR", None)
+        # Line drawing as the UTF-8 characters it is, not the alternate character set (which
+        # the emulator ignores in UTF-8 mode, as many terminals do).
+        env["NCURSES_NO_UTF8_ACS"] = "1"
     env[proctree.TAG_ENV] = ctx.call_id
     return env
 

@@ -19,7 +19,8 @@ import os
 import pwd
 import select
 import signal
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, BinaryIO
 
 import trio
@@ -31,8 +32,9 @@ from rungd.redact import Redactor
 from rungd.runner.askpass_server import AskpassServer, CallAskpass
 from rungd.runner.environment import DEFAULT_PATH, child_env, credential
 from rungd.runner.exits import check_limits, check_terminal
-from rungd.runner import launch, limits
+from rungd.runner import keys, launch, limits, procwatch
 from rungd.runner.program import Completed, Program, credential_file_marker
+from rungd.runner.screen import Cast, Screen, Session
 from rungd.runner.streams import Outputs, Stream
 from rungd.runner.terminal import Terminal
 from rungd.runner.watch import Watch
@@ -71,9 +73,10 @@ class _Scratch:
         except OSError as exc:  # EMFILE, ENFILE, ENOMEM
             raise _spawn_error(Program(argv=(ctx.tool.name,)), exc) from None
         terminal = None
-        if program.terminal == "line":
+        if program.terminal != "none":
             try:
-                terminal = Terminal()
+                terminal = Terminal() if program.screen is None else \
+                    Terminal(program.screen.rows, program.screen.columns, screen=True)
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EAGAIN, errno.ENOMEM):
                     # Out of descriptors, or every pseudo-terminal of the host in use: this call waits.
@@ -81,6 +84,11 @@ class _Scratch:
                     if exc.errno == errno.ENOSPC:
                         exc = OSError(errno.EAGAIN, "no pseudo-terminal is free on the host (kernel.pty.max)")
                     raise _spawn_error(program, exc) from None
+                if program.screen is not None:  # a screen program has nothing else to run on
+                    poller.close()
+                    raise Failed(f"{ctx.tool.name} is a screen program, and no pseudo-terminal can be made on this "
+                                 f"host ({exc.strerror}); nothing was run", outcome="not_started",
+                                 hint="the operator must give the daemon /dev/ptmx and /dev/pts") from None
                 # A host (or sandbox) with no pseudo-terminals at all: programs get none, as
                 # with terminal = "none", and their own words tell what they tried.
                 _no_terminals(exc)
@@ -208,7 +216,8 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
                     list(program.argv), child_env(ctx, program, credentials, scratch.helper.env),
                     str(program.cwd or cwd), limits.effective(program.limits), scratch.helper.pass_fds,
                     _user_ids(program.user), cgroup, make_cwd=program.cwd is None and make_cwd,
-                    label=ctx.call_id, terminal=scratch.terminal.slave if scratch.terminal is not None else None)
+                    label=ctx.call_id, terminal=scratch.terminal.slave if scratch.terminal is not None else None,
+                    stdio_on_terminal=program.screen is not None)
             except BaseException as exc:
                 if cgroup is None:
                     raise
@@ -387,9 +396,15 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     credentials = {var: credential(ctx, name) for var, name in program.env_credentials.items()}
     secret_files = {var: credential(ctx, name) for var, name in program.file_credentials.items()}
     argv_files = {at: credential(ctx, name) for at, name in program.argv_file_credentials.items()}
+    # A screen's secret fields too, and its keys: a step that cannot be typed starts nothing.
+    fields = {step.credential: credential(ctx, step.credential)
+              for step in (program.screen.steps if program.screen is not None else ()) if step.credential}
+    if program.screen is not None:
+        _check_keys(ctx, program.screen)
     # What the call must not show (its sensitive inputs, credentials it already obtained)
     # and this program's own credentials: redacted from its output and evidence.
-    secrets = [*ctx.secrets, *credentials.values(), *secret_files.values(), *argv_files.values()]
+    secrets = [*ctx.secrets, *credentials.values(), *secret_files.values(), *argv_files.values(),
+               *fields.values()]
     scratch = _Scratch.open(ctx, program, _owner(program.user))
     try:
         for var, secret in secret_files.items():
@@ -407,6 +422,8 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         ctx.mark_spawned()
         if ctx.tool.timing.commit_point == "spawn":
             ctx.mark_committed()
+    if program.screen is not None:
+        return await _drive_screen(ctx, program, proc, tracker, scratch, secrets, fields)
     # Where the daemon may make cgroups (root, or systemd's Delegate=yes), the program was born
     # in the call's own, so the kill reaches every process of it however it detached.
     stdout = Stream("stdout", program.keep_bytes, scratch.evidence_file("stdout"), program.evidence_bytes,
@@ -429,7 +446,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     try:
         question = await _supervise(watch, scratch.helper)
     finally:
-        await _end(ctx, program, proc, tracker, watch, scratch)
+        await _end(ctx, program, proc, tracker, watch.every_stream, scratch)
     # What was answered on the caller's behalf goes on record (the ledger's answered
     # events), whatever the call ends in.
     ctx.answered.extend(watch.answered)
@@ -453,6 +470,77 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     check_terminal(completed, program, watch.tty)
     check_limits(completed, limits.effective(program.limits))
     return completed
+
+
+def _check_keys(ctx: CallContext, screen: Screen) -> None:
+    """Raises Failed (nothing was run) for a step's key this host's terminfo lacks."""
+    try:
+        screen.check_keys()
+    except keys.UnknownKey as exc:
+        raise Failed(f"{exc}; nothing was run", outcome="not_started",
+                     hint="the tool's author must use keys the tool's term has (rungctl lint checks them)") from None
+
+
+async def _drive_screen(ctx: CallContext, program: Program, proc: launch.Child, tracker: proctree.Tracker,
+                        scratch: _Scratch, secrets: list[str], fields: dict[str, str]) -> Completed:
+    """Drive a screen program through its steps (:mod:`rungd.runner.screen`), then end it as
+    every call ends: the tree killed and reaped, everything closed."""
+    assert program.screen is not None and scratch.terminal is not None
+    terminal = scratch.terminal
+    cast = None
+    try:
+        evidence_id, path = ctx.evidence_path("cast")
+        cast = Cast(path, program.screen, ctx.tool.name, Redactor(secrets))
+        scratch.evidence.append(evidence_id)
+    except OSError as exc:  # the state folder cannot hold it: the call goes on without
+        log.warning("%s: the session's cast cannot be kept: %s", ctx.call_id, exc.strerror or exc)
+    seen = (terminal.path, terminal.device)
+    last_snapshot = [0.0]
+
+    def waiting() -> tuple[bool, bool]:
+        """Whether a process of the call reads the terminal, and whether one is hidden from rungd."""
+        cgroup = tracker.cgroup
+        if cgroup is None and time.monotonic() - last_snapshot[0] >= 0.2:
+            tracker.snapshot()  # the kill finds an orphan only if a snapshot saw it
+            last_snapshot[0] = time.monotonic()
+        members = cgroup.pids() if cgroup is not None else [pid for pid, _ in tracker.members()]
+        pids = [proc.pid, *(pid for pid in members if pid != proc.pid)]
+        reading = procwatch.waiting_for_input(pids, None, seen) is not None
+        return reading, not reading and any(procwatch.hidden(pid) for pid in pids)
+
+    session = Session(ctx, program.screen, terminal, Redactor(secrets), cast, fields, waiting,
+                      lambda: proc.returncode)
+    try:
+        session.outputs = Outputs(scratch.poller, proc, (), (terminal, session))
+    except OSError as exc:  # the kernel would not watch one more descriptor (ENOMEM, ENOSPC)
+        with trio.CancelScope(shield=True):
+            await _abandon(ctx, proc, tracker)
+        session.close()
+        scratch.close()
+        raise _spawn_error(program, exc) from None
+    try:
+        drawn = await session.drive()
+    finally:
+        ctx.answered.extend(session.answered)
+        _keep_screen(ctx, scratch, session)
+        await _end(ctx, program, proc, tracker, (session,), scratch)
+    completed = Completed(
+        exit_status=proc.returncode if proc.returncode is not None else -signal.SIGKILL,
+        stdout="", stderr="", stdout_bytes=0, stderr_bytes=0, answered=session.answered,
+        evidence=scratch.evidence, screen=drawn.screen, fields=drawn.fields, stopped=drawn.stopped,
+        evidence_cut=cast is not None and cast.lost > 0)
+    check_limits(completed, limits.effective(program.limits))
+    return completed
+
+
+def _keep_screen(ctx: CallContext, scratch: _Scratch, session: Session) -> None:
+    """Keep the screen the session ended on as a text evidence file (redacted)."""
+    try:
+        evidence_id, path = ctx.evidence_path("screen")
+        path.write_text(session.text(limit=1 << 20) + "\n")
+    except OSError:
+        return  # a full disk: the cast, if kept, still holds it
+    scratch.evidence.append(evidence_id)
 
 
 async def _supervise(watch: Watch, helper: AskpassServer | CallAskpass) -> RungdError | None:
@@ -504,7 +592,7 @@ async def _watch(watch: Watch, helper: AskpassServer | CallAskpass) -> RungdErro
 
 
 async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: proctree.Tracker,
-               watch: Watch, scratch: _Scratch) -> None:
+               streams: Iterable[Stream | Session], scratch: _Scratch) -> None:
     """Kill what is left of the call, reap it, and close everything the call opened.
 
     Cancellation: none; each wait in it is shielded and bounded (a call that ended by itself
@@ -544,7 +632,7 @@ async def _end(ctx: CallContext, program: Program, proc: launch.Child, tracker: 
             # it. (A settled call left nothing; the reaper's own passes reap its zombies.)
             reaper.reap()
             reaper.poke()
-    for stream in watch.every_stream:
+    for stream in streams:
         stream.close()
     # All three pipes, now: left to the garbage collector they outlive the call (the streams,
     # the watch and the child hold each other).

@@ -168,7 +168,8 @@ class Pipe:
     """
 
     def __init__(self, fd: int) -> None:
-        os.set_blocking(fd, False)
+        if fd >= 0:  # -1: no pipe (a screen program's stdio is its terminal)
+            os.set_blocking(fd, False)
         self._fd = fd
         self._waited = False  # Trio was asked to wait on it: it must hear of the close
 
@@ -316,6 +317,12 @@ class Child:
             if self._waited:
                 with contextlib.suppress(RuntimeError):  # outside Trio: nobody can be waiting on it
                     trio.lowlevel.notify_closing(fd)  # wakes a task waiting on it, which then sees why
+            os.close(fd)
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        if fd >= 0:
             os.close(fd)
 
 
@@ -599,7 +606,8 @@ class Launcher:
     async def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, limits: Limits | None,
                     pass_fds: Sequence[int], user: tuple[int, int, list[int]] | None,
                     cgroup: proctree.CallCgroup | None, *, make_cwd: bool = False,
-                    label: str | None = None, terminal: int | None = None) -> Started:
+                    label: str | None = None, terminal: int | None = None, stdio_on_terminal: bool = False
+                    ) -> Started:
         """Have the launcher make the program; returns once its pid is known.
 
         The caller awaits :meth:`Started.exec_result` next. Descriptors are made here, so
@@ -608,7 +616,9 @@ class Launcher:
         makes ``cwd`` (0700, and its parents) before it starts there; a failure says
         ``workdir``. ``label``: the call's id, which the launcher writes on ``cgroup`` once the
         process is made (for start-up recovery). ``terminal``: a pseudo-terminal's
-        descriptor, which the new process makes its controlling terminal (and keeps none of).
+        descriptor, which the new process makes its controlling terminal (and keeps none of);
+        with ``stdio_on_terminal`` it is also its stdin, stdout and stderr (a screen
+        program), and the child has no pipes.
 
         Cancellation: shielded until the pid is known (a few milliseconds); a process made
         is then returned all the same, for the caller to kill, unless the cancellation came
@@ -616,13 +626,17 @@ class Launcher:
         """
         made: list[int] = []
         with proctree.spawning():  # no reaper of this process may take it for a stray meanwhile
+            stdin_w = stdout_r = stderr_r = -1
             try:
-                stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
-                made += [stdin_r, stdin_w]
-                stdout_r, stdout_w = os.pipe2(os.O_CLOEXEC)
-                made += [stdout_r, stdout_w]
-                stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
-                made += [stderr_r, stderr_w]
+                if stdio_on_terminal and terminal is not None:
+                    stdin_r = stdout_w = stderr_w = terminal
+                else:
+                    stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
+                    made += [stdin_r, stdin_w]
+                    stdout_r, stdout_w = os.pipe2(os.O_CLOEXEC)
+                    made += [stdout_r, stdout_w]
+                    stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
+                    made += [stderr_r, stderr_w]
                 err_r, err_w = os.pipe2(os.O_CLOEXEC)
                 made += [err_r, err_w]
                 os.set_blocking(err_r, False)  # read at once, waited on only when empty
@@ -661,8 +675,7 @@ class Launcher:
             found = _PID_LINE.search(said)
             pid = found.group(2) if found else b""
             if not pid:
-                for fd in (stdin_w, stdout_r, stderr_r, err_r):
-                    os.close(fd)
+                _close(stdin_w, stdout_r, stderr_r, err_r)
                 if said:
                     raise _error(said)  # the launcher could not make a process (EAGAIN...)
                 if ended:  # made, and killed before its first word (a killed cgroup kills newborns)
@@ -675,8 +688,7 @@ class Launcher:
                 pidfd = os.pidfd_open(pid_n)  # the daemon's own child: its pid is ours until reaped
             except OSError as exc:
                 _kill_and_reap(pid_n)
-                for fd in (stdin_w, stdout_r, stderr_r, err_r):
-                    os.close(fd)
+                _close(stdin_w, stdout_r, stderr_r, err_r)
                 raise LostStart(exc.errno, exc.strerror) from None
             proctree.SPAWNED.add(pid_n)
             if self._owned is not None:

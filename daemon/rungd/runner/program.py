@@ -7,9 +7,12 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rungd.runner.limits import Limits
+
+if TYPE_CHECKING:
+    from rungd.runner.screen import Screen
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +91,14 @@ class Program:
     # (rungd.runner.terminal), while its stdio stay pipes: what it asks on /dev/tty is seen
     # whole, and answered only as declared. "none": it has no terminal at all (opening
     # /dev/tty fails, ENXIO), for a program that behaves worse with one.
-    terminal: Literal["line", "none"] = "line"
+    # "screen": a full-screen program, whose stdin, stdout and stderr are that terminal too,
+    # driven through ``screen``'s steps (rungd.runner.screen).
+    terminal: Literal["line", "none", "screen"] = "line"
+    screen: Screen | None = None
+
+    def __post_init__(self) -> None:
+        if (self.terminal == "screen") != (self.screen is not None):
+            raise ValueError('terminal = "screen" and a screen (its steps) go together')
 
 
 @dataclasses.dataclass
@@ -111,6 +121,11 @@ class Completed:
     # The evidence holds less than the program printed (its cap, or a full disk): "the full
     # output is in evidence" would not be true.
     evidence_cut: bool = False
+    # A screen program's: the screen it ended on (redacted), the fields its steps read, and
+    # whether rungd stopped it after its last step (then its exit status is rungd's doing).
+    screen: str = ""
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    stopped: bool = False
 
     @property
     def truncated(self) -> bool:

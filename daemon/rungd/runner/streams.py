@@ -11,7 +11,7 @@ import select
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 import trio
 
@@ -206,6 +206,13 @@ class Stream:
         return "\n".join(kept)
 
 
+class Sink(Protocol):
+    """Where output read from a pipe or the terminal goes: a :class:`Stream`, or a screen
+    program's emulator (rungd.runner.screen.Session)."""
+
+    def take(self, chunk: bytes) -> None: ...
+
+
 class Outputs:
     """A program's stdout, stderr, terminal and exit, watched by its call's one task through an epoll of
     the call's own: one turn of the loop takes whatever of them is ready (a task per pipe and
@@ -218,12 +225,13 @@ class Outputs:
         terminal: the call's terminal and where what the program writes on it goes.
     """
 
-    def __init__(self, poller: select.epoll, child: Child, streams: tuple[Stream, Stream],
-                 terminal: tuple[Terminal, Stream] | None = None) -> None:
+    def __init__(self, poller: select.epoll, child: Child, streams: tuple[Stream, Stream] | tuple[()],
+                 terminal: tuple[Terminal, Sink] | None = None) -> None:
         self._poller = poller
         self._child = child
-        self._pipes: dict[int, tuple[Pipe | Terminal, Stream]] = {
-            child.stdout.fileno(): (child.stdout, streams[0]), child.stderr.fileno(): (child.stderr, streams[1])}
+        # No streams: a screen program's stdio is its terminal.
+        self._pipes: dict[int, tuple[Pipe | Terminal, Sink]] = {
+            pipe.fileno(): (pipe, stream) for pipe, stream in zip((child.stdout, child.stderr), streams)}
         self._terminal = -1
         if terminal is not None:  # what the program writes on its terminal, read from the master
             self._terminal = terminal[0].fileno()

@@ -29,7 +29,6 @@ import struct
 import termios
 
 ROWS, COLUMNS = 24, 80
-_WINSIZE = struct.pack("HHHH", ROWS, COLUMNS, 0, 0)
 
 
 class Terminal:
@@ -40,14 +39,18 @@ class Terminal:
             EMFILE, ENFILE).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rows: int = ROWS, columns: int = COLUMNS, *, screen: bool = False) -> None:
+        """``screen``: the program draws on it (a screen tool), so its output is translated
+        as a real terminal's is ("\n" moves to the next line's start); otherwise a program's
+        "\n" arrives as written, for its questions to be quoted as printed."""
         self.master, self.slave = os.openpty()  # both close-on-exec; the slave without O_NOCTTY's risk
         try:
             os.set_blocking(self.master, False)
-            fcntl.ioctl(self.master, termios.TIOCSWINSZ, _WINSIZE)
-            attrs = termios.tcgetattr(self.slave)
-            attrs[1] &= ~termios.ONLCR  # the program's "\n" arrives as written, not as "\r\n"
-            termios.tcsetattr(self.slave, termios.TCSANOW, attrs)
+            fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+            if not screen:
+                attrs = termios.tcgetattr(self.slave)
+                attrs[1] &= ~termios.ONLCR
+                termios.tcsetattr(self.slave, termios.TCSANOW, attrs)
             self.device = os.fstat(self.slave).st_rdev
             self.path = os.ttyname(self.slave)  # what /proc shows for a descriptor opened by this name
         except BaseException:

@@ -1,0 +1,444 @@
+"""Screen programs: a full-screen terminal program driven by declared steps, at fixed positions.
+
+A tool with ``terminal = "screen"`` gives its program the call's pseudo-terminal as stdin,
+stdout and stderr, with the size and ``TERM`` the tool fixes. The daemon keeps what the program
+draws with a VT emulator (pyte) and walks the tool's :class:`Step` list, each inside its own
+timeout and the call's deadline:
+
+1. wait until the screen shows a state (text at a row and column, a pattern on a row or a band
+   of rows, optionally a cell's attribute: a current menu item may be marked by colour only);
+2. wait until the program has drawn it and waits for keys: a process of the call blocked
+   reading the terminal, as the kernel shows it (:mod:`rungd.runner.procwatch`); where rungd
+   may not look into the program, until its output has been quiet a moment;
+3. read fields at fixed positions;
+4. type text (a filled-in input, or a credential from the store for a secret field) and keys
+   (named keys resolved through terminfo for the tool's ``TERM``: :mod:`rungd.runner.keys`).
+
+A step whose state does not appear in time ends the call SURFACE_CHANGED quoting the screen;
+a program that exits first ends it FAILED, quoting the screen too. The one step marked
+``commit`` is the commit point of a tool that declares ``commit_point = "confirmation"``. What a
+call's outcome is after that, the read-back decides, as for every write.
+
+Echo is no evidence here: curses programs keep it off the whole time. What a screen field is,
+the tool declares (``credential`` for a secret one, filled only from the store).
+
+The session is kept as an asciicast v2 file (:class:`Cast`), redacted (a secret field's keys
+are never written; output is redacted like any other), capped, and replayable with
+``asciinema play``; the final screen is kept as text.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import dataclasses
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+import pyte
+import trio
+
+from rungd.core.contract import CallContext
+from rungd.core.errors import Failed, SurfaceChanged, ToolError
+from rungd.redact import Redactor
+from rungd.runner import keys as keymap
+from rungd.runner.streams import not_kept_path
+
+# Attributes a wait may ask of a cell: a pyte Char field, or a colour ("fg:red", "bg:blue").
+ATTRIBUTES = ("reverse", "bold", "underscore", "italics", "blink")
+# What the emulator is fed between two turns of the loop: pyte draws about 1 MB a second.
+_FEED = 16 * 1024
+# How long output must pause before a program rungd may not look into counts as waiting.
+_QUIET_S = 0.05
+# The most of a screen an error quotes.
+QUOTE_CHARS = 1600
+
+
+@dataclasses.dataclass(frozen=True)
+class Band:
+    """Rows ``first`` to ``last`` of the screen (0 is the top), or all of them (None)."""
+
+    first: int | None = None
+    last: int | None = None
+
+    def rows(self, height: int) -> range:
+        first = 0 if self.first is None else self.first
+        last = height - 1 if self.last is None else self.last
+        return range(max(0, first), min(height - 1, last) + 1)
+
+    def said(self) -> str:
+        if self.first is None:
+            return "on the screen"
+        return f"on row {self.first}" if self.last == self.first else f"on rows {self.first}-{self.last}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Wait:
+    """A screen state: ``text`` (exactly at ``column`` when given) or a ``pattern`` on a row
+    of ``band``; with ``attribute``, its first cell must have it; ``absent``: the state is
+    that it is nowhere there (a dialog gone)."""
+
+    text: str | None = None
+    pattern: re.Pattern[str] | None = None
+    band: Band = Band()
+    column: int | None = None
+    attribute: str | None = None
+    absent: bool = False
+
+    def said(self) -> str:
+        what = repr(self.text) if self.text is not None else f"/{self.pattern.pattern if self.pattern else ''}/"
+        where = self.band.said() + (f" at column {self.column}" if self.column is not None else "")
+        shown = f"{what} {where}" + (f" ({self.attribute})" if self.attribute else "")
+        return f"{shown} to go" if self.absent else shown
+
+
+@dataclasses.dataclass(frozen=True)
+class Read:
+    """A field read off the screen: ``width`` characters from ``column`` of the band's first
+    row, or the first group (else the whole match) of ``pattern`` on the first row of the band
+    it matches. Spaces around it are dropped."""
+
+    name: str
+    band: Band = Band()
+    column: int = 0
+    width: int | None = None
+    pattern: re.Pattern[str] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One step of a session: wait for ``wait``, read ``read``, type ``text`` (or the
+    credential named ``credential``: a secret field), then press ``keys``."""
+
+    wait: Wait | None = None
+    timeout_s: float = 5.0
+    read: tuple[Read, ...] = ()
+    text: str | None = None
+    credential: str | None = None
+    keys: tuple[str, ...] = ()
+    commit: bool = False
+
+    @property
+    def types(self) -> bool:
+        return self.text is not None or self.credential is not None or bool(self.keys)
+
+
+@dataclasses.dataclass(frozen=True)
+class Screen:
+    """A screen tool's terminal and steps. ``end``: after the last step, wait for the program
+    to exit by itself (its exit status is judged), or stop it (a read that took its fields)."""
+
+    steps: tuple[Step, ...]
+    rows: int = 24
+    columns: int = 80
+    term: str = "xterm-256color"
+    end: Literal["exit", "kill"] = "exit"
+    # The most bytes the emulator draws in one call: a program that redraws forever is stopped.
+    screen_bytes: int = 4 * 1024 * 1024
+    cast_bytes: int = 2 * 1024 * 1024
+
+    def check_keys(self) -> None:
+        """Raises keymap.UnknownKey for a key the terminal type does not have on this host."""
+        for step in self.steps:
+            for name in step.keys:
+                keymap.key(self.term, name)
+
+
+@dataclasses.dataclass
+class Drawn:
+    """What a session left: the fields read, the final screen (redacted), and whether rungd
+    stopped the program after its last step (``end = "kill"``)."""
+
+    fields: dict[str, str]
+    screen: str
+    stopped: bool = False
+
+
+class _Emulator(pyte.Screen):  # type: ignore[misc]
+    """pyte's screen, answering the terminal's own reports (cursor position, device
+    attributes) on the terminal as a real one would."""
+
+    def __init__(self, columns: int, rows: int, reply: Callable[[bytes], bool]) -> None:
+        super().__init__(columns, rows)
+        self._reply = reply
+
+    def write_process_input(self, data: str) -> None:
+        self._reply(data.encode())
+
+
+class Cast:
+    """The session as an asciicast v2 file: a header line, then ``[seconds, "o"|"i", text]``
+    events, output redacted, a secret field's keys never written; capped at ``cap`` bytes (a
+    note beside the file says how much was not kept).
+
+    Raises (at construction):
+        OSError: the state folder cannot hold it; the caller goes on without one.
+    """
+
+    def __init__(self, path: Path, screen: Screen, title: str, redactor: Redactor) -> None:
+        self.path = path
+        self._file: BinaryIO = open(path, "wb")
+        self._start = time.monotonic()
+        self._redactor = redactor
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._cap = screen.cast_bytes
+        self.written = 0
+        self.lost = 0
+        header = {"version": 2, "width": screen.columns, "height": screen.rows, "timestamp": int(time.time()),
+                  "env": {"TERM": screen.term}, "title": title}
+        self._write(json.dumps(header).encode() + b"\n")
+
+    def output(self, chunk: bytes) -> None:
+        self._event("o", self._decoder.decode(self._redactor.feed(chunk)))
+
+    def typed(self, data: bytes) -> None:
+        self._event("i", self._redactor.text(data.decode("utf-8", "replace")))
+
+    def _event(self, kind: str, text: str) -> None:
+        if text:
+            line = json.dumps([round(time.monotonic() - self._start, 6), kind, text]).encode() + b"\n"
+            self._write(line)
+
+    def _write(self, line: bytes) -> None:
+        if self._file.closed:
+            return
+        if self.written + len(line) > self._cap:
+            self.lost += len(line)
+            return
+        try:
+            self._file.write(line)
+        except OSError:
+            self.lost += len(line)
+            return
+        self.written += len(line)
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        self._event("o", self._decoder.decode(self._redactor.flush(), final=True))
+        with contextlib.suppress(OSError):
+            self._file.close()
+        if self.lost:
+            with contextlib.suppress(OSError):
+                not_kept_path(self.path).write_text(json.dumps(
+                    {"bytes": self.lost, "why": "the cast cap (the screen's cast_bytes), or a full disk"}))
+
+
+class Session:
+    """One call's screen: fed what the program draws (:meth:`take`, as an output stream),
+    driven through the tool's steps (:meth:`drive`)."""
+
+    def __init__(self, ctx: CallContext, screen: Screen, terminal: Any, redactor: Redactor,
+                 cast: Cast | None, credentials: dict[str, str], waiting: Callable[[], tuple[bool, bool]],
+                 exited: Callable[[], int | None]) -> None:
+        self.ctx = ctx
+        self._credentials = credentials  # a secret field's credential, by name
+        self.spec = screen
+        self.terminal = terminal
+        self.redactor = redactor
+        self.cast = cast
+        self._waiting = waiting  # (a process waits reading the terminal, rungd may not see it)
+        self._exited = exited
+        self.outputs: Any = None  # streams.Outputs, set once the program runs
+        self.emulator = _Emulator(screen.columns, screen.rows, terminal.type)
+        self._stream = pyte.ByteStream(self.emulator)
+        self._pending = bytearray()
+        self.drawn = 0
+        self.last_output = time.monotonic()
+        self.on_output: Callable[[], None] | None = None
+        self.answered: list[str] = []
+        self.fields: dict[str, str] = {}
+
+    # -- fed by streams.Outputs, as a Stream is -------------------------------------------
+    def take(self, chunk: bytes) -> None:
+        self.drawn += len(chunk)
+        self.last_output = time.monotonic()
+        if self.cast is not None:
+            self.cast.output(chunk)
+        if self.drawn <= self.spec.screen_bytes:
+            self._pending += chunk
+
+    def close(self) -> None:
+        if self.cast is not None:
+            self.cast.close()
+
+    async def _catch_up(self) -> None:
+        """Draw what the program wrote, a slice per turn of the loop.
+
+        Raises:
+            ToolError: OUTPUT_TOO_LARGE once it drew more than the screen's cap.
+        """
+        while self._pending:
+            piece = bytes(self._pending[:_FEED])
+            del self._pending[:_FEED]
+            self._stream.feed(piece)
+            if self._pending:
+                await trio.lowlevel.checkpoint()
+        if self.drawn > self.spec.screen_bytes:
+            raise ToolError("OUTPUT_TOO_LARGE",
+                            f"the program drew more than {self.spec.screen_bytes} bytes on its screen; it was stopped",
+                            hint="a screen program redraws a few KB per key: this one floods its terminal; the "
+                            "tool's author must find a quieter way to run it", fields={"screen": self.text()})
+
+    # -- what is on the screen -----------------------------------------------------------
+    def rows(self) -> list[str]:
+        return list(self.emulator.display)
+
+    def text(self, limit: int = QUOTE_CHARS) -> str:
+        """The screen as a person reads it: rows without trailing spaces, blank rows at the
+        top and bottom left out, redacted, at most ``limit`` characters (the top kept)."""
+        rows = [row.rstrip() for row in self.rows()]
+        while rows and not rows[-1]:
+            rows.pop()
+        while rows and not rows[0]:
+            rows.pop(0)
+        return self.redactor.text("\n".join(rows))[:limit]
+
+    def shows(self, wait: Wait) -> bool:
+        found = self._find(wait)
+        return not found if wait.absent else found
+
+    def _find(self, wait: Wait) -> bool:
+        display = self.emulator.display
+        for row in wait.band.rows(self.spec.rows):
+            line = display[row]
+            for start in self._starts(wait, line):
+                if wait.attribute is None or self._has(row, start, wait.attribute):
+                    return True
+        return False
+
+    @staticmethod
+    def _starts(wait: Wait, line: str) -> list[int]:
+        if wait.text is not None:
+            if wait.column is not None:
+                return [wait.column] if line.startswith(wait.text, wait.column) else []
+            return [m.start() for m in re.finditer(re.escape(wait.text), line)]
+        assert wait.pattern is not None
+        if wait.column is not None:
+            return [wait.column] if wait.pattern.match(line, wait.column) else []
+        return [m.start() for m in wait.pattern.finditer(line)]
+
+    def _has(self, row: int, column: int, attribute: str) -> bool:
+        cell = self.emulator.buffer[row][column]
+        if attribute.startswith(("fg:", "bg:")):
+            return getattr(cell, attribute[:2]) == attribute[3:]
+        return bool(getattr(cell, attribute, False))
+
+    def read(self, field: Read) -> str:
+        """Raises SurfaceChanged: a pattern matches no row of its band."""
+        display = self.emulator.display
+        rows = field.band.rows(self.spec.rows)
+        if field.pattern is None:
+            line = display[rows[0]] if rows else ""
+            end = None if field.width is None else field.column + field.width
+            return self.redactor.text(line[field.column:end].strip())
+        for row in rows:
+            if (match := field.pattern.search(display[row], field.column)) is not None:
+                value = match.group(1) if match.re.groups else match.group(0)
+                return self.redactor.text((value or "").strip())
+        raise SurfaceChanged(
+            f"the field {field.name} is not on the screen: /{field.pattern.pattern}/ matches nothing "
+            f"{field.band.said()}", hint="the program's screen changed; the tool's author must check the step's "
+            "read (rungctl probe --screen shows the screens)", fields={"screen": self.text()})
+
+    # -- the steps ---------------------------------------------------------------------
+    async def drive(self) -> Drawn:
+        """Walk the steps; returns what they read once the last is done (and, with ``end =
+        "exit"``, once the program exited).
+
+        Raises:
+            SurfaceChanged: a step's state did not appear in time, or a field was missing.
+            Failed: the program exited before a step's state appeared; a secret field's
+                credential is missing or unreadable.
+            ToolError: OUTPUT_TOO_LARGE, it flooded its screen.
+
+        Cancellation: stops at once; the caller kills the tree.
+        """
+        for number, step in enumerate(self.spec.steps, 1):
+            until = trio.current_time() + step.timeout_s
+            if step.wait is not None:
+                await self._until(step.wait, until, number)
+            if step.read or step.types:
+                await self._ready(until)
+            for field in step.read:
+                self.fields[field.name] = self.read(field)
+            if step.types:
+                await self._type(step, number)
+        if self.spec.end == "kill":
+            await self._catch_up()
+            return Drawn(self.fields, self.text(limit=1 << 20), stopped=True)
+        while self._exited() is None:
+            await self.outputs.wait(0.25)
+            await self._catch_up()
+        self.outputs.take()
+        await self._catch_up()
+        return Drawn(self.fields, self.text(limit=1 << 20))
+
+    async def _until(self, wait: Wait, until: float, number: int) -> None:
+        while True:
+            await self._catch_up()
+            if self.shows(wait):
+                return
+            status = self._exited()
+            if status is not None:
+                self.outputs.take()  # its last words on the screen
+                await self._catch_up()
+                if self.shows(wait):
+                    return
+                raise Failed(f"the program exited (status {status}) at step {number}, before the screen showed "
+                             f"{wait.said()}", hint="the screen it left is quoted in the screen field; the "
+                             "read-back or settle read tells what it did", fields={"screen": self.text(),
+                                                                                     "step": number})
+            left = until - trio.current_time()
+            if left <= 0:
+                raise SurfaceChanged(
+                    f"step {number} waited for {wait.said()}, which did not appear; the screen shows something "
+                    "else (quoted in the screen field)",
+                    hint="the program's screen changed, or it showed a dialog the tool does not expect; the tool's "
+                    "author must check the steps against it (rungctl probe --screen)",
+                    fields={"screen": self.text(), "step": number})
+            await self.outputs.wait(min(left, 0.25))
+
+    async def _ready(self, until: float) -> None:
+        """Wait until the program has drawn what it will and waits for keys: the kernel shows
+        a process of the call blocked reading the terminal (or, where rungd may not look,
+        its output paused a moment), it exited, or the step's time is up (keys are typed
+        ahead, as a person would)."""
+        while trio.current_time() < until and self._exited() is None:
+            await self._catch_up()
+            reading, hidden = self._waiting()
+            quiet = time.monotonic() - self.last_output
+            if reading or (hidden and quiet >= _QUIET_S):
+                self.outputs.take()  # drawn in the same instant it blocked: seen before we type
+                if not self._pending:
+                    return
+                continue
+            await self.outputs.wait(0.005 if reading or hidden else 0.01)
+        await self._catch_up()
+
+    async def _type(self, step: Step, number: int) -> None:
+        if step.commit:
+            # The gate passed before the program started: this is the call's one committing key.
+            if self.ctx.tool.timing.commit_point == "confirmation":
+                self.ctx.mark_committed()
+            self.answered.append(f"screen commit at step {number}")
+        if step.text is not None:
+            data = step.text.encode()
+            if self.cast is not None:
+                self.cast.typed(data)
+            self.terminal.type(data)
+        if step.credential is not None:
+            # Looked up before the program started, and redacted from everything since.
+            self.terminal.type(self._credentials[step.credential].encode())  # never in the cast
+            self.answered.append(f"screen credential {step.credential} at step {number}")
+        keypad = (1 << 5) in self.emulator.mode  # DECCKM, as pyte keeps a private mode
+        for name in step.keys:
+            data = keymap.key(self.spec.term, name).sent(keypad)
+            if self.cast is not None:
+                self.cast.typed(data)
+            self.terminal.type(data)
+
