@@ -55,6 +55,13 @@ Trust follows ownership (``rungd.system.trust``)
 Rung 2, running a command-line program (``rungd.runner``)
     run(ctx, Program(...)) -> Completed, check_exit(done, table)
     Program, Confirmation, CredentialPrompt, Limits, Completed
+    Screen, Step, Wait, Read, Band   a screen program (``Program(terminal="screen",
+                        screen=Screen(steps=...))``): steps that wait for what it draws, read
+                        fields at fixed positions, type text, a credential or named keys;
+                        ``Completed.fields`` holds what they read, ``Completed.screen`` the last
+                        screen
+    screen_key(term, name)   the key ``name`` on a terminal of type ``term``, from the host's
+                        terminfo; raises UnknownKey (a ValueError) naming what is missing
     credential_file_marker(name)   what an argv word holds where the runner puts the path of
                         a sealed file with that credential (``Program.argv_file_credentials``)
 
@@ -155,12 +162,19 @@ from rungd.core.settings import PluginSettings
 from rungd.system.trust import Untrusted
 from rungd.system.trust import check as check_trusted
 from rungd.system.trust import check_operand as check_trusted_operand
+from rungd.runner.keys import UnknownKey
+from rungd.runner.keys import key as screen_key
 from rungd.runner import (
+    Band,
     Completed,
     Confirmation,
     CredentialPrompt,
     Limits,
     Program,
+    Read,
+    Screen,
+    Step,
+    Wait,
     check_exit,
     credential_file_marker,
     run,
@@ -186,6 +200,7 @@ __all__ = [
     "AsOf",
     "AuthRequired",
     "BadInput",
+    "Band",
     "CallContext",
     "Caller",
     "CommitPoint",
@@ -193,6 +208,8 @@ __all__ = [
     "Completed",
     "ConfigError",
     "Untrusted",
+    "UnknownKey",
+    "screen_key",
     "check_trusted",
     "check_trusted_operand",
     "Confirmation",
@@ -227,8 +244,11 @@ __all__ = [
     "PluginSettings",
     "Program",
     "PromptUnexpected",
+    "Read",
     "Result",
     "Retry",
+    "Screen",
+    "Step",
     "Roots",
     "RowSchema",
     "RuledOut",
@@ -248,6 +268,7 @@ __all__ = [
     "ToolInputs",
     "Tsv",
     "UnexpectedState",
+    "Wait",
     "Watcher",
     "catastrophic_pattern",
     "check_exit",

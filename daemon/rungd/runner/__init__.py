@@ -43,6 +43,8 @@ Where each concern lives:
     launcher.c         the same launcher compiled (by hatch_build.py where cc is present): used
                        when built from this source, for a start about 1 ms cheaper
     terminal.py        Terminal: the call's pseudo-terminal, its echo, and answers typed on it
+    screen.py          screen programs: Screen, Step, Wait, Read, Band; the emulator, the steps, the cast
+    keys.py            named keys as a terminal type sends them, from the host's terminfo
     questions.py       the words of credential questions on stdin, and of programs without a terminal
     watch.py           prompt watching: feed stdin, notice a question, answer or stop
     execute.py         run(): spawn, supervise, kill and reap
@@ -55,6 +57,7 @@ from rungd.runner.exits import check_exit
 from rungd.runner.limits import Limits
 from rungd.runner.program import Completed, Confirmation, CredentialPrompt, Program, credential_file_marker
 from rungd.runner.questions import CREDENTIAL_QUESTION, TERMINAL_REQUIRED
+from rungd.runner.screen import Band, Read, Screen, Step, Wait
 
 __all__ = [
     "CREDENTIAL_QUESTION",
@@ -62,11 +65,16 @@ __all__ = [
     "PASS_THROUGH",
     "QUIET_ENV",
     "TERMINAL_REQUIRED",
+    "Band",
     "Completed",
     "Confirmation",
     "CredentialPrompt",
     "Limits",
     "Program",
+    "Read",
+    "Screen",
+    "Step",
+    "Wait",
     "check_exit",
     "child_env",
     "credential_file_marker",

@@ -21,6 +21,7 @@ import pydantic
 import trio
 from pydantic import Field
 from rungd.sdk import (
+    Band,
     BadInput,
     CallContext,
     Completed,
@@ -33,11 +34,14 @@ from rungd.sdk import (
     Limits,
     Precondition,
     Program,
+    Read,
     Result,
     RuledOut,
     RungdError,
+    Screen,
     Session,
     SettleSpec,
+    Step,
     StepDown,
     SurfaceChanged,
     Timing,
@@ -45,7 +49,10 @@ from rungd.sdk import (
     ToolError,
     ToolInputs,
     UnexpectedState,
+    UnknownKey,
+    Wait,
     check_exit,
+    screen_key,
     shows,
 )
 from rungd.sdk import run as run_program  # the method below is called run too
@@ -60,7 +67,15 @@ from rungd_plugins.declarative.parse import (
     parse_off_loop,
 )
 from rungd_plugins.declarative.programs import Resolved
-from rungd_plugins.declarative.schema import RELATIVE_TESTS, ExpectSpec, InputSpec, ReadBackSpec, ToolFile, ToolSpec
+from rungd_plugins.declarative.schema import (
+    RELATIVE_TESTS,
+    ExpectSpec,
+    InputSpec,
+    ReadBackSpec,
+    ScreenSpec,
+    ToolFile,
+    ToolSpec,
+)
 from rungd_plugins.declarative.templates import (
     CREDENTIAL_FILE,
     credential_files,
@@ -230,7 +245,8 @@ def _credentials(file: ToolFile, spec: ToolSpec) -> tuple[str, ...]:
     # The tool's own program: [programs.NAME] when it names one, else [program] (or the only one).
     program = file.programs.get(spec.program or "") or file.program or next(iter(file.programs.values()))
     names = {*program.credentials.values(), *spec.credentials.values(), *spec.credential_files.values(),
-             *(c.credential for c in spec.credential_prompt), *(c.credential for c in spec.askpass)}
+             *(c.credential for c in spec.credential_prompt), *(c.credential for c in spec.askpass),
+             *(step.credential for step in (spec.screen.steps if spec.screen else ()) if step.credential)}
     return tuple(sorted(names))
 
 
@@ -253,6 +269,8 @@ def _default_outputs(spec: ToolSpec) -> dict[str, str]:
         return _EXPORT_OUTPUTS
     if spec.import_ is not None:
         return _IMPORT_OUTPUTS
+    if spec.screen is not None:
+        return {name: f"{name}, read off the screen" for name in _parsed_fields(spec)}
     return {k: k for k in spec.parse.fields}
 
 
@@ -317,7 +335,8 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
                               "Hint: if the program changes something, declare the tool a write "
                               "(side_effect = \"reversible\", \"visible\" or \"irreversible\") with a "
                               "[tools.NAME.verify] read-back; otherwise drop the confirm entry")
-    if spec.commit_point == "confirmation" and not spec.confirm:
+    _check_screen(fail, spec)
+    if spec.commit_point == "confirmation" and not spec.confirm and spec.screen is None:
         raise fail("commit_point", "'confirmation' needs a [[...confirm]] entry to answer")
     if spec.side_effect != "read" and spec.verify is None and spec.import_ is None:
         raise fail("verify", "a tool that changes something needs a read-back: "
@@ -343,6 +362,101 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
             if field not in parsed:
                 raise fail(f"{where}.expect.{field}", f"{mapping.tool} does not parse a field {field!r} "
                                                       f"(it parses {', '.join(parsed) or 'nothing'})")
+
+
+def _check_screen(fail: Callable[[str, str], ConfigError], spec: ToolSpec) -> None:
+    """A screen tool: its steps are the whole dialogue with the program, so nothing else
+    talks to it (stdin, prompts, a parse of output it draws), and its keys exist."""
+    if (spec.terminal == "screen") != (spec.screen is not None):
+        raise fail("screen", "terminal = \"screen\" and a [tools.NAME.screen] table with its steps go together")
+    if spec.screen is None:
+        return
+    for key, bad in (("parse", spec.parse.kind != "none"), ("stdin", spec.stdin != "none"),
+                     ("stdin_input", spec.stdin_input is not None), ("confirm", bool(spec.confirm)),
+                     ("credential_prompt", bool(spec.credential_prompt)), ("askpass", bool(spec.askpass))):
+        if bad:
+            raise fail(key, "a screen tool talks to its program through its steps only: its fields come from "
+                            "steps' read tables, what it answers from their type, credential and keys")
+    commits = [i for i, step in enumerate(spec.screen.steps) if step.commit]
+    if len(commits) > 1:
+        raise fail(f"screen.steps[{commits[1]}].commit", "one step commits the change; mark only the one whose keys "
+                                                          "do (Enter on the confirm button)")
+    if commits and spec.side_effect == "read":
+        raise fail(f"screen.steps[{commits[0]}].commit", "a read tool commits nothing: declare the tool a write "
+                                                          "with a verify read-back, or drop commit")
+    if spec.commit_point == "confirmation" and not commits:
+        raise fail("commit_point", "'confirmation' on a screen tool needs the step that commits: commit = true")
+    seen: set[str] = set()
+    for i, step in enumerate(spec.screen.steps):
+        where = f"screen.steps[{i}]"
+        if step.type is not None:
+            if problem := template_problem(step.type):
+                raise fail(f"{where}.type", problem)
+            for ref in placeholders(step.type):
+                if ref not in spec.inputs:
+                    raise fail(f"{where}.type", f"{{{ref}}} is not one of its inputs ({', '.join(spec.inputs) or 'none'})")
+        if step.type is not None and step.credential is not None:
+            raise fail(f"{where}.credential", "a step types text or a credential, not both")
+        for name in step.keys:
+            try:
+                screen_key(spec.screen.term, name)
+            except UnknownKey as exc:
+                raise fail(f"{where}.keys", str(exc)) from None
+        for name in step.read:
+            if name in seen or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+                raise fail(f"{where}.read.{name}", "each field is read once, named in lower case (hostname, "
+                                                   "free_space)")
+            seen.add(name)
+
+
+def _screen(spec: ScreenSpec, values: dict[str, Any]) -> Screen:
+    """The runner's screen for a call with ``values``: each step's text filled in."""
+    def band(where: Any) -> Band:
+        if where.rows is not None:
+            return Band(*where.rows)
+        return Band(where.row, where.row) if where.row is not None else Band()
+
+    steps = []
+    for step in spec.steps:
+        wait = None
+        if step.wait is not None:
+            w = step.wait
+            wait = Wait(text=w.text, pattern=re.compile(w.pattern) if w.pattern else None, band=band(w),
+                        column=w.column, attribute=w.attribute, absent=w.absent)
+        reads = tuple(Read(name, band(r), column=r.column or 0, width=r.width,
+                           pattern=re.compile(r.pattern) if r.pattern else None) for name, r in step.read.items())
+        text = substitute(step.type, values) if step.type is not None else None
+        steps.append(Step(wait=wait, timeout_s=step.timeout_s, read=reads,
+                          text=None if text is None else str(text).lower() if isinstance(text, bool) else str(text),
+                          credential=step.credential, keys=tuple(step.keys), commit=step.commit))
+    return Screen(steps=tuple(steps), rows=spec.rows, columns=spec.columns, term=spec.term, end=spec.end)
+
+
+def _screen_fields(spec: ScreenSpec, drawn: dict[str, Any]) -> dict[str, Any]:
+    """The fields read off the screen, typed as the tool declares.
+
+    Raises:
+        SurfaceChanged: a field's text is not of its type (the screen changed).
+    """
+    types = {name: read.type for step in spec.steps for name, read in step.read.items()}
+    typed: dict[str, Any] = {}
+    for name, text in drawn.items():
+        kind = types.get(name, "string")
+        try:
+            if kind == "integer":
+                typed[name] = int(text.replace(",", "").replace("_", ""))
+            elif kind == "number":
+                typed[name] = float(text.replace(",", ""))
+            elif kind == "boolean":
+                typed[name] = {"true": True, "yes": True, "on": True, "[x]": True, "[*]": True, "false": False,
+                               "no": False, "off": False, "[ ]": False}[text.lower()]
+            else:
+                typed[name] = text
+        except (ValueError, KeyError):
+            raise SurfaceChanged(f"the screen shows {text!r} where the field {name} should be a {kind}",
+                                 hint="the program's screen changed; the tool's author must check the step's read "
+                                 "(rungctl probe --screen shows the screens)") from None
+    return typed
 
 
 def _check_sensitive(fail: Callable[[str, str], ConfigError], spec: ToolSpec) -> None:
@@ -418,6 +532,8 @@ def _check_precondition(path: Path, key: str, fail: Callable[[str, str], ConfigE
 
 
 def _parsed_fields(spec: ToolSpec) -> list[str]:
+    if spec.screen is not None:
+        return [name for step in spec.screen.steps for name in step.read]
     """The fields a read tool's output parses into, which a read-back may expect."""
     if spec.parse.kind == "lines":
         return ["lines", "lines_shown", "lines_total"]
@@ -521,7 +637,7 @@ def _errors(spec: ToolSpec) -> tuple[ErrorRule, ...]:
         return imports.ERRORS
     rules = [ErrorRule(r.code, r.retry, r.next_action, r.hint, r.meaning) for r in spec.exit.values()]
     # Its own output, or its read-back's, can stop parsing.
-    core = ["TIMEOUT", "SURFACE_CHANGED"] if spec.parse.kind != "none" or spec.verify else ["TIMEOUT"]
+    core = ["TIMEOUT", "SURFACE_CHANGED"] if spec.parse.kind != "none" or spec.verify or spec.screen else ["TIMEOUT"]
     core.append("AUTH_REQUIRED")  # any program may ask through askpass, or need a terminal to
     if spec.verify:
         core.append("UNEXPECTED_STATE")
@@ -621,11 +737,16 @@ class _ProgramRunner:
             stdin_eof=spec.stdin_eof,
             user=self.user,
             terminal=spec.terminal,
+            screen=_screen(spec.screen, values) if spec.screen is not None else None,
         )
 
     async def run(self, ctx: CallContext, values: dict[str, Any], *,
                   commits: bool = True) -> tuple[dict[str, Any], Completed]:
         done = await run_program(ctx, dataclasses.replace(self.program(values), commits=commits))
+        if self.spec.screen is not None:
+            if not done.stopped:  # else its exit is rungd's stop after the last step
+                check_exit(done, self.exit_table, ok=tuple(self.spec.ok_exit))
+            return _screen_fields(self.spec.screen, done.fields), done
         check_exit(done, self.exit_table, ok=tuple(self.spec.ok_exit))
         failed_quietly(self.spec.parse, done)  # before the size: a flood on stderr is still its words
         if _cut(done, self.spec.parse.stream) and self.spec.parse.kind not in ("none", "lines"):
@@ -739,8 +860,9 @@ def _handler(program: _ProgramRunner, readback: _ReadBack | None, spec: ToolSpec
                     why.append("the output was cut at the byte cap the tool keeps"
                                + (" (how many lines it had is unknown)" if spec.parse.kind == "lines" else ""))
                 narrow = f"{'; '.join(why)}; ask for less (a narrower input), or read it: {_kept(done)}"
-            return Result(fields=fields, truncated=clipped or cut is not None, narrow=narrow,
-                          verified_by=f"parsed {spec.parse.kind} output" if spec.parse.kind != "none" else None)
+            verified = "read off the screen" if spec.screen is not None and fields else \
+                f"parsed {spec.parse.kind} output" if spec.parse.kind != "none" else None
+            return Result(fields=fields, truncated=clipped or cut is not None, narrow=narrow, verified_by=verified)
         return await _act_and_verify(ctx, program, readback, values, settle)
 
     return handle

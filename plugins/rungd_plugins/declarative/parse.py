@@ -69,6 +69,10 @@ def check_patterns(path: Path, key: str, spec: ToolSpec) -> None:
         found.append(("export.as_of_pattern", spec.export.as_of_pattern))
     if spec.import_ is not None:
         found.append(("import.name_pattern", spec.import_.name_pattern))
+    for i, step in enumerate(spec.screen.steps if spec.screen is not None else ()):
+        if step.wait is not None:
+            found.append((f"screen.steps[{i}].wait.pattern", step.wait.pattern))
+        found += [(f"screen.steps[{i}].read.{name}.pattern", read.pattern) for name, read in step.read.items()]
     for where, pattern in found:
         if pattern:
             check_pattern(path, f"{key}.{where}", pattern)

@@ -407,6 +407,102 @@ class HeadingSpec(_Strict):
     session: SessionSpec | None = Field(None, description="Who is signed in, for a tool that uses credentials.")
 
 
+Row = Annotated[int, Field(ge=0, le=199)]
+
+
+class _Where(_Strict):
+    row: Row | None = Field(None, description="The row it is on, 0 being the top; left out (and no rows), any "
+                                              "row.")
+    rows: tuple[Row, Row] | None = Field(None, description="The band of rows it may be on, first and last "
+                                                           "included, e.g. [3, 10].")
+    column: int | None = Field(None, ge=0, le=499, description="The column it starts at, 0 being the left edge.")
+
+    @model_validator(mode="after")
+    def _one_place(self) -> _Where:
+        if self.row is not None and self.rows is not None:
+            raise ValueError("give row or rows, not both")
+        if self.rows is not None and self.rows[0] > self.rows[1]:
+            raise ValueError(f"rows = {list(self.rows)}: the first row comes before the last")
+        return self
+
+
+class WaitSpec(_Where):
+    """A screen state a step waits for: ``{ text = "Main menu", row = 0 }``, ``{ pattern =
+    "Save .*\\?", rows = [5, 20] }``, ``{ text = "Quit", attribute = "reverse" }``."""
+
+    text: str | None = Field(None, min_length=1, description="Text that must be on the screen (at column, when "
+                                                             "given).")
+    pattern: str | None = Field(None, description="A regular expression searched in each row (matched at column, "
+                                                  "when given).")
+    attribute: str | None = Field(None, pattern=r"^(reverse|bold|underscore|italics|blink|(fg|bg):[a-z0-9]+)$",
+                                  description="An attribute its first cell must have: reverse, bold, underscore, "
+                                              "italics, blink, or a colour as fg:NAME / bg:NAME (a current menu "
+                                              "item may be marked by colour only).")
+    absent: bool = Field(False, description="The state is that it is not there (a dialog gone, an item no longer "
+                                            "current).")
+
+    @model_validator(mode="after")
+    def _one_test(self) -> WaitSpec:
+        if (self.text is None) == (self.pattern is None):
+            raise ValueError("a wait names text or pattern, exactly one")
+        return self
+
+
+class ReadSpec(_Where):
+    """A field read off the screen: ``{ row = 3, column = 12, width = 30 }``, or ``{ rows = [3,
+    9], pattern = "Status: (\\S+)" }`` (its first group)."""
+
+    width: int | None = Field(None, ge=1, le=500, description="How many characters from column (left out: to the "
+                                                              "row's end); spaces around the value are dropped.")
+    pattern: str | None = Field(None, description="A regular expression searched from column in each row of the "
+                                                  "band; the field is its first group (or the whole match).")
+    type: FieldType = Field("string", description="The field's type; text that is not one is SURFACE_CHANGED.")
+
+    @model_validator(mode="after")
+    def _a_place(self) -> ReadSpec:
+        if self.pattern is None and self.row is None and self.rows is None:
+            raise ValueError("a field read at a fixed place names its row (with column and width)")
+        if self.pattern is not None and self.width is not None:
+            raise ValueError("give width (a fixed place) or pattern, not both")
+        return self
+
+
+class StepSpec(_Strict):
+    """One step of a screen session: wait, read, type, press keys; in that order."""
+
+    wait: WaitSpec | None = Field(None, description="The screen state to wait for before anything else.")
+    timeout_s: float = Field(5.0, gt=0, le=600, description="How long, in seconds, the step may wait for its "
+                                                            "state; then the call is SURFACE_CHANGED, quoting the "
+                                                            "screen.")
+    read: dict[str, ReadSpec] = Field({}, description="Fields read off the screen into the result, one table each: "
+                                                      "FIELD = { row = 3, column = 12, width = 30 }.")
+    type: str | None = Field(None, description="Text typed into the field the step waited for: a literal, or "
+                                               "\"{input}\" for one of the tool's inputs.")
+    credential: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$",
+                                   description="A secret field: typed from this credential in rungd's store, never "
+                                               "recorded.")
+    keys: list[str] = Field([], description="Keys pressed after the text: Enter, Tab, BackTab, Escape, Space, Up, "
+                                            "Down, Left, Right, Home, End, PageUp, PageDown, Insert, Delete, "
+                                            "Backspace, F1-F12, Ctrl-A to Ctrl-Z; sent as the tool's term does.")
+    commit: bool = Field(False, description="This step's keys commit the change (Enter on the confirm button): "
+                                            "the commit point of a tool with commit_point = \"confirmation\". "
+                                            "One step at most.")
+
+
+class ScreenSpec(_Strict):
+    """A screen program (``terminal = "screen"``): its terminal and the steps that drive it."""
+
+    rows: int = Field(24, ge=10, le=200, description="The terminal's height.")
+    columns: int = Field(80, ge=20, le=500, description="The terminal's width.")
+    term: Literal["xterm-256color", "vt100"] = Field(
+        "xterm-256color", description="The terminal type (TERM) the program draws for; keys are sent as its "
+                                      "terminfo entry says.")
+    end: Literal["exit", "kill"] = Field(
+        "exit", description="After the last step: exit waits for the program to exit by itself (its status is "
+                            "judged); kill stops it, for a read that has its fields.")
+    steps: list[StepSpec] = Field(min_length=1, description="The steps, in order: [[tools.NAME.screen.steps]].")
+
+
 class ToolSpec(_Strict):
     description: DescriptionSpec = Field(description="The six slots a model reads to choose and call the tool; "
                                                      "every one is required.")
@@ -433,11 +529,14 @@ class ToolSpec(_Strict):
     stdin_eof: bool = Field(False, description="Close stdin after the stdin_input data is sent: an end the author "
                                                "declared, for programs that read to end-of-file (bc, chpasswd, "
                                                "sort).")
-    terminal: Literal["line", "none"] = Field(
+    terminal: Literal["line", "none", "screen"] = Field(
         "line", description="line: the program's /dev/tty is a terminal rungd holds (its stdin, stdout and stderr "
                             "stay pipes), so a question it asks there is seen whole, a secret one by its echo, and "
                             "answered only as declared; none: it has no terminal (opening /dev/tty fails), for a "
-                            "program that behaves worse with one.")
+                            "program that behaves worse with one; screen: a full-screen program, its stdio on that "
+                            "terminal, driven by [tools.NAME.screen].")
+    screen: ScreenSpec | None = Field(None, description="For terminal = \"screen\": the terminal's size and type "
+                                                        "and the steps that drive the program.")
     program: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]*$",
                                 description="Which of the file's programs this tool runs: a key of "
                                             "[programs.NAME] (default: [program]).")

@@ -1,0 +1,133 @@
+"""Issue 30: a screen program wrapped by a tool file (terminal = "screen"): a read that takes
+fields off a screen, a write that navigates, fills a field, commits and is read back, and the
+tool-file checks that keep a session honest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rungd.sdk import ConfigError
+from rungd.testing import STUB_DESCRIPTION, serve_tool_file
+from rungd_plugins.declarative import read_tool_file
+
+FAKE = Path(__file__).parents[1] / "fakes" / "screen_config"
+
+TOOLS = """
+[program]
+name = "screen_config"
+command = "{fake}"
+env = {{ SCREEN_CONFIG_STATE = "{state}" }}
+
+[tools.host_settings_show]
+terminal = "screen"
+argv = [{extra}]
+[tools.host_settings_show.description]
+""" + STUB_DESCRIPTION + """
+[tools.host_settings_show.screen]
+end = "kill"
+[[tools.host_settings_show.screen.steps]]
+wait = {{ text = "Show settings", rows = [3, 5], attribute = "reverse" }}
+timeout_s = 2
+keys = ["Enter"]
+[[tools.host_settings_show.screen.steps]]
+wait = {{ text = "Hostname:", row = 3, column = 2 }}
+read.hostname = {{ row = 3, column = 12, width = 40 }}
+read.owner = {{ row = 4, pattern = 'Owner:\\s+(\\S+)' }}
+
+[tools.host_hostname_set]
+side_effect = "reversible"
+terminal = "screen"
+commit_point = "confirmation"
+argv = [{extra}]
+[tools.host_hostname_set.inputs.hostname]
+description = "The new hostname."
+example = "web01"
+pattern = "[a-z][a-z0-9-]{{0,19}}"
+[tools.host_hostname_set.description]
+""" + STUB_DESCRIPTION + """
+[tools.host_hostname_set.verify]
+tool = "host_settings_show"
+expect = {{ hostname = "{{hostname}}" }}
+[tools.host_hostname_set.screen]
+[[tools.host_hostname_set.screen.steps]]
+wait = {{ text = "Set hostname", rows = [3, 5], attribute = "reverse", absent = true }}
+timeout_s = 2
+keys = ["Down"]
+[[tools.host_hostname_set.screen.steps]]
+wait = {{ text = "Set hostname", rows = [3, 5], attribute = "reverse" }}
+keys = ["Enter"]
+[[tools.host_hostname_set.screen.steps]]
+wait = {{ text = "New hostname:" }}
+type = "{{hostname}}"
+keys = ["Enter"]
+[[tools.host_hostname_set.screen.steps]]
+wait = {{ pattern = "Save hostname '.*'\\\\? \\\\(y/n\\\\)" }}
+type = "y"
+commit = true
+[[tools.host_hostname_set.screen.steps]]
+wait = {{ text = "Saved." }}
+keys = ["Enter"]
+[[tools.host_hostname_set.screen.steps]]
+wait = {{ text = "Quit", attribute = "reverse", absent = true }}
+keys = ["Down"]
+[[tools.host_hostname_set.screen.steps]]
+wait = {{ text = "Quit", attribute = "reverse" }}
+keys = ["Enter"]
+"""
+
+
+def tool_file(state: Path, *extra: str) -> str:
+    return TOOLS.format(fake=FAKE, state=state, extra=", ".join(json.dumps(e) for e in extra))
+
+
+async def test_a_screen_read_returns_the_fields_on_its_screen(nursery, short_tmp) -> None:
+    state = short_tmp / "hostname.txt"
+    state.write_text("alpha\n")
+    daemon = await serve_tool_file(nursery, short_tmp, tool_file(state))
+    env = await daemon.call("host_settings_show", {})
+    assert env.status == "ok", env.error
+    assert env.fields["hostname"] == "alpha" and env.verified_by == "read off the screen"
+    assert any(e.endswith(".cast") for e in env.evidence) and any(e.endswith(".screen") for e in env.evidence)
+    daemon.daemon.stop()
+
+
+async def test_a_screen_write_commits_and_is_read_back(nursery, short_tmp) -> None:
+    state = short_tmp / "hostname.txt"
+    state.write_text("alpha\n")
+    daemon = await serve_tool_file(nursery, short_tmp, tool_file(state))
+    env = await daemon.call("host_hostname_set", {"hostname": "web07"}, request_id="s1")
+    assert env.status == "ok", env.error
+    assert env.effect == "changed" and env.fields["after"] == {"hostname": "web07", "owner": "root"}
+    assert state.read_text() == "web07\n"
+    again = await daemon.call("host_hostname_set", {"hostname": "web07"}, request_id="s2")
+    assert again.status == "ok" and again.effect == "no_change"
+    daemon.daemon.stop()
+
+
+async def test_an_unexpected_dialog_ends_the_write_before_it_acts(nursery, short_tmp) -> None:
+    state = short_tmp / "hostname.txt"
+    state.write_text("alpha\n")
+    daemon = await serve_tool_file(nursery, short_tmp, tool_file(state, "--license"))
+    env = await daemon.call("host_hostname_set", {"hostname": "web08"}, request_id="s3")
+    assert env.error is not None and env.error.code == "SURFACE_CHANGED"
+    assert "You must accept the license to go on." in env.fields["screen"]
+    # Its program ran, so the settle read decides: it shows nothing moved.
+    assert env.outcome in ("not_started", "done") and state.read_text() == "alpha\n"
+    daemon.daemon.stop()
+
+
+@pytest.mark.parametrize(("change", "complaint"), [
+    ('keys = ["Enter"]', 'keys = ["Sideways"]'),
+    ("commit = true", "commit = true\nkeys = [\"Enter\"]\n[[tools.host_hostname_set.screen.steps]]\ncommit = true"),
+    ('terminal = "screen"\ncommit_point', 'commit_point'),
+    ('type = "{hostname}"', 'type = "{host}"'),
+])
+def test_tool_file_mistakes_in_a_screen_are_refused_at_load(short_tmp, change, complaint) -> None:
+    text = tool_file(short_tmp / "hostname.txt").replace(change, complaint, 1)
+    (short_tmp / "t.toml").write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        read_tool_file(short_tmp / "t.toml")
+    assert "screen" in str(caught.value) or "Sideways" in str(caught.value)
