@@ -204,6 +204,7 @@ class HeldCall(msgspec.Struct, forbid_unknown_fields=True):
     age_s: float
     expires_in_s: float
     approval_message: str
+    plan: list[str] = []  # what the call will do, step by step (a screen tool's steps), when the tool says
 
 
 class HeldCalls(Message, tag="held_calls"):

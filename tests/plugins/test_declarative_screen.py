@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rungd.client import Client
 from rungd.sdk import ConfigError
 from rungd.testing import STUB_DESCRIPTION, serve_tool_file
 from rungd_plugins.declarative import read_tool_file
@@ -131,3 +132,16 @@ def test_tool_file_mistakes_in_a_screen_are_refused_at_load(short_tmp, change, c
     with pytest.raises(ConfigError) as caught:
         read_tool_file(short_tmp / "t.toml")
     assert "screen" in str(caught.value) or "Sideways" in str(caught.value)
+
+
+async def test_a_held_screen_write_shows_its_steps_to_the_approver_and_runs_only_after(nursery, short_tmp) -> None:
+    state = short_tmp / "hostname.txt"
+    state.write_text("alpha\n")
+    daemon = await serve_tool_file(nursery, short_tmp, tool_file(state), config='[gates]\nreversible = "review"\n')
+    held = await daemon.call("host_hostname_set", {"hostname": "web09"}, request_id="h1", wait_s=0.2)
+    assert held.status == "pending" and state.read_text() == "alpha\n"  # no session waits for an approver
+    [listed] = await daemon.run(Client.pending)  # what rungctl pending prints under the call
+    plan = listed.plan
+    assert plan[2] == "step 3: wait for 'New hostname:' on the screen; type 'web09' (hostname); press Enter"
+    assert plan[3].startswith("step 4 (commits): wait for /Save hostname")
+    daemon.daemon.stop()

@@ -575,6 +575,10 @@ class Tool:
     # tables, as JSON): part of the tool's digest in the ledger. Left empty, the digest takes
     # the source file of the handler's module instead.
     provenance: str = ""
+    # What a call will do with these inputs (as shown: a sensitive one is its mark), one line
+    # per step, for the operator deciding a held call (a screen tool's steps and what each
+    # types). Left None, an approver sees the inputs alone.
+    plan: Callable[[Mapping[str, Any]], tuple[str, ...]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "credentials", tuple(self.credentials))

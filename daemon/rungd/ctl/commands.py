@@ -251,6 +251,8 @@ def pending(ctx: Context) -> int:
         # The tool name comes after the fixed-width columns: a long one moves only free text.
         print(f"{h.call_id}  {h.gate:9} {_account(h.caller_uid):<16} age={h.age_s:>6.0f}s "
               f"expires_in={h.expires_in_s:>5.0f}s  {visible(h.tool)}  {visible(json.dumps(h.inputs, ensure_ascii=False))}")
+        for line in h.plan:
+            print(f"    {visible(line)}")
     return EXIT_OK
 
 

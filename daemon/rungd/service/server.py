@@ -719,6 +719,7 @@ def _held(call: CallState) -> HeldCall:
         input_digest=call.digest, caller_uid=call.caller.uid, caller_pid=call.caller.pid,
         age_s=round(now - call.held.since, 1), expires_in_s=round(max(0.0, call.held.expires - now), 1),
         approval_message=approval_message(call.call_id, call.tool, call.digest).decode(),
+        plan=list(call.held.plan),
     )
 
 

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -186,6 +186,7 @@ def load_tool_file(path: Path, file: ToolFile) -> Loaded:
                 heading=_heading(path, key, spec),
                 credentials=_credentials(file, spec),
                 provenance=_provenance(name, specs, runs),
+                plan=_screen_plan(spec.screen) if spec.screen is not None else None,
             )
         )
     return Loaded(path, built)
@@ -430,6 +431,29 @@ def _screen(spec: ScreenSpec, values: dict[str, Any]) -> Screen:
                           text=None if text is None else str(text).lower() if isinstance(text, bool) else str(text),
                           credential=step.credential, keys=tuple(step.keys), commit=step.commit))
     return Screen(steps=tuple(steps), rows=spec.rows, columns=spec.columns, term=spec.term, end=spec.end)
+
+
+def _screen_plan(spec: ScreenSpec) -> Callable[[Mapping[str, Any]], tuple[str, ...]]:
+    """What a screen call will do with its inputs, step by step, for the operator deciding it
+    (``Tool.plan``): each wait, what each step types (a sensitive input as its mark, a
+    secret field by its credential's name only) and presses, and which step commits."""
+    def plan(shown: Mapping[str, Any]) -> tuple[str, ...]:
+        lines = []
+        for number, (step, filled) in enumerate(zip(spec.steps, _screen(spec, dict(shown)).steps), 1):
+            said = [f"wait for {filled.wait.said()}"] if filled.wait is not None else []
+            if step.read:
+                said.append("read " + ", ".join(step.read))
+            if filled.text is not None:
+                source = ", ".join(placeholders(step.type or ""))
+                said.append(f"type {filled.text!r}" + (f" ({source})" if source else ""))
+            if step.credential is not None:
+                said.append(f"type the credential {step.credential} (a secret field, never shown)")
+            if step.keys:
+                said.append("press " + " ".join(step.keys))
+            lines.append(f"step {number}{' (commits)' if step.commit else ''}: {'; '.join(said) or 'nothing'}")
+        return tuple(lines)
+
+    return plan
 
 
 def _screen_fields(spec: ScreenSpec, drawn: dict[str, Any]) -> dict[str, Any]:

@@ -60,9 +60,10 @@ class Approvals:
             raise Busy(f"uid {caller.uid} already has {waiting} calls waiting for approval, the limit",
                        hint="wait until an operator decides some of them; nothing was held or run")
 
-    def hold(self, call: Call, inputs: ToolInputs) -> None:
+    def hold(self, call: Call, inputs: ToolInputs, plan: tuple[str, ...] = ()) -> None:
         now = time.time()
-        call.held = Held(inputs=inputs, since=now, expires=now + self._policy.config.gates.approval_ttl_s)
+        call.held = Held(inputs=inputs, since=now, expires=now + self._policy.config.gates.approval_ttl_s,
+                         plan=plan)
 
     def held_calls(self, caller: Caller) -> list[Call]:
         """Held calls this caller may see: all of them for an operator, else its own."""

@@ -42,6 +42,7 @@ class Held:
     inputs: Any
     since: float
     expires: float
+    plan: tuple[str, ...] = ()  # what the call will do, step by step (Tool.plan)
     decided: trio.Event = dataclasses.field(default_factory=trio.Event)
     verdict: str | None = None  # deciding | approved | denied
     reason: str = ""

@@ -326,7 +326,7 @@ class Dispatcher:
         if held:
             # The held call keeps its inputs as shown (pending lists them to operators); the
             # inputs it runs with wait in its own task, the one place that runs them.
-            self.approvals.hold(call, admitted.shown)
+            self.approvals.hold(call, admitted.shown, _plan(tool, admitted.shown))
             log.info("call held at its %s gate", call.gate, extra={
                 **_journal_call(call), "journal": {"GATE": str(call.gate)}})
             self._nursery.start_soon(self._hold, call, tool, admitted.inputs)
@@ -570,3 +570,15 @@ class Dispatcher:
             await self.audit.record_many(events)
         except RungdError:
             pass  # already logged by Audit; nothing was or will be run for this call
+
+
+def _plan(tool: Tool, shown: ToolInputs) -> tuple[str, ...]:
+    """What the held call will do, for its approver; a plugin's plan that fails shows none
+    (the inputs are still listed), never stops the call."""
+    if tool.plan is None:
+        return ()
+    try:
+        return tuple(str(line)[:300] for line in tool.plan(shown.model_dump(mode="json")))[:64]
+    except Exception:  # noqa: BLE001 - a plugin's code, whatever it raises
+        log.exception("tool %s: its plan for an approver failed", tool.name)
+        return ()
