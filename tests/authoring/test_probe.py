@@ -143,3 +143,33 @@ def test_a_program_is_probed_as_the_account_a_tool_runs_as(fake_program, short_t
     done = subprocess.run([sys.executable, "-m", "rungd.ctl", "probe", "--user", "no-such-account-x", "--",
                            str(program)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "no such account" in done.stderr
+
+
+SCREEN_FAKE = str(Path(__file__).parents[1] / "fakes" / "screen_config")
+
+
+def test_a_screen_probe_shows_each_screen_and_drafts_waits_on_what_changed(short_tmp) -> None:
+    # Issue 30: --screen runs a screen program, sends one key or text per step, and shows the
+    # screen before each send; the draft waits on what each screen showed anew.
+    from rungd.authoring.probe import ScreenProbe
+
+    state = short_tmp / "hostname.txt"
+    seen = probe([SCREEN_FAKE, "--state", str(state)], deadline_s=20,
+                 screen=ScreenProbe(sends=("Down", "Enter", "text:web01")))
+    assert seen.ended == "stopped" and len(seen.screens) == 4  # before each send, and at the end
+    assert seen.screens[0]["reverse"] == [[3, 4, "Show settings"]]
+    assert seen.screens[1]["reverse"] == [[4, 4, "Set hostname"]]
+    assert "New hostname: [web01" in seen.screens[3]["rows"][5]
+    report = "\n".join(seen.report())
+    assert "screen 2 (before --send Enter):" in report and "   3 │    Show settings" in report
+    draft = tomllib.loads(seen.draft())
+    steps = next(iter(draft["tools"].values()))["screen"]["steps"]
+    assert steps[1]["wait"] == {"text": "Set hostname", "row": 4, "attribute": "reverse"}
+    assert steps[0]["keys"] == ["Down"] and steps[2]["commit"] is True  # the last send, to be checked
+    assert not state.exists()  # nothing was saved: the probe never pressed y
+
+
+def test_rungctl_probe_refuses_a_key_the_terminal_lacks() -> None:
+    done = subprocess.run([sys.executable, "-m", "rungd.ctl", "probe", "--screen", "--term", "vt100", "--send",
+                           "Delete", "--", SCREEN_FAKE], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "has no Delete key" in done.stderr

@@ -62,6 +62,11 @@ class Probe:
     read_before: str | None = None
     read_after: str | None = None
     user: str | None = None  # the account it ran as (--user), else the caller's
+    # A screen program (--screen): what was sent, one step each, and the screen before each
+    # and at the end: {"rows": [...], "reverse": [[row, column, text], ...]}.
+    screen: ScreenProbe | None = None
+    sends: list[str] = dataclasses.field(default_factory=list)
+    screens: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def acted_before_asking(self) -> bool | None:
@@ -79,6 +84,8 @@ class Probe:
     def report(self) -> list[str]:
         """What it saw, for a person: one fact a line."""
         lines = [f"ran:      {' '.join(self.argv)}  ({self.elapsed_ms} ms)"]
+        if self.screen is not None:
+            return lines + self._screen_report()
         if self.ended == "asked":
             where = {"stdin": "on stdin (printed on stdout or stderr)", "terminal": "on its terminal (/dev/tty)",
                      "askpass": "through askpass"}.get(self.asked_on, self.asked_on)
@@ -119,12 +126,99 @@ class Probe:
                     lines.append(f"  | ... {len(shown) - 8} more")
         return lines
 
+    def _screen_report(self) -> list[str]:
+        assert self.screen is not None
+        lines = [f"screen:   {self.screen.rows}x{self.screen.columns}, TERM={self.screen.term}"]
+        if self.ended == "failed":
+            lines.append(f"failed:   {self.code}: {self.message}")
+        ruler = "".join(str(c // 10 % 10) if c % 10 == 0 else " " for c in range(self.screen.columns))
+        for number, shot in enumerate(self.screens):
+            sent = (f"before --send {self.sends[number]}" if number < len(self.sends)
+                    else "at the end" if self.sends else "as drawn")
+            lines += ["", f"screen {number + 1} ({sent}):", f"     {ruler.rstrip()}"]
+            # Rows holding nothing but the frame drawn around a window are left out.
+            lines += [f"  {row:>2} {text}" for row, text in enumerate(shot["rows"]) if _FRAME.sub("", text).strip()
+                      or row in (0, len(shot["rows"]) - 1) and text.strip()]
+            for row, column, text in shot["reverse"]:
+                lines.append(f"  reverse video: row {row}, column {column}: {text!r}")
+        if self.ended == "exited":
+            lines += ["", f"exited:   status {self.exit_status} before the last screen"]
+        return lines
+
+    def _system(self) -> str:
+        system = _NAME.sub("", os.path.basename(self.argv[0]).lower())[:20] or "program"
+        return system if system[0].isalpha() else "p" + system[:19]
+
+    def _screen_draft(self) -> str:
+        """A screen tool drafted from the screens seen: a wait on what each screen showed
+        first that the one before did not, the send that followed, and a read to fill in."""
+        assert self.screen is not None
+        system = self._system()
+        write = any(send.startswith("text:") for send in self.sends)
+        name = f"{system}_item_{'change' if write else 'show'}"
+        tool = f"tools.{name}"
+        out = [f"# Drafted by `rungctl probe --screen` from one run of: {' '.join(self.argv)}",
+               "# Each step waits for what its screen showed that the one before did not; check each wait",
+               "# (prefer text a later screen will not also show), replace each FILL IN, rename the tool as",
+               "# <system>_<object>_<verb>; then `rungctl lint` and `rungctl check`.",
+               "", "[program]", f"name = {_toml(system)}", f"command = {_toml(self.argv[0])}", "",
+               f"[{tool}]", f"side_effect = {_toml('reversible' if write else 'read')}", 'terminal = "screen"',
+               f"argv = [{', '.join(_toml(a) for a in self.argv[1:])}]"]
+        if write:
+            out.append('commit_point = "confirmation"')
+        out += ["", f"[{tool}.description]", *(f'{slot} = "FILL IN"' for slot in
+                                                 ("does", "use_when", "do_not_use_when", "returns", "on_error",
+                                                  "if_unknown"))]
+        out += ["", f"[{tool}.screen]"]
+        if (self.screen.rows, self.screen.columns) != (24, 80):
+            out += [f"rows = {self.screen.rows}", f"columns = {self.screen.columns}"]
+        if self.screen.term != "xterm-256color":
+            out.append(f"term = {_toml(self.screen.term)}")
+        if not write:
+            out.append('end = "kill"  # a read stops the program once it has its fields')
+        previous: list[str] = []
+        marked_before: list[Any] = []
+        for number, shot in enumerate(self.screens):
+            rows = list(shot["rows"])
+            out += ["", f"[[{tool}.screen.steps]]"]
+            found = _distinctive(rows, previous)
+            marked = [r for r in shot["reverse"] if r not in marked_before]
+            if marked and (found is None or rows == previous):
+                # Only the current item moved: wait for it where it now is.
+                row, column, text = marked[0]
+                out.append(f"wait = {{ text = {_toml(text)}, row = {row}, attribute = \"reverse\" }}  "
+                           "# the current item, marked by reverse video")
+            elif found is not None:
+                row, column, text = found
+                out.append(f"wait = {{ text = {_toml(text)}, row = {row}, column = {column} }}")
+                for row, column, text in marked[:1]:
+                    out.append(f"# row {row} shows {text!r} in reverse video (a current item?): "
+                               f"wait = {{ text = {_toml(text)}, row = {row}, attribute = \"reverse\" }}")
+            else:
+                out.append("# FILL IN: a wait; this screen showed nothing the one before did not")
+            marked_before = list(shot["reverse"])
+            if number < len(self.sends):
+                send = self.sends[number]
+                if send.startswith("text:"):
+                    out.append('type = "FILL IN: a literal, or {input}"  # the probe typed ' + _toml(send[5:]))
+                else:
+                    out.append(f"keys = [{_toml(send)}]")
+                if write and number == len(self.sends) - 1:
+                    out.append("commit = true  # FILL IN: mark the one step whose keys commit the change")
+            else:
+                out.append('read.FILL_IN = { row = 0, column = 0, width = 10 }  # a field this screen shows')
+            previous = rows
+        if write:
+            out += ["", "# A write needs a read-back: a read tool of this file and what it shows after the change.",
+                    f"[{tool}.verify]", 'tool = "FILL IN: a read tool of this file"']
+        return "\n".join(out) + "\n"
+
     def draft(self) -> str:
         """A tool file for the program with what this run saw declared; FILL IN where only the
         author can say (check-config and lint refuse the file until each is replaced)."""
-        system = _NAME.sub("", os.path.basename(self.argv[0]).lower())[:20] or "program"
-        if not system[0].isalpha():
-            system = "p" + system[:19]
+        if self.screen is not None:
+            return self._screen_draft()
+        system = self._system()
         # A question it asks, answered, lets it act: a read may answer none (the file would not load).
         write = bool(self.acted_before_asking) or bool(self.answered) or (
             self.ended == "asked" and self.echo != "off" and self.code == "PROMPT_UNEXPECTED")
@@ -192,6 +286,38 @@ class Probe:
 _WHERE = {"stdin": "on stdin", "terminal": "on its terminal", "askpass": "through askpass"}
 
 
+@dataclasses.dataclass(frozen=True)
+class ScreenProbe:
+    """A probe of a screen program: its terminal, and what to send, one step each (a key
+    name, or ``text:WORDS`` to type)."""
+
+    sends: tuple[str, ...] = ()
+    rows: int = 24
+    columns: int = 80
+    term: str = "xterm-256color"
+
+    def steps(self) -> tuple[runner.Step, ...]:
+        return tuple(runner.Step(text=send[5:]) if send.startswith("text:") else runner.Step(keys=(send,))
+                     for send in self.sends)
+
+
+_FRAME = re.compile(r"[\u2500-\u257f|+\-=_]{2,}|[\u2500-\u257f]")
+
+
+def _distinctive(rows: list[str], previous: list[str]) -> tuple[int, int, str] | None:
+    """The first text a screen shows that the one before did not, as (row, column, text):
+    a row's words without the frame drawn around them."""
+    for row, line in enumerate(rows):
+        before = previous[row] if row < len(previous) else ""
+        if line == before or not line.strip():
+            continue
+        for part in _FRAME.split(line):
+            text = part.strip()
+            if len(text) >= 3 and text not in before:
+                return row, line.index(text), text
+    return None
+
+
 def _answered(labels: list[str]) -> dict[str, int]:
     """The --answer patterns the run used, each with how often (the runner's labels)."""
     counts: dict[str, int] = {}
@@ -257,7 +383,7 @@ async def _read(folder: Path, argv: list[str], deadline_s: float) -> str:
 
 def probe(argv: list[str], *, deadline_s: float = 10.0, read: list[str] | None = None,
           answers: list[tuple[str, str]] = (), stdin: str = "none", terminal: str = "line",  # type: ignore[assignment]
-          user: str | None = None) -> Probe:
+          user: str | None = None, screen: ScreenProbe | None = None) -> Probe:
     """Run ``argv`` once as a call would and say what it showed.
 
     Args:
@@ -268,29 +394,47 @@ def probe(argv: list[str], *, deadline_s: float = 10.0, read: list[str] | None =
         stdin: "none" (open and silent) or "eof" (closed at once).
         terminal: "line" (the daemon's terminal) or "none".
         user: the account to run it as (a tool's ``user =``); needs root, as the daemon does.
+        screen: run it as a screen program, sending what it says one step each, and keep
+            the screen before each step and at the end.
+
+    Raises:
+        ValueError: a key name the terminal type does not have, or a bad pattern.
     """
-    return trio.run(_probe, argv, deadline_s, read, list(answers), stdin, terminal, user)
+    if screen is not None:
+        runner.Screen(steps=screen.steps(), term=screen.term).check_keys()
+    return trio.run(_probe, argv, deadline_s, read, list(answers), stdin, terminal, user, screen)
 
 
 async def _probe(argv: list[str], deadline_s: float, read: list[str] | None, answers: list[tuple[str, str]],
-                 stdin: str, terminal: str, user: str | None) -> Probe:
+                 stdin: str, terminal: str, user: str | None, screen: ScreenProbe | None = None) -> Probe:
     with tempfile.TemporaryDirectory(prefix="rungd-probe-") as scratch:
         folder = Path(scratch)
         if user is not None:
             folder.chmod(0o711)  # the account passes through to the private folder made for it
         before = await _read(folder, read, deadline_s) if read else None
         confirmations = tuple(runner.Confirmation(re.compile(pattern), answer, times=10) for pattern, answer in answers)
-        program = runner.Program(argv=tuple(argv), stdin=stdin, confirmations=confirmations,  # type: ignore[arg-type]
-                                 terminal=terminal, user=user)  # type: ignore[arg-type]
-        ctx = _context(folder, "probe_program_run", "reversible" if answers else "read", deadline_s)
+        if screen is not None:
+            program = runner.Program(argv=tuple(argv), terminal="screen", user=user, screen=runner.Screen(
+                steps=screen.steps(), rows=screen.rows, columns=screen.columns, term=screen.term, end="kill",
+                snapshots=True))
+        else:
+            program = runner.Program(argv=tuple(argv), stdin=stdin, confirmations=confirmations,  # type: ignore[arg-type]
+                                     terminal=terminal, user=user)  # type: ignore[arg-type]
+        writes = bool(answers) or (screen is not None and bool(screen.sends))
+        ctx = _context(folder, "probe_program_run", "reversible" if writes else "read", deadline_s)
         started = time.monotonic()
-        seen = Probe(argv=list(argv), ended="deadline", elapsed_ms=0, user=user)
+        seen = Probe(argv=list(argv), ended="deadline", elapsed_ms=0, user=user, screen=screen,
+                     sends=list(screen.sends) if screen else [])
         try:
             with trio.move_on_after(deadline_s):
                 done = await runner.run(ctx, program)
                 seen.ended, seen.exit_status = "exited", done.exit_status
                 seen.stdout, seen.stderr, seen.terminal, seen.answered = (done.stdout, done.stderr, done.terminal,
                                                                           list(done.answered))
+                seen.screens = [{"rows": list(shot.rows), "reverse": [list(r) for r in shot.reverse]}
+                                for shot in done.shots]
+                if done.stopped:
+                    seen.ended = "stopped"  # rungd stopped it after the last screen
         except RungdError as exc:
             fields = exc.fields or {}
             asked = exc.code in ("PROMPT_UNEXPECTED", "AUTH_REQUIRED") and "question" in fields

@@ -8,6 +8,7 @@ import pwd
 import shlex
 from pathlib import Path
 
+from rungd.authoring.probe import ScreenProbe
 from rungd.authoring.probe import probe as run_probe
 from rungd.ctl.registry import EXIT_OK, Context, UsageError, arg, command
 
@@ -27,6 +28,13 @@ from rungd.ctl.registry import EXIT_OK, Context, UsageError, arg, command
     arg("--user", metavar="ACCOUNT", help="run it as this account, as a tool's user = does (needs root, as the "
                                           "daemon does; a setuid program's question is seen only by root)"),
     arg("--draft", type=Path, metavar="FILE.toml", help="write the drafted tool file here (refuses to overwrite)"),
+    arg("--screen", action="store_true", help="run it as a screen program (terminal = \"screen\"): show each screen "
+                                              "it draws, with row and column numbers, and draft the steps"),
+    arg("--send", action="append", default=[], metavar="KEY|text:WORDS",
+        help="with --screen: press KEY (Enter, Down, Tab, F10, Ctrl-X...) or type WORDS, one step each, in order "
+             "(repeatable); the screen before each is shown"),
+    arg("--term", choices=["xterm-256color", "vt100"], default="xterm-256color", help="with --screen: its TERM"),
+    arg("--size", default="24x80", metavar="ROWSxCOLUMNS", help="with --screen: the terminal's size (default 24x80)"),
 )
 def probe(ctx: Context) -> int:
     """Run PROGRAM once as a rungd call would: its stdin open and silent, rungd's terminal as
@@ -40,6 +48,7 @@ def probe(ctx: Context) -> int:
 
         rungctl probe -- /usr/bin/passwd rungd-test
         rungctl probe --read 'getent passwd alice' --draft alice.toml -- /usr/sbin/userdel alice
+        rungctl probe --screen --send Down --send Enter -- /usr/bin/dialog --menu Pick 10 30 3 a A b B
     """
     args = ctx.args
     argv = [word for word in args.program if word != "--"] if args.program[:1] == ["--"] else list(args.program)
@@ -68,10 +77,18 @@ def probe(ctx: Context) -> int:
                              "rungctl probe with sudo")
     if args.draft is not None and args.draft.exists():
         raise UsageError(f"{args.draft}: refusing to overwrite it; hint: name a new file")
+    screen = None
+    if args.screen:
+        rows, _, columns = args.size.partition("x")
+        if not (rows.isdigit() and columns.isdigit() and 10 <= int(rows) <= 200 and 20 <= int(columns) <= 500):
+            raise UsageError(f"--size {args.size!r}: give ROWSxCOLUMNS, e.g. 24x80 (10-200 rows, 20-500 columns)")
+        screen = ScreenProbe(tuple(args.send), int(rows), int(columns), args.term)
+    elif args.send:
+        raise UsageError("--send drives a screen program; hint: add --screen")
     try:
         seen = run_probe(argv, deadline_s=args.deadline, read=shlex.split(args.read) if args.read else None,
                          answers=answers, stdin=args.stdin, terminal="none" if args.no_terminal else "line",
-                         user=args.user)
+                         user=args.user, screen=screen)
     except ValueError as exc:  # a bad --answer pattern, or --read that does not split
         raise UsageError(str(exc)) from None
     draft = seen.draft()

@@ -527,7 +527,7 @@ async def _drive_screen(ctx: CallContext, program: Program, proc: launch.Child, 
     completed = Completed(
         exit_status=proc.returncode if proc.returncode is not None else -signal.SIGKILL,
         stdout="", stderr="", stdout_bytes=0, stderr_bytes=0, answered=session.answered,
-        evidence=scratch.evidence, screen=drawn.screen, fields=drawn.fields, stopped=drawn.stopped,
+        evidence=scratch.evidence, screen=drawn.screen, fields=drawn.fields, stopped=drawn.stopped, shots=drawn.shots,
         evidence_cut=cast is not None and cast.lost > 0)
     check_limits(completed, limits.effective(program.limits))
     return completed

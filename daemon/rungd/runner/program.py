@@ -126,6 +126,7 @@ class Completed:
     screen: str = ""
     fields: dict[str, Any] = dataclasses.field(default_factory=dict)
     stopped: bool = False
+    shots: list[Any] = dataclasses.field(default_factory=list)  # screen.Shot, with Screen.snapshots
 
     @property
     def truncated(self) -> bool:

@@ -140,6 +140,8 @@ class Screen:
     # The most bytes the emulator draws in one call: a program that redraws forever is stopped.
     screen_bytes: int = 4 * 1024 * 1024
     cast_bytes: int = 2 * 1024 * 1024
+    # Keep the screen as each step found it, and as it ended (rungctl probe --screen).
+    snapshots: bool = False
 
     def check_keys(self) -> None:
         """Raises keymap.UnknownKey for a key the terminal type does not have on this host."""
@@ -148,14 +150,24 @@ class Screen:
                 keymap.key(self.term, name)
 
 
+@dataclasses.dataclass(frozen=True)
+class Shot:
+    """The screen at one moment: its rows (redacted, trailing spaces dropped) and the runs of
+    reverse video on it (row, column, text): where a menu's current item often is."""
+
+    rows: tuple[str, ...]
+    reverse: tuple[tuple[int, int, str], ...]
+
+
 @dataclasses.dataclass
 class Drawn:
-    """What a session left: the fields read, the final screen (redacted), and whether rungd
-    stopped the program after its last step (``end = "kill"``)."""
+    """What a session left: the fields read, the final screen (redacted), whether rungd
+    stopped the program after its last step (``end = "kill"``), and the snapshots."""
 
     fields: dict[str, str]
     screen: str
     stopped: bool = False
+    shots: list[Shot] = dataclasses.field(default_factory=list)
 
 
 class _Emulator(pyte.Screen):  # type: ignore[misc]
@@ -298,6 +310,22 @@ class Session:
             rows.pop(0)
         return self.redactor.text("\n".join(rows))[:limit]
 
+    def shot(self) -> Shot:
+        rows = tuple(self.redactor.text(row.rstrip()) for row in self.rows())
+        runs = []
+        for y in range(self.spec.rows):
+            line, x = self.emulator.buffer[y], 0
+            while x < self.spec.columns:
+                if line[x].reverse:
+                    start = x
+                    while x < self.spec.columns and line[x].reverse:
+                        x += 1
+                    text = "".join(line[i].data for i in range(start, x)).strip()
+                    if text:
+                        runs.append((y, start, self.redactor.text(text)))
+                x += 1
+        return Shot(rows, tuple(runs))
+
     def shows(self, wait: Wait) -> bool:
         found = self._find(wait)
         return not found if wait.absent else found
@@ -358,19 +386,25 @@ class Session:
 
         Cancellation: stops at once; the caller kills the tree.
         """
+        shots: list[Shot] = []
         for number, step in enumerate(self.spec.steps, 1):
             until = trio.current_time() + step.timeout_s
             if step.wait is not None:
                 await self._until(step.wait, until, number)
-            if step.read or step.types:
+            if step.read or step.types or self.spec.snapshots:
                 await self._ready(until)
+            if self.spec.snapshots:
+                shots.append(self.shot())
             for field in step.read:
                 self.fields[field.name] = self.read(field)
             if step.types:
                 await self._type(step, number)
         if self.spec.end == "kill":
+            if self.spec.snapshots:
+                await self._ready(trio.current_time() + 5)
+                shots.append(self.shot())
             await self._catch_up()
-            return Drawn(self.fields, self.text(limit=1 << 20), stopped=True)
+            return Drawn(self.fields, self.text(limit=1 << 20), stopped=True, shots=shots)
         while self._exited() is None:
             await self.outputs.wait(0.25)
             await self._catch_up()
