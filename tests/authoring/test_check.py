@@ -217,3 +217,24 @@ def test_a_file_whose_checked_copy_does_not_load_is_one_error_not_a_crash(short_
                          'returns = "x."\non_error = "x."\nif_unknown = "x."\n', encoding="utf-8")
     with pytest.raises(CheckError, match="the checked copy does not load"):
         run_check([tool_file])
+
+
+async def test_a_screen_tool_file_gets_screen_fixtures_against_a_stand_in_that_plays_its_steps(
+        short_tmp: Path) -> None:
+    # Issue 30: the stand-in draws what each step waits for and reads the keys each presses
+    # (so acts_dies, noop and already reach the commit step and the screen read-back), and
+    # also: a screen no step expects, an extra dialog after the first key, a death after it.
+    from tests.plugins.test_declarative_screen import tool_file
+
+    path = short_tmp / "host.toml"
+    path.write_text(tool_file(short_tmp / "hostname.txt"))
+    receipts = {r.tool: r for r in await check_files([path])}
+    for receipt in receipts.values():
+        assert receipt.passed, (receipt.line(), receipt.problems)
+    write = {f.fixture: f.runs[0] for f in receipts["host_hostname_set"].fixtures}
+    assert len(write) == 11
+    assert write["never"].endswith("SURFACE_CHANGED") and write["dialog"].endswith("SURFACE_CHANGED")
+    assert write["dies"].endswith("FAILED") and write["noop"].endswith("UNEXPECTED_STATE")
+    assert write["acts_dies"].split()[1:3] == ["done", "changed"]  # the screen read-back saw what it did
+    read = {f.fixture: f.runs[0] for f in receipts["host_settings_show"].fixtures}
+    assert set(read) == {"missing", "hang", "never", "dialog", "dies", "flood", "secret"}

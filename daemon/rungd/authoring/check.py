@@ -7,6 +7,11 @@ every tool once per adverse fixture, twice each, never running the real program:
     read tools    missing  hang  question  flood  secret  empty
     write tools   missing  hang_before  hang_after  question  flood  secret  acts_dies  noop  already
     export tools  missing  empty  changed  flood
+    screen tools  missing  hang  never  dialog  dies  flood  secret  (and a write's acts_dies  noop  already)
+
+A screen tool's stand-in draws, with plain escape sequences, the state each step waits for and
+the fields its reads take, and reads the keys each step presses; "never" draws a screen no step
+expects, "dialog" an extra dialog after the first key, "dies" exits after it.
 
 It prints one receipt per tool, in the shape of the seed's acceptance line:
 
@@ -55,13 +60,27 @@ from rungd.core.envelope import Envelope
 from rungd.core.errors import ConfigError
 from rungd.redact import Redactor
 from rungd.runner.program import credential_files_named
-from rungd.authoring.standins import ROLE_ENV, CannotSynthesize, confirmation_text, sample_text, write_standin
+from rungd.authoring.standins import (
+    ROLE_ENV,
+    CannotSynthesize,
+    confirmation_text,
+    sample_text,
+    screen_frames,
+    write_standin,
+)
 from rungd.service.inprocess import RunningDaemon, start_daemon, write_config
 
 READ_FIXTURES = ("missing", "hang", "question", "flood", "secret", "empty")
 WRITE_FIXTURES = ("missing", "hang_before", "hang_after", "question", "flood", "secret", "acts_dies", "noop",
                   "already")
 EXPORT_FIXTURES = ("missing", "empty", "changed", "flood")
+# A screen tool's: its expected screen never comes, an extra dialog comes after its first key,
+# it dies after its first key, it floods its screen; and, for a write, what a write's get.
+SCREEN_READ_FIXTURES = ("missing", "hang", "never", "dialog", "dies", "flood", "secret")
+SCREEN_WRITE_FIXTURES = ("missing", "hang_before", "hang_after", "never", "dialog", "dies", "flood", "secret",
+                         "acts_dies", "noop", "already")
+# How long a checked copy's screen step waits: a screen that does not come, does not come.
+SCREEN_STEP_S = 2.0
 CHECK_DEADLINE_S = 2.0
 SLOW_DEADLINE_S = 10.0
 HANGS = ("hang", "hang_before", "hang_after")
@@ -215,7 +234,8 @@ async def check_tool_file(path: Path, tools: set[str] | None = None) -> list[Rec
     receipts = []
     for fast, slow in zip(parts[True], parts[False], strict=True):
         order: dict[str, int] = {}
-        for fixture in (*WRITE_FIXTURES, *READ_FIXTURES, *EXPORT_FIXTURES):
+        for fixture in (*WRITE_FIXTURES, *READ_FIXTURES, *EXPORT_FIXTURES, *SCREEN_WRITE_FIXTURES,
+                        *SCREEN_READ_FIXTURES):
             order.setdefault(fixture, len(order))
         slow.fixtures = sorted(fast.fixtures + slow.fixtures, key=lambda f: order[f.fixture])
         slow.secret_hits += fast.secret_hits
@@ -333,6 +353,8 @@ class _Plan:
                                      CHECK_DEADLINE_S if self.hangs else SLOW_DEADLINE_S)
             if "verify" in spec:
                 spec["verify"]["wait_s"] = 0
+            for step in spec.get("screen", {}).get("steps", []):
+                step["timeout_s"] = min(float(step.get("timeout_s", 5)), SCREEN_STEP_S)
         (tools_dir / self.path.name).write_text(_toml(copy), encoding="utf-8")
         creds = self.folder / "credentials.toml"
         fd = os.open(creds, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -368,7 +390,9 @@ class _Plan:
             except CannotSynthesize as exc:
                 receipt.skipped = f"no stand-in output fits its parser: {exc}"
                 return receipt
-            for fixture in WRITE_FIXTURES if write else READ_FIXTURES:
+            screen = "screen" in spec
+            for fixture in ((SCREEN_WRITE_FIXTURES if write else SCREEN_READ_FIXTURES) if screen
+                            else WRITE_FIXTURES if write else READ_FIXTURES):
                 if (fixture in HANGS) != self.hangs:
                     continue
                 result = await self._fixture(running, name, spec, fixture, inputs, script, receipt, envelopes)
@@ -382,6 +406,9 @@ class _Plan:
         confirm = spec.get("confirm", [])
         roles[name] = {"ok": sample_text(spec.get("parse", {}), {}),
                        "confirm": confirmation_text(confirm[0]["pattern"]) if confirm else None}
+        if "screen" in spec:
+            roles[name]["screen"] = {"frames": screen_frames(spec["screen"], {}),
+                                     "end": spec["screen"].get("end", "exit")}
         verify = spec.get("verify")
         if verify is not None:
             target = self.specs[verify["tool"]]
@@ -390,6 +417,11 @@ class _Plan:
             after = sample_text(target.get("parse", {}), {k: pair[1] for k, pair in pairs.items()})
             before = sample_text(target.get("parse", {}), {k: pair[0] for k, pair in pairs.items()})
             roles[verify["tool"]] = {"before": before, "after": after}
+            if "screen" in target:  # a screen read: the fields drawn where its steps read them
+                roles[verify["tool"]]["screen"] = {
+                    "before": screen_frames(target["screen"], {k: pair[0] for k, pair in pairs.items()}),
+                    "after": screen_frames(target["screen"], {k: pair[1] for k, pair in pairs.items()}),
+                    "end": target["screen"].get("end", "exit")}
         return {"fixture": "", "target": name, "roles": roles,
                 "secret_env": [CHECK_SECRET_ENV, *spec.get("credentials", {}),
                                *(var for program in self._programs(self.raw)
@@ -514,6 +546,8 @@ def _judge(fixture: str, spec: dict[str, Any], env: Envelope, acted: bool, write
         problems.append("still pending after the deadline and its settle read")
     if acted and env.outcome == "not_started":
         problems.append(f"{code or env.status}: outcome not_started, but the program had acted")
+    if "screen" in spec:
+        return problems + _judge_screen(fixture, spec, env, code, acted)
     expected = {
         "hang": "TIMEOUT", "hang_before": "TIMEOUT", "hang_after": "TIMEOUT",
         "question": "PROMPT_UNEXPECTED", "noop": "UNEXPECTED_STATE",
@@ -533,6 +567,35 @@ def _judge(fixture: str, spec: dict[str, Any], env: Envelope, acted: bool, write
         problems.append(f"the program acted and the read-back shows it, yet effect is {env.effect}")
     if fixture == "empty" and env.status == "ok" and spec.get("parse", {}).get("kind", "none") in STRUCTURED:
         problems.append("an empty output from a program came back as an empty ok (no matches is not 'cannot answer')")
+    return problems
+
+
+# What a screen tool's fixture may end in: a screen that did not come (SURFACE_CHANGED), or
+# the deadline first (TIMEOUT: a step's wait may outlast the checked copy's deadline).
+_SCREEN_CODES = {
+    "hang": {"TIMEOUT", "SURFACE_CHANGED"}, "hang_before": {"TIMEOUT", "SURFACE_CHANGED"},
+    "hang_after": {"TIMEOUT", "SURFACE_CHANGED"}, "never": {"SURFACE_CHANGED", "TIMEOUT"},
+    "dialog": {"SURFACE_CHANGED", "TIMEOUT"}, "dies": {"FAILED", "SURFACE_CHANGED"},
+    # A flood is stopped at its cap, or shows nothing a step waits for before that.
+    "flood": {"OUTPUT_TOO_LARGE", "SURFACE_CHANGED", "TIMEOUT"}, "secret": {"SURFACE_CHANGED", "TIMEOUT"},
+    "missing": {"FAILED"},
+    "noop": {"UNEXPECTED_STATE"},
+}
+
+
+def _judge_screen(fixture: str, spec: dict[str, Any], env: Envelope, code: str | None, acted: bool) -> list[str]:
+    """A screen tool's fixture: an error of the kind the screen calls for, and never a change
+    the stand-in did not make."""
+    problems = []
+    waits = sum(1 for step in spec["screen"].get("steps", []) if step.get("wait"))
+    expected = _SCREEN_CODES.get(fixture)
+    # An extra dialog after a one-wait tool's last key comes after everything it waited for.
+    if expected is not None and not (fixture == "dialog" and waits < 2 and env.status == "ok") and code not in expected:
+        problems.append(f"expected {' or '.join(sorted(expected))}, got {code or env.status}")
+    if env.effect == "changed" and not acted:
+        problems.append("effect changed, but the stand-in changed nothing")
+    if fixture == "acts_dies" and env.status == "ok" and env.effect != "changed":
+        problems.append(f"the program acted and the read-back shows it, yet effect is {env.effect}")
     return problems
 
 

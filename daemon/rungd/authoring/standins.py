@@ -197,6 +197,74 @@ def _category(name: str, ch: str) -> bool:
     return checks.get(name, False) and ch != "\n"
 
 
+def pattern_text(pattern: str, first_group: str | None = None) -> str:
+    """Text ``pattern`` finds, its first group holding ``first_group`` when given (a screen
+    step's wait, or a field read off the screen by a pattern).
+
+    Raises:
+        CannotSynthesize: no such text was made (checked, never assumed).
+    """
+    try:
+        parsed = sre_parse.parse(pattern, re.MULTILINE)
+    except re.error as exc:
+        raise CannotSynthesize(f"{pattern!r} does not compile: {exc}") from None
+    names = {index: name for name, index in parsed.state.groupdict.items()}
+    if first_group is not None and parsed.state.groups > 1:
+        names.setdefault(1, "\0first")
+    text = "".join(_emit(parsed, names, {} if first_group is None else {names.get(1, ""): first_group}))
+    found = re.search(pattern, text)
+    if found is None or (first_group is not None and (found.group(1) if found.re.groups else found.group(0)) != first_group):
+        raise CannotSynthesize(f"no text was found that {pattern!r} reads as {first_group!r}")
+    return text
+
+
+# Cell attributes a wait may ask for, as the SGR codes that draw them.
+_SGR = {"reverse": "7", "bold": "1", "underscore": "4", "italics": "3", "blink": "5"}
+_COLOURS = ("black", "red", "green", "brown", "blue", "magenta", "cyan", "white")
+
+
+def _sgr(attribute: str | None) -> str:
+    if attribute is None:
+        return ""
+    if attribute[:3] in ("fg:", "bg:") and attribute[3:] in _COLOURS:
+        return str((30 if attribute[:2] == "fg" else 40) + _COLOURS.index(attribute[3:]))
+    return _SGR.get(attribute, "")
+
+
+def _first_row(place: dict[str, Any], default: int = 1) -> int:
+    if place.get("row") is not None:
+        return int(place["row"])
+    return int(place["rows"][0]) if place.get("rows") else default
+
+
+def screen_frames(screen: dict[str, Any], values: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a stand-in draws for a screen tool's steps (its ``screen`` table as read): per step,
+    the state its wait looks for and its read fields holding ``values``, whether it clears
+    the screen first (a wait for something to go), and whether the step presses keys.
+
+    Raises:
+        CannotSynthesize: a pattern no text is made for.
+    """
+    frames = []
+    for step in screen.get("steps", []):
+        draw, clear = [], False
+        wait = step.get("wait")
+        if wait is not None:
+            if wait.get("absent"):
+                clear = True
+            else:
+                text = wait.get("text") or pattern_text(wait["pattern"])
+                draw.append([_first_row(wait), wait.get("column", 1), text, _sgr(wait.get("attribute"))])
+        for name, read in step.get("read", {}).items():
+            value = values.get(name, _typed_sample(read.get("type", "string")))
+            value = str(value).lower() if isinstance(value, bool) else str(value)
+            text = pattern_text(read["pattern"], value) if read.get("pattern") else value
+            draw.append([_first_row(read, 2), read.get("column", 0), text, ""])
+        frames.append({"clear": clear, "draw": draw, "commit": bool(step.get("commit")),
+                       "key": bool(step.get("type") is not None or step.get("credential") or step.get("keys"))})
+    return frames
+
+
 # --- the stand-in scripts -------------------------------------------------------------------
 
 # What every stand-in shares: it notes each run (so a repeat that reruns the program is seen),
@@ -233,8 +301,67 @@ def confirm():
 
 
 def read_role():
+    if "screen" in me:  # a screen read: its steps' states, the fields as they now are
+        play(me["screen"]["after" if ACTED.exists() else "before"])
+        finish()
     say(me["after"] if ACTED.exists() else me["before"])
     sys.exit(0)
+
+
+# A screen program: draws with plain escape sequences, reads keys one at a time.
+def screen_mode():
+    import termios, tty
+    try:
+        tty.setcbreak(0)
+        attrs = termios.tcgetattr(0)
+        attrs[3] &= ~termios.ECHO
+        termios.tcsetattr(0, termios.TCSANOW, attrs)
+    except termios.error:
+        pass
+    say("\x1b[2J\x1b[H")
+
+
+def at(row, column, text, sgr=""):
+    say(f"\x1b[{{row + 1}};{{column + 1}}H" + (f"\x1b[{{sgr}}m" if sgr else "") + text + "\x1b[m")
+
+
+def key():
+    got = os.read(0, 1024)
+    time.sleep(0.02)  # a key and the text typed with it come as one burst
+    import select
+    while select.select([0], [], [], 0)[0]:
+        if not os.read(0, 1024):
+            break
+    return got
+
+
+def play(frames, upto=None):
+    """Draw each step's screen; read its keys. upto: stop after the first key ("key") or the
+    commit step's key ("commit")."""
+    screen_mode()
+    for frame in frames:
+        if frame["clear"]:
+            say("\x1b[2J")
+        for row, column, text, sgr in frame["draw"]:
+            at(row, column, text, sgr)
+        if frame["key"]:
+            key()
+            if upto == "key" or (upto == "commit" and frame["commit"]):
+                return True
+    return upto == "commit"  # no commit step: its last key committed
+
+
+def finish():
+    if me["screen"].get("end") == "kill":
+        while True:
+            key()
+    sys.exit(0)
+
+
+def keys_forever():
+    while True:
+        if not key():
+            time.sleep(60)
 
 
 def secrets():
@@ -272,6 +399,34 @@ BEHAVIOUR: dict[str, str] = {
 }
 
 
+def _already(said: dict[str, Any]) -> dict[str, Any]:
+    """A read role that shows, before the act too, what it shows after it."""
+    if "before" not in said:
+        return said
+    said = {**said, "before": said["after"]}
+    if "screen" in said:
+        said["screen"] = {**said["screen"], "before": said["screen"]["after"]}
+    return said
+
+
+# Per fixture, for a screen tool: what the role under test draws and does.
+SCREEN_BEHAVIOUR: dict[str, str] = {
+    "hang": "hang()",
+    "hang_before": "hang()",
+    "hang_after": "play(me['screen']['frames'], upto='commit')\nACTED.touch()\nhang()",
+    "never": "screen_mode()\nat(1, 1, 'rungd check: a screen none of the steps expects')\nkeys_forever()",
+    "dialog": "play(me['screen']['frames'], upto='key')\nsay('\\x1b[2J')\n"
+              "at(5, 5, 'rungd check: an extra dialog. The configuration changed. Continue? (y/n)')\nkeys_forever()",
+    "dies": "play(me['screen']['frames'], upto='key')\nsys.exit(1)",
+    "flood": "screen_mode()\nn = 0\nwhile True:\n    n += 1\n    at(n % 20, 0, f'redrawing {n} ' * 4)",
+    "secret": "screen_mode()\nfor n, var in enumerate(SCRIPT.get('secret_env', [])):\n"
+              "    at(n + 1, 1, f'debug: token={os.environ.get(var, \"\")}')\nkeys_forever()",
+    "acts_dies": "play(me['screen']['frames'], upto='commit')\nACTED.touch()\nos.kill(os.getpid(), signal.SIGKILL)",
+    "noop": "play(me['screen']['frames'])\nfinish()",
+    "already": "play(me['screen']['frames'])\nfinish()",
+}
+
+
 def write_standin(folder: Path, fixture: str, script: dict[str, Any]) -> Path:
     """Write the stand-in for ``fixture`` as an executable file named after it.
 
@@ -286,12 +441,12 @@ def write_standin(folder: Path, fixture: str, script: dict[str, Any]) -> Path:
         The script's path.
     """
     if fixture == "already":  # every read shows the state the write aims at, from the start
-        script = {**script, "roles": {role: {**said, "before": said["after"]} if "before" in said else said
-                                      for role, said in script["roles"].items()}}
+        script = {**script, "roles": {role: _already(said) for role, said in script["roles"].items()}}
     body = _PROLOGUE.format(script=json.dumps(script), role_env=ROLE_ENV)
     body += "if ROLE != SCRIPT['target'] and 'before' in me:\n    read_role()\n"
     body += "if ROLE != SCRIPT['target']:\n    say(me.get('ok', ''))\n    sys.exit(0)\n"
-    body += BEHAVIOUR[fixture] + "\n"
+    screen = "screen" in script["roles"].get(script["target"], {})
+    body += (SCREEN_BEHAVIOUR if screen else BEHAVIOUR)[fixture] + "\n"
     path = folder / fixture
     path.write_text("#!/usr/bin/env python3\n" + textwrap.dedent(body), encoding="utf-8")
     path.chmod(0o755)
