@@ -5,6 +5,7 @@ tool-file checks that keep a session honest."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -144,4 +145,40 @@ async def test_a_held_screen_write_shows_its_steps_to_the_approver_and_runs_only
     plan = listed.plan
     assert plan[2] == "step 3: wait for 'New hostname:' on the screen; type 'web09' (hostname); press Enter"
     assert plan[3].startswith("step 4 (commits): wait for /Save hostname")
+    daemon.daemon.stop()
+
+
+DIALOG = """
+[program]
+name = "dialog"
+command = "{dialog}"
+
+[tools.dialog_name_ask]
+terminal = "screen"
+argv = ["--output-fd", "3", "--inputbox", "Name the new host", "8", "40"]
+[tools.dialog_name_ask.inputs.name]
+description = "The name."
+example = "web01"
+pattern = "[a-z0-9]{{1,20}}"
+[tools.dialog_name_ask.description]
+""" + STUB_DESCRIPTION + """
+[tools.dialog_name_ask.parse]
+kind = "regex"
+pattern = '^(?P<answer>\\S+)$'
+fields = {{ answer = "string" }}
+[tools.dialog_name_ask.screen]
+output_fd = 3
+[[tools.dialog_name_ask.screen.steps]]
+wait = {{ text = "Name the new host" }}
+type = "{{name}}"
+keys = ["Enter"]
+"""
+
+
+@pytest.mark.skipif(shutil.which("dialog") is None, reason="needs dialog (Debian package dialog)")
+async def test_a_screen_tool_parses_the_answer_its_program_writes_on_a_descriptor(nursery, short_tmp) -> None:
+    daemon = await serve_tool_file(nursery, short_tmp, DIALOG.format(dialog=shutil.which("dialog")))
+    env = await daemon.call("dialog_name_ask", {"name": "db02"})
+    assert env.status == "ok", env.error
+    assert env.fields == {"answer": "db02"}
     daemon.daemon.stop()

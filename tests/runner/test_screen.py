@@ -174,3 +174,16 @@ async def test_the_cast_replays_with_asciinema(short_tmp) -> None:
         os.close(slave)
     assert replay.returncode == 0, replay.stderr
     assert b"Save hostname 'theta'? (y/n)" in replay.stdout
+
+
+@pytest.mark.skipif(shutil.which("dialog") is None, reason="needs dialog (Debian package dialog)")
+async def test_a_screen_programs_answer_comes_on_the_descriptor_the_tool_names(short_tmp) -> None:
+    # dialog draws on its terminal and writes the answer to --output-fd: a pipe rungd reads.
+    program = runner.Program(
+        argv=(shutil.which("dialog"), "--output-fd", "3", "--inputbox", "New hostname for web", "8", "40"),
+        terminal="screen", screen=Screen(steps=(Step(wait=Wait(text="New hostname for web"), text="web01",
+                                                     keys=("Enter",)),), output_fd=3))
+    ctx = make_ctx(short_tmp)
+    done = await run_quick(ctx, program)
+    assert (done.exit_status, done.stdout) == (0, "web01")
+    assert any(e.endswith(".output") for e in ctx.evidence)

@@ -217,7 +217,8 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
                     str(program.cwd or cwd), limits.effective(program.limits), scratch.helper.pass_fds,
                     _user_ids(program.user), cgroup, make_cwd=program.cwd is None and make_cwd,
                     label=ctx.call_id, terminal=scratch.terminal.slave if scratch.terminal is not None else None,
-                    stdio_on_terminal=program.screen is not None)
+                    stdio_on_terminal=program.screen is not None,
+                    output_fd=program.screen.output_fd if program.screen is not None else None)
             except BaseException as exc:
                 if cgroup is None:
                     raise
@@ -510,8 +511,12 @@ async def _drive_screen(ctx: CallContext, program: Program, proc: launch.Child, 
 
     session = Session(ctx, program.screen, terminal, Redactor(secrets), cast, fields, waiting,
                       lambda: proc.returncode)
+    # What it writes on its answer descriptor, kept as a stdout is.
+    output = Stream("output", program.keep_bytes, scratch.evidence_file("output"), program.evidence_bytes,
+                    Redactor(secrets))
     try:
-        session.outputs = Outputs(scratch.poller, proc, (), (terminal, session))
+        session.outputs = Outputs(scratch.poller, proc, (output,) if program.screen.output_fd else (),
+                                  (terminal, session))
     except OSError as exc:  # the kernel would not watch one more descriptor (ENOMEM, ENOSPC)
         with trio.CancelScope(shield=True):
             await _abandon(ctx, proc, tracker)
@@ -523,12 +528,13 @@ async def _drive_screen(ctx: CallContext, program: Program, proc: launch.Child, 
     finally:
         ctx.answered.extend(session.answered)
         _keep_screen(ctx, scratch, session)
-        await _end(ctx, program, proc, tracker, (session,), scratch)
+        await _end(ctx, program, proc, tracker, (session, output), scratch)
     completed = Completed(
         exit_status=proc.returncode if proc.returncode is not None else -signal.SIGKILL,
-        stdout="", stderr="", stdout_bytes=0, stderr_bytes=0, answered=session.answered,
-        evidence=scratch.evidence, screen=drawn.screen, fields=drawn.fields, stopped=drawn.stopped, shots=drawn.shots,
-        evidence_cut=cast is not None and cast.lost > 0)
+        stdout=output.text(), stdout_cut=output.truncated, stdout_bytes=output.total, stderr="", stderr_bytes=0,
+        answered=session.answered, evidence=scratch.evidence, screen=drawn.screen, fields=drawn.fields,
+        stopped=drawn.stopped, shots=drawn.shots, evidence_cut=(cast is not None and cast.lost > 0)
+        or output.evidence_cut)
     check_limits(completed, limits.effective(program.limits))
     return completed
 

@@ -243,7 +243,7 @@ class Child:
     """
 
     def __init__(self, pid: int, pidfd: int, stdin: int, stdout: int, stderr: int, *,
-                 start: int | None = None) -> None:
+                 start: int | None = None, output: int = -1) -> None:
         self.pid = pid
         self.start = start  # its start time in clock ticks, when the spawn knows it (proctree.start_between)
         self._pidfd = pidfd
@@ -252,13 +252,14 @@ class Child:
         self.stdin = Pipe(stdin)
         self.stdout = Pipe(stdout)
         self.stderr = Pipe(stderr)
+        self.output = Pipe(output)  # a screen program's answer descriptor (Screen.output_fd), or none
 
     def pidfd(self) -> int:
         """The pidfd, readable once the program has exited; -1 once it is reaped."""
         return self._pidfd
 
     def close_pipes(self) -> None:
-        for pipe in (self.stdin, self.stdout, self.stderr):
+        for pipe in (self.stdin, self.stdout, self.stderr, self.output):
             pipe.close()
 
     @property
@@ -606,8 +607,8 @@ class Launcher:
     async def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, limits: Limits | None,
                     pass_fds: Sequence[int], user: tuple[int, int, list[int]] | None,
                     cgroup: proctree.CallCgroup | None, *, make_cwd: bool = False,
-                    label: str | None = None, terminal: int | None = None, stdio_on_terminal: bool = False
-                    ) -> Started:
+                    label: str | None = None, terminal: int | None = None, stdio_on_terminal: bool = False,
+                    output_fd: int | None = None) -> Started:
         """Have the launcher make the program; returns once its pid is known.
 
         The caller awaits :meth:`Started.exec_result` next. Descriptors are made here, so
@@ -618,7 +619,8 @@ class Launcher:
         process is made (for start-up recovery). ``terminal``: a pseudo-terminal's
         descriptor, which the new process makes its controlling terminal (and keeps none of);
         with ``stdio_on_terminal`` it is also its stdin, stdout and stderr (a screen
-        program), and the child has no pipes.
+        program), and the child has no pipes. ``output_fd``: the program gets a pipe's write
+        end as that descriptor (dialog's ``--output-fd``), whose read end is ``Child.output``.
 
         Cancellation: shielded until the pid is known (a few milliseconds); a process made
         is then returned all the same, for the caller to kill, unless the cancellation came
@@ -626,7 +628,7 @@ class Launcher:
         """
         made: list[int] = []
         with proctree.spawning():  # no reaper of this process may take it for a stray meanwhile
-            stdin_w = stdout_r = stderr_r = -1
+            stdin_w = stdout_r = stderr_r = output_r = -1
             try:
                 if stdio_on_terminal and terminal is not None:
                     stdin_r = stdout_w = stderr_w = terminal
@@ -642,6 +644,11 @@ class Launcher:
                 os.set_blocking(err_r, False)  # read at once, waited on only when empty
                 fds = [stdin_r, stdout_w, stderr_w, err_w, *pass_fds]
                 targets = [0, 1, 2, _launcher.ERROR_PIPE, *pass_fds]
+                if output_fd is not None:
+                    output_r, output_w = os.pipe2(os.O_CLOEXEC)
+                    made += [output_r, output_w]
+                    fds.append(output_w)
+                    targets.append(output_fd)
                 if terminal is not None:
                     fds.append(terminal)
                     targets.append(_launcher.TERMINAL)
@@ -668,14 +675,14 @@ class Launcher:
                     os.close(fd)
                 raise
             for fd in made:
-                if fd not in (stdin_w, stdout_r, stderr_r, err_r):
+                if fd not in (stdin_w, stdout_r, stderr_r, err_r, output_r):
                     os.close(fd)
             said, ended = await self._pid_line(err_r)
             start = proctree.start_between(sent_at, proctree.boottime_ns())  # ...and before its pid is heard
             found = _PID_LINE.search(said)
             pid = found.group(2) if found else b""
             if not pid:
-                _close(stdin_w, stdout_r, stderr_r, err_r)
+                _close(stdin_w, stdout_r, stderr_r, err_r, output_r)
                 if said:
                     raise _error(said)  # the launcher could not make a process (EAGAIN...)
                 if ended:  # made, and killed before its first word (a killed cgroup kills newborns)
@@ -688,12 +695,12 @@ class Launcher:
                 pidfd = os.pidfd_open(pid_n)  # the daemon's own child: its pid is ours until reaped
             except OSError as exc:
                 _kill_and_reap(pid_n)
-                _close(stdin_w, stdout_r, stderr_r, err_r)
+                _close(stdin_w, stdout_r, stderr_r, err_r, output_r)
                 raise LostStart(exc.errno, exc.strerror) from None
             proctree.SPAWNED.add(pid_n)
             if self._owned is not None:
                 self._owned.add(pid_n)
-        return Started(Child(pid_n, pidfd, stdin_w, stdout_r, stderr_r, start=start), err_r, said)
+        return Started(Child(pid_n, pidfd, stdin_w, stdout_r, stderr_r, start=start, output=output_r), err_r, said)
 
     async def _send(self, body: bytes | None, fds: list[int]) -> None:
         """Hand a request to the launcher (after the cgroups it was not told of yet), starting

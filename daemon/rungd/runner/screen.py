@@ -142,6 +142,9 @@ class Screen:
     cast_bytes: int = 2 * 1024 * 1024
     # Keep the screen as each step found it, and as it ended (rungctl probe --screen).
     snapshots: bool = False
+    # A descriptor the program writes its answer to (dialog's --output-fd 3): a pipe rungd
+    # reads, whose text is the Completed's stdout.
+    output_fd: int | None = None
 
     def check_keys(self) -> None:
         """Raises keymap.UnknownKey for a key the terminal type does not have on this host."""
@@ -408,7 +411,7 @@ class Session:
         while self._exited() is None:
             await self.outputs.wait(0.25)
             await self._catch_up()
-        self.outputs.take()
+        await self.outputs.drain(0.2)  # its answer descriptor, to its end
         await self._catch_up()
         return Drawn(self.fields, self.text(limit=1 << 20))
 

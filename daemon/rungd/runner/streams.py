@@ -225,13 +225,15 @@ class Outputs:
         terminal: the call's terminal and where what the program writes on it goes.
     """
 
-    def __init__(self, poller: select.epoll, child: Child, streams: tuple[Stream, Stream] | tuple[()],
+    def __init__(self, poller: select.epoll, child: Child, streams: tuple[Stream, ...],
                  terminal: tuple[Terminal, Sink] | None = None) -> None:
         self._poller = poller
         self._child = child
-        # No streams: a screen program's stdio is its terminal.
+        # stdout's and stderr's streams; a screen program's stdio is its terminal, and its one
+        # stream, if any, is its answer descriptor's.
+        pipes = (child.stdout, child.stderr) if child.stdout.fileno() >= 0 else (child.output,)
         self._pipes: dict[int, tuple[Pipe | Terminal, Sink]] = {
-            pipe.fileno(): (pipe, stream) for pipe, stream in zip((child.stdout, child.stderr), streams)}
+            pipe.fileno(): (pipe, stream) for pipe, stream in zip(pipes, streams)}
         self._terminal = -1
         if terminal is not None:  # what the program writes on its terminal, read from the master
             self._terminal = terminal[0].fileno()

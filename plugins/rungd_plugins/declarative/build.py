@@ -372,12 +372,14 @@ def _check_screen(fail: Callable[[str, str], ConfigError], spec: ToolSpec) -> No
         raise fail("screen", "terminal = \"screen\" and a [tools.NAME.screen] table with its steps go together")
     if spec.screen is None:
         return
-    for key, bad in (("parse", spec.parse.kind != "none"), ("stdin", spec.stdin != "none"),
+    for key, bad in (("parse", spec.parse.kind != "none" and spec.screen.output_fd is None),
+                     ("stdin", spec.stdin != "none"),
                      ("stdin_input", spec.stdin_input is not None), ("confirm", bool(spec.confirm)),
                      ("credential_prompt", bool(spec.credential_prompt)), ("askpass", bool(spec.askpass))):
         if bad:
             raise fail(key, "a screen tool talks to its program through its steps only: its fields come from "
-                            "steps' read tables, what it answers from their type, credential and keys")
+                            "steps' read tables (or, with screen.output_fd, a parse of what it writes there), "
+                            "what it answers from their type, credential and keys")
     commits = [i for i, step in enumerate(spec.screen.steps) if step.commit]
     if len(commits) > 1:
         raise fail(f"screen.steps[{commits[1]}].commit", "one step commits the change; mark only the one whose keys "
@@ -430,7 +432,8 @@ def _screen(spec: ScreenSpec, values: dict[str, Any]) -> Screen:
         steps.append(Step(wait=wait, timeout_s=step.timeout_s, read=reads,
                           text=None if text is None else str(text).lower() if isinstance(text, bool) else str(text),
                           credential=step.credential, keys=tuple(step.keys), commit=step.commit))
-    return Screen(steps=tuple(steps), rows=spec.rows, columns=spec.columns, term=spec.term, end=spec.end)
+    return Screen(steps=tuple(steps), rows=spec.rows, columns=spec.columns, term=spec.term, end=spec.end,
+                  output_fd=spec.output_fd)
 
 
 def _screen_plan(spec: ScreenSpec) -> Callable[[Mapping[str, Any]], tuple[str, ...]]:
@@ -557,7 +560,14 @@ def _check_precondition(path: Path, key: str, fail: Callable[[str, str], ConfigE
 
 def _parsed_fields(spec: ToolSpec) -> list[str]:
     if spec.screen is not None:
-        return [name for step in spec.screen.steps for name in step.read]
+        read = [name for step in spec.screen.steps for name in step.read]
+        if spec.screen.output_fd is None:
+            return read
+        return read + [name for name in _plain_parsed(spec) if name not in read]
+    return _plain_parsed(spec)
+
+
+def _plain_parsed(spec: ToolSpec) -> list[str]:
     """The fields a read tool's output parses into, which a read-back may expect."""
     if spec.parse.kind == "lines":
         return ["lines", "lines_shown", "lines_total"]
@@ -770,8 +780,14 @@ class _ProgramRunner:
         if self.spec.screen is not None:
             if not done.stopped:  # else its exit is rungd's stop after the last step
                 check_exit(done, self.exit_table, ok=tuple(self.spec.ok_exit))
-            return _screen_fields(self.spec.screen, done.fields), done
+            fields = _screen_fields(self.spec.screen, done.fields)
+            if self.spec.screen.output_fd is not None and self.spec.parse.kind != "none":
+                fields.update(await self._parsed(done))
+            return fields, done
         check_exit(done, self.exit_table, ok=tuple(self.spec.ok_exit))
+        return await self._parsed(done), done
+
+    async def _parsed(self, done: Completed) -> dict[str, Any]:
         failed_quietly(self.spec.parse, done)  # before the size: a flood on stderr is still its words
         if _cut(done, self.spec.parse.stream) and self.spec.parse.kind not in ("none", "lines"):
             # Parsing the kept head and tail would call a healthy program "changed".
@@ -782,7 +798,7 @@ class _ProgramRunner:
             )
         # Off the loop and bounded: a pattern can hold the interpreter lock while it backtracks.
         return await parse_off_loop(self.spec.parse, _parsed_text(self.spec.parse.stream, done),
-                                    whole=not _cut(done, self.spec.parse.stream)), done
+                                    whole=not _cut(done, self.spec.parse.stream))
 
 
 def _cut(done: Completed, stream: str) -> bool:

@@ -501,6 +501,10 @@ class ScreenSpec(_Strict):
         "exit", description="After the last step: exit waits for the program to exit by itself (its status is "
                             "judged); kill stops it, for a read that has its fields.")
     steps: list[StepSpec] = Field(min_length=1, description="The steps, in order: [[tools.NAME.screen.steps]].")
+    output_fd: int | None = Field(None, ge=3, le=9, description="A descriptor the program writes its answer to, "
+                                                                "e.g. 3 for dialog --output-fd 3: a pipe rungd "
+                                                                "reads, which [tools.NAME.parse] parses as a line "
+                                                                "program's stdout.")
 
 
 class ToolSpec(_Strict):
