@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from rungd import runner
-from rungd.core.errors import AuthRequired, Failed, SurfaceChanged, ToolError
+from rungd.core.errors import AuthRequired, Failed, SurfaceChanged, ToolError, ToolTimeout
 from rungd.runner.screen import Band, Read, Screen, Step, Wait
 from tests.runner.test_runner_refusals import make_ctx, run_quick
 
@@ -187,3 +187,24 @@ async def test_a_screen_programs_answer_comes_on_the_descriptor_the_tool_names(s
     done = await run_quick(ctx, program)
     assert (done.exit_status, done.stdout) == (0, "web01")
     assert any(e.endswith(".output") for e in ctx.evidence)
+
+
+async def test_steps_that_leave_the_program_running_say_so_at_the_deadline(short_tmp) -> None:
+    # A read that forgot end = "kill": every step done, the program still on its menu.
+    ctx = make_ctx(short_tmp)
+    ctx.deadline = trio.current_time() + 2
+    steps = (Step(wait=Wait(text="Show settings")),)
+    with pytest.raises(ToolTimeout) as caught:
+        await run_quick(ctx, program(short_tmp / "state", steps))
+    assert "every step was done, but the program did not exit" in caught.value.message
+    assert 'end = "kill"' in caught.value.hint and "Host configuration" in caught.value.fields["screen"]
+
+
+async def test_a_deadline_before_a_steps_timeout_is_timeout_quoting_the_screen(short_tmp) -> None:
+    ctx = make_ctx(short_tmp)
+    ctx.deadline = trio.current_time() + 1.5
+    steps = (Step(wait=Wait(text="never drawn"), timeout_s=30),)
+    with pytest.raises(ToolTimeout) as caught:
+        await run_quick(ctx, program(short_tmp / "state", steps))
+    assert "deadline came while step 1 waited for 'never drawn'" in caught.value.message
+    assert "Host configuration" in caught.value.fields["screen"]

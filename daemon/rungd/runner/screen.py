@@ -43,7 +43,7 @@ import pyte
 import trio
 
 from rungd.core.contract import CallContext
-from rungd.core.errors import Failed, SurfaceChanged, ToolError
+from rungd.core.errors import Failed, SurfaceChanged, ToolError, ToolTimeout
 from rungd.redact import Redactor
 from rungd.runner import keys as keymap
 from rungd.runner.streams import not_kept_path
@@ -408,8 +408,18 @@ class Session:
                 shots.append(self.shot())
             await self._catch_up()
             return Drawn(self.fields, self.text(limit=1 << 20), stopped=True, shots=shots)
+        # Until just before the call's deadline, to say why: a deadline after the last step is
+        # a program the steps did not make exit.
         while self._exited() is None:
-            await self.outputs.wait(0.25)
+            left = self.ctx.deadline - 0.1 - trio.current_time()
+            if left <= 0:
+                raise ToolTimeout(
+                    f"every step was done, but the program did not exit before the call's deadline; the screen shows "
+                    "something else than an exit (quoted in the screen field)",
+                    hint="a read that has its fields ends with end = \"kill\" in [tools.NAME.screen]; a write's last "
+                    "step must press what makes the program exit; the settle read tells what it did",
+                    fields={"screen": self.text()})
+            await self.outputs.wait(min(left, 0.25))
             await self._catch_up()
         await self.outputs.drain(0.2)  # its answer descriptor, to its end
         await self._catch_up()
@@ -430,14 +440,21 @@ class Session:
                              f"{wait.said()}", hint="the screen it left is quoted in the screen field; the "
                              "read-back or settle read tells what it did", fields={"screen": self.text(),
                                                                                      "step": number})
-            left = until - trio.current_time()
-            if left <= 0:
+            now, last = trio.current_time(), self.ctx.deadline - 0.1  # the call's end, less a moment to say why
+            if now >= until and until < last:
                 raise SurfaceChanged(
                     f"step {number} waited for {wait.said()}, which did not appear; the screen shows something "
                     "else (quoted in the screen field)",
                     hint="the program's screen changed, or it showed a dialog the tool does not expect; the tool's "
                     "author must check the steps against it (rungctl probe --screen)",
                     fields={"screen": self.text(), "step": number})
+            if now >= last:
+                raise ToolTimeout(f"the call's deadline came while step {number} waited for {wait.said()}; the "
+                                  "screen shows something else (quoted in the screen field)",
+                                  hint="the program may be slow or its screen changed; the tool's author must give "
+                                  "the tool a longer deadline_s or check the step (rungctl probe --screen)",
+                                  fields={"screen": self.text(), "step": number})
+            left = min(until, last) - now
             await self.outputs.wait(min(left, 0.25))
 
     async def _ready(self, until: float) -> None:
