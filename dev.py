@@ -66,7 +66,7 @@ TEST_PACKAGES = ("git", "procps", "openssh-client", "systemd", "sudo", "cron", "
                  # rungctl --host ssh:// against a real sshd on loopback (tests/client/test_ssh_host.py).
                  "openssh-server",
                  # Screen programs (tests/real/test_screen_programs.py) and their casts replayed.
-                 "dialog", "whiptail", "asciinema")
+                 "dialog", "whiptail", "asciinema", "nano")
 
 
 def ensure_test_packages() -> None:

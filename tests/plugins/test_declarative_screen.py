@@ -182,3 +182,40 @@ async def test_a_screen_tool_parses_the_answer_its_program_writes_on_a_descripto
     assert env.status == "ok", env.error
     assert env.fields == {"answer": "db02"}
     daemon.daemon.stop()
+
+
+def test_a_wait_may_name_the_item_a_caller_chose(short_tmp) -> None:
+    text = tool_file(short_tmp / "hostname.txt").replace(
+        'wait = { text = "New hostname:" }', 'wait = { text = "{hostname}", absent = true }\n'
+        '[[tools.host_hostname_set.screen.steps]]\nwait = { text = "New hostname:" }', 1)
+    (short_tmp / "t.toml").write_text(text)
+    [_, write] = read_tool_file(short_tmp / "t.toml").tools
+    assert write.plan({"hostname": "web5"})[2] == "step 3: wait for 'web5' on the screen to go"
+
+
+@pytest.mark.parametrize(("program", "argv", "why"), [
+    ("nano", '["--view", "/etc/hostname"]', "--restricted"),
+    ("dialog", '["--prgbox", "x", "{cmd}", "10", "40"]', "through a shell"),
+])
+def test_screen_programs_that_run_commands_are_refused_unless_held_back(short_tmp, program, argv, why) -> None:
+    path = shutil.which(program)
+    if path is None:
+        pytest.skip(f"needs {program}")
+    (short_tmp / "t.toml").write_text(f"""
+[program]
+name = "p"
+command = "{path}"
+[tools.p_thing_show]
+terminal = "screen"
+argv = {argv}
+[tools.p_thing_show.inputs.cmd]
+description = "d."
+example = "x"
+[tools.p_thing_show.description]
+""" + STUB_DESCRIPTION + """
+[[tools.p_thing_show.screen.steps]]
+wait = { text = "x" }
+""")
+    with pytest.raises(ConfigError) as caught:
+        read_tool_file(short_tmp / "t.toml")
+    assert why in str(caught.value)

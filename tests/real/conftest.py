@@ -26,7 +26,9 @@ PROGRAMS = ("useradd", "usermod", "chfn", "groupadd", "chpasswd", "getent", "pas
             "sqlite3", "bc", "crontab", "tar", "zip", "unzip", "gzip", "git", "dpkg-query", "apt-cache", "man",
             "sudo", "mv", "ln", "rm", "find", "stat", "ls", "printenv", "touch",
             # tools/terminal.toml: programs that ask on their terminal
-            "psql", "mysql", "ldapsearch", "htpasswd", "ccrypt", "7z", "cryptsetup", "zipcloak", "gpg", "chsh")
+            "psql", "mysql", "ldapsearch", "htpasswd", "ccrypt", "7z", "cryptsetup", "zipcloak", "gpg", "chsh",
+            # tools/screen.toml: screen programs
+            "nano", "whiptail", "dialog", "dpkg-reconfigure")
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="needs root: accounts, crontabs, other users")
 

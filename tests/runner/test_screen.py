@@ -208,3 +208,30 @@ async def test_a_deadline_before_a_steps_timeout_is_timeout_quoting_the_screen(s
         await run_quick(ctx, program(short_tmp / "state", steps))
     assert "deadline came while step 1 waited for 'never drawn'" in caught.value.message
     assert "Host configuration" in caught.value.fields["screen"]
+
+
+async def test_a_menus_current_item_is_read_by_its_attribute(short_tmp) -> None:
+    steps = (Step(wait=Wait(text="Show settings", attribute="reverse"), keys=("Down",)),
+             Step(wait=Wait(text="Set hostname", attribute="reverse"),
+                  read=(Read("current", Band(3, 5), attribute="reverse"),)))
+    done = await run_quick(make_ctx(short_tmp), program(short_tmp / "state", steps, end="kill"))
+    assert done.fields == {"current": "Set hostname"}
+
+
+def test_alt_keys_are_escape_then_the_key() -> None:
+    from rungd.runner.keys import key
+
+    assert key("xterm-256color", "Alt-r").sent(True) == b"\x1br"
+
+
+async def test_a_screen_program_is_not_told_to_ask_nothing(short_tmp, fake_program) -> None:
+    # DEBIAN_FRONTEND=noninteractive would make debconf's screens skip every question.
+    shows_env = fake_program("envshow", """
+        import os, sys, termios, tty
+        print(f"frontend={os.environ.get('DEBIAN_FRONTEND', 'unset')} term={os.environ['TERM']}")
+        sys.stdin.read(1)
+    """)
+    steps = (Step(wait=Wait(pattern=re.compile(r"frontend=(\S+)")), read=(Read("env", pattern=re.compile(r"(frontend=.*)")),)),)
+    done = await run_quick(make_ctx(short_tmp), runner.Program(argv=(str(shows_env),), terminal="screen",
+                                                                screen=Screen(steps=steps, end="kill")))
+    assert done.fields["env"] == "frontend=unset term=xterm-256color"

@@ -407,7 +407,7 @@ class _Plan:
         roles[name] = {"ok": sample_text(spec.get("parse", {}), {}),
                        "confirm": confirmation_text(confirm[0]["pattern"]) if confirm else None}
         if "screen" in spec:
-            roles[name]["screen"] = {"frames": screen_frames(spec["screen"], {}),
+            roles[name]["screen"] = {"frames": screen_frames(_filled(spec["screen"], inputs), {}),
                                      "end": spec["screen"].get("end", "exit")}
         verify = spec.get("verify")
         if verify is not None:
@@ -418,9 +418,11 @@ class _Plan:
             before = sample_text(target.get("parse", {}), {k: pair[0] for k, pair in pairs.items()})
             roles[verify["tool"]] = {"before": before, "after": after}
             if "screen" in target:  # a screen read: the fields drawn where its steps read them
+                read_inputs = {k: _substitute(v, inputs) for k, v in verify.get("inputs", {}).items()}
+                screen = _filled(target["screen"], read_inputs)
                 roles[verify["tool"]]["screen"] = {
-                    "before": screen_frames(target["screen"], {k: pair[0] for k, pair in pairs.items()}),
-                    "after": screen_frames(target["screen"], {k: pair[1] for k, pair in pairs.items()}),
+                    "before": screen_frames(screen, {k: pair[0] for k, pair in pairs.items()}),
+                    "after": screen_frames(screen, {k: pair[1] for k, pair in pairs.items()}),
                     "end": target["screen"].get("end", "exit")}
         return {"fixture": "", "target": name, "roles": roles,
                 "secret_env": [CHECK_SECRET_ENV, *spec.get("credentials", {}),
@@ -637,6 +639,18 @@ def _write_export(folder: Path, export: dict[str, Any], fixture: str) -> None:
     path.write_bytes(text.encode(export.get("encoding", "utf-8")))
     past = time.time() - 10  # older than any stable_s: the writer is done with it
     os.utime(path, (past, past))
+
+
+def _filled(screen: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """A screen table with each wait's text filled in from the call's inputs, as the daemon
+    fills it (a literal brace is doubled)."""
+    steps = []
+    for step in screen.get("steps", []):
+        wait = step.get("wait")
+        if wait is not None and "text" in wait:
+            step = {**step, "wait": {**wait, "text": str(_substitute(wait["text"], values))}}
+        steps.append(step)
+    return {**screen, "steps": steps}
 
 
 def _substitute(template: Any, values: dict[str, Any]) -> Any:

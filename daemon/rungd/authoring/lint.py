@@ -227,7 +227,8 @@ _TOOL_FILE_FIXES = {
                                     "askpass, a token); if it never can, [tools.{tool}] lint_waivers = "
                                     '{{ "errors.auth_required_missing" = "<why>" }}',
     "heading.step_down_missing": '[tools.{tool}.heading] step_down = [{{ codes = ["SURFACE_CHANGED", '
-                                 '"PROMPT_UNEXPECTED"], count = 3 }}]',
+                                 '"PROMPT_UNEXPECTED"], count = 3 }}] (a new heading table names its rung too: '
+                                 'rung = 2 for a command-line or screen program)',
     "session.credential_undeclared": "name only credentials the tool uses ([tools.{tool}] credentials, "
                                      "credential_files, credential_prompt or askpass), or declare the one it needs",
 }

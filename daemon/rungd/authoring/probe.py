@@ -143,6 +143,9 @@ class Probe:
                 lines.append(f"  reverse video: row {row}, column {column}: {text!r}")
         if self.ended == "exited":
             lines += ["", f"exited:   status {self.exit_status} before the last screen"]
+        if self.screen.output_fd is not None:
+            shown = self.stdout.splitlines()
+            lines += ["", f"fd {self.screen.output_fd}:     {len(shown)} line(s)", *(f"  | {line}" for line in shown[:8])]
         return lines
 
     def _system(self) -> str:
@@ -176,6 +179,8 @@ class Probe:
             out.append(f"term = {_toml(self.screen.term)}")
         if not write:
             out.append('end = "kill"  # a read stops the program once it has its fields')
+        if self.screen.output_fd is not None:
+            out.append(f"output_fd = {self.screen.output_fd}  # its answer, parsed by [{tool}.parse]")
         previous: list[str] = []
         marked_before: list[Any] = []
         for number, shot in enumerate(self.screens):
@@ -208,6 +213,8 @@ class Probe:
             else:
                 out.append('read.FILL_IN = { row = 0, column = 0, width = 10 }  # a field this screen shows')
             previous = rows
+        if self.screen.output_fd is not None:
+            out += ["", f"[{tool}.parse]", f"kind = {_toml(_parse_kind(self.stdout))}"]
         if write:
             out += ["", "# A write needs a read-back: a read tool of this file and what it shows after the change.",
                     f"[{tool}.verify]", 'tool = "FILL IN: a read tool of this file"']
@@ -295,6 +302,7 @@ class ScreenProbe:
     rows: int = 24
     columns: int = 80
     term: str = "xterm-256color"
+    output_fd: int | None = None  # a descriptor it writes its answer to (dialog --output-fd)
 
     def steps(self) -> tuple[runner.Step, ...]:
         return tuple(runner.Step(text=send[5:]) if send.startswith("text:") else runner.Step(keys=(send,))
@@ -416,7 +424,7 @@ async def _probe(argv: list[str], deadline_s: float, read: list[str] | None, ans
         if screen is not None:
             program = runner.Program(argv=tuple(argv), terminal="screen", user=user, screen=runner.Screen(
                 steps=screen.steps(), rows=screen.rows, columns=screen.columns, term=screen.term, end="kill",
-                snapshots=True))
+                snapshots=True, output_fd=screen.output_fd))
         else:
             program = runner.Program(argv=tuple(argv), stdin=stdin, confirmations=confirmations,  # type: ignore[arg-type]
                                      terminal=terminal, user=user)  # type: ignore[arg-type]

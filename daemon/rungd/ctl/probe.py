@@ -35,6 +35,8 @@ from rungd.ctl.registry import EXIT_OK, Context, UsageError, arg, command
              "(repeatable); the screen before each is shown"),
     arg("--term", choices=["xterm-256color", "vt100"], default="xterm-256color", help="with --screen: its TERM"),
     arg("--size", default="24x80", metavar="ROWSxCOLUMNS", help="with --screen: the terminal's size (default 24x80)"),
+    arg("--output-fd", type=int, metavar="N", help="with --screen: give it a pipe as descriptor N (3-9) for the "
+                                                   "answer it writes there (dialog --output-fd N), and show it"),
 )
 def probe(ctx: Context) -> int:
     """Run PROGRAM once as a rungd call would: its stdin open and silent, rungd's terminal as
@@ -82,9 +84,12 @@ def probe(ctx: Context) -> int:
         rows, _, columns = args.size.partition("x")
         if not (rows.isdigit() and columns.isdigit() and 10 <= int(rows) <= 200 and 20 <= int(columns) <= 500):
             raise UsageError(f"--size {args.size!r}: give ROWSxCOLUMNS, e.g. 24x80 (10-200 rows, 20-500 columns)")
-        screen = ScreenProbe(tuple(args.send), int(rows), int(columns), args.term)
-    elif args.send:
-        raise UsageError("--send drives a screen program; hint: add --screen")
+        if args.output_fd is not None and not 3 <= args.output_fd <= 9:
+            raise UsageError(f"--output-fd {args.output_fd}: give a descriptor from 3 to 9, as the program's option "
+                             "names it (dialog --output-fd 3)")
+        screen = ScreenProbe(tuple(args.send), int(rows), int(columns), args.term, args.output_fd)
+    elif args.send or args.output_fd is not None:
+        raise UsageError("--send and --output-fd drive a screen program; hint: add --screen")
     try:
         seen = run_probe(argv, deadline_s=args.deadline, read=shlex.split(args.read) if args.read else None,
                          answers=answers, stdin=args.stdin, terminal="none" if args.no_terminal else "line",

@@ -59,6 +59,9 @@ def child_env(
         # (a current item may be marked by colour only).
         env["TERM"] = program.screen.term
         env.pop("NO_COLOR", None)
+        # It is driven as a person at it would: debconf's screens are asked, not skipped.
+        if program.env.get("DEBIAN_FRONTEND") is None:
+            env.pop("DEBIAN_FRONTEND", None)
         # Line drawing as the UTF-8 characters it is, not the alternate character set (which
         # the emulator ignores in UTF-8 mode, as many terminals do).
         env["NCURSES_NO_UTF8_ACS"] = "1"

@@ -36,8 +36,10 @@ _FIXED = {"Enter": b"\r", "Tab": b"\t", "Escape": b"\x1b", "Space": b" "}
 # Keys a terminal sends as ESC O x in application mode and ESC [ x in normal mode (DECCKM).
 _CURSOR = frozenset({"Up", "Down", "Left", "Right", "Home", "End"})
 _CTRL = re.compile(r"^Ctrl-([A-Z])$")
+# Alt (Meta) with a letter or digit: Escape, then the key, as xterm sends it (metaSendsEscape).
+_ALT = re.compile(r"^Alt-([A-Za-z0-9])$")
 
-NAMES = (*_FIXED, *_CAPABILITIES, "Ctrl-A ... Ctrl-Z")
+NAMES = (*_FIXED, *_CAPABILITIES, "Ctrl-A ... Ctrl-Z", "Alt-A ... Alt-Z, Alt-a ... Alt-z, Alt-0 ... Alt-9")
 
 
 class UnknownKey(ValueError):
@@ -68,6 +70,9 @@ def key(term: str, name: str) -> Key:
     if (ctrl := _CTRL.match(name)) is not None:
         byte = bytes([ord(ctrl.group(1)) - ord("A") + 1])
         return Key(name, byte, byte)
+    if (alt := _ALT.match(name)) is not None:
+        sent = b"\x1b" + alt.group(1).encode()
+        return Key(name, sent, sent)
     capability = _CAPABILITIES.get(name)
     if capability is None:
         raise UnknownKey(f"{name!r} is no key rungd knows; known: {', '.join(NAMES)}")

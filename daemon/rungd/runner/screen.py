@@ -99,14 +99,15 @@ class Wait:
 @dataclasses.dataclass(frozen=True)
 class Read:
     """A field read off the screen: ``width`` characters from ``column`` of the band's first
-    row, or the first group (else the whole match) of ``pattern`` on the first row of the band
-    it matches. Spaces around it are dropped."""
+    row, the first group (else the whole match) of ``pattern`` on the first row of the band
+    it matches, or the first run of cells with ``attribute``. Spaces around it are dropped."""
 
     name: str
     band: Band = Band()
     column: int = 0
     width: int | None = None
     pattern: re.Pattern[str] | None = None
+    attribute: str | None = None  # the first run of cells with it (a menu's current item)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,6 +354,16 @@ class Session:
             return [wait.column] if wait.pattern.match(line, wait.column) else []
         return [m.start() for m in wait.pattern.finditer(line)]
 
+    def _run(self, row: int, column: int, attribute: str) -> str:
+        """The text of the first run of cells with ``attribute`` on ``row`` from ``column``, stripped."""
+        x = column
+        while x < self.spec.columns and not self._has(row, x, attribute):
+            x += 1
+        start = x
+        while x < self.spec.columns and self._has(row, x, attribute):
+            x += 1
+        return "".join(self.emulator.buffer[row][i].data for i in range(start, x)).strip()
+
     def _has(self, row: int, column: int, attribute: str) -> bool:
         cell = self.emulator.buffer[row][column]
         if attribute.startswith(("fg:", "bg:")):
@@ -363,6 +374,15 @@ class Session:
         """Raises SurfaceChanged: a pattern matches no row of its band."""
         display = self.emulator.display
         rows = field.band.rows(self.spec.rows)
+        if field.attribute is not None:
+            for row in rows:
+                run = self._run(row, field.column, field.attribute)
+                if run:
+                    return self.redactor.text(run)
+            raise SurfaceChanged(
+                f"the field {field.name} is not on the screen: nothing {field.band.said()} is {field.attribute}",
+                hint="the program's screen changed; the tool's author must check the step's read (rungctl probe "
+                "--screen shows the screens)", fields={"screen": self.text()})
         if field.pattern is None:
             line = display[rows[0]] if rows else ""
             end = None if field.width is None else field.column + field.width
@@ -406,8 +426,11 @@ class Session:
             if self.spec.snapshots:
                 await self._ready(trio.current_time() + 5)
                 shots.append(self.shot())
+            if self._exited() is not None:
+                await self.outputs.drain(0.2)  # it ended by itself: its answer descriptor, to its end
             await self._catch_up()
-            return Drawn(self.fields, self.text(limit=1 << 20), stopped=True, shots=shots)
+            # Stopped by rungd only if it still runs: an exit of its own is judged as any exit.
+            return Drawn(self.fields, self.text(limit=1 << 20), stopped=self._exited() is None, shots=shots)
         # Until just before the call's deadline, to say why: a deadline after the last step is
         # a program the steps did not make exit.
         while self._exited() is None:

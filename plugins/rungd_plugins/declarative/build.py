@@ -392,6 +392,16 @@ def _check_screen(fail: Callable[[str, str], ConfigError], spec: ToolSpec) -> No
     seen: set[str] = set()
     for i, step in enumerate(spec.screen.steps):
         where = f"screen.steps[{i}]"
+        if step.wait is not None and step.wait.text is not None:
+            if problem := template_problem(step.wait.text):
+                raise fail(f"{where}.wait.text", problem)
+            for ref in placeholders(step.wait.text):
+                if ref not in spec.inputs:
+                    raise fail(f"{where}.wait.text", f"{{{ref}}} is not one of its inputs "
+                                                     f"({', '.join(spec.inputs) or 'none'})")
+                if spec.inputs[ref].sensitive:
+                    raise fail(f"{where}.wait.text", f"{{{ref}}} is sensitive: a wait is quoted in errors and shown "
+                                                     "to approvers; type a sensitive input, never wait for it")
         if step.type is not None:
             if problem := template_problem(step.type):
                 raise fail(f"{where}.type", problem)
@@ -424,10 +434,12 @@ def _screen(spec: ScreenSpec, values: dict[str, Any]) -> Screen:
         wait = None
         if step.wait is not None:
             w = step.wait
-            wait = Wait(text=w.text, pattern=re.compile(w.pattern) if w.pattern else None, band=band(w),
-                        column=w.column, attribute=w.attribute, absent=w.absent)
+            text = substitute(w.text, values) if w.text is not None else None
+            wait = Wait(text=None if text is None else str(text), pattern=re.compile(w.pattern) if w.pattern else None,
+                        band=band(w), column=w.column, attribute=w.attribute, absent=w.absent)
         reads = tuple(Read(name, band(r), column=r.column or 0, width=r.width,
-                           pattern=re.compile(r.pattern) if r.pattern else None) for name, r in step.read.items())
+                           pattern=re.compile(r.pattern) if r.pattern else None, attribute=r.attribute)
+                      for name, r in step.read.items())
         text = substitute(step.type, values) if step.type is not None else None
         steps.append(Step(wait=wait, timeout_s=step.timeout_s, read=reads,
                           text=None if text is None else str(text).lower() if isinstance(text, bool) else str(text),
@@ -843,7 +855,14 @@ class _ReadBack:
                 ``max_lines``: a partial listing cannot show that something is absent, nor
                 is it the read a change is judged by.
         """
-        fields, done = await self.runner.run(ctx, self.inputs(values), commits=False)
+        try:
+            fields, done = await self.runner.run(ctx, self.inputs(values), commits=False)
+        except RungdError as exc:
+            # Said as the read's, not the write's: "the field is not on the screen" of which run?
+            if not exc.message.startswith("the read-back "):
+                exc.message = f"the read-back {self.name}: {exc.message}"
+                exc.args = (exc.message,)
+            raise
         if _cut(done, self.runner.spec.parse.stream):
             raise ToolError("OUTPUT_TOO_LARGE", f"the read-back {self.name} printed more than the tool keeps, "
                             "so it cannot show whether the change happened",

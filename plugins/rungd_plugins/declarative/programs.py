@@ -51,6 +51,9 @@ _SANDBOXED: dict[str, tuple[tuple[str, ...], str]] = {
     "sed": (("--sandbox",), _SED_WHY), "gsed": (("--sandbox",), _SED_WHY),
     "sqlite3": (("-safe", "--safe"), "runs shell commands from its input (.shell, .system, the SQL function "
                 "edit()) and reads and writes any file (.read, .output, .import)"),
+    # A screen tool's keys drive it: ^T runs a command (or the speller), ^R reads any file.
+    **{name: (("--restricted", "-R"), "runs commands (^T Execute, its speller) and reads and writes any file "
+              "it is told to") for name in ("nano", "pico")},
 }
 # Programs whose input is commands that reach a shell or any file, with no option that stops
 # it: what they read on stdin, or from the options here, is that language, so no caller's
@@ -401,6 +404,12 @@ def _check_words(path: Path, key: str, command: Path, argv: list[str], offset: i
             raise fail(0, f"{name} {does} unless it is given {sandbox[0]}: add {sandbox[0]!r} to argv")
     if "git" in names:
         _check_git_config(argv, fail)
+    if names & {"dialog", "Xdialog"}:
+        for i, word in enumerate(argv):
+            # --prgbox TEXT COMMAND HEIGHT WIDTH: dialog runs COMMAND through a shell.
+            if word == "--prgbox" and any(placeholders(w) for w in argv[i + 1:i + 3]):
+                raise fail(i, f"{word!r}: dialog runs the command after it through a shell: an input there "
+                              "would be code; show the program's output another way")
     if "jq" in names:  # its first word that is no option (nor an option's value) is its program
         first = _jq_filter(argv)
         if first is not None and placeholders(argv[first]):

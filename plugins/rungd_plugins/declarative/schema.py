@@ -431,7 +431,8 @@ class WaitSpec(_Where):
     "Save .*\\?", rows = [5, 20] }``, ``{ text = "Quit", attribute = "reverse" }``."""
 
     text: str | None = Field(None, min_length=1, description="Text that must be on the screen (at column, when "
-                                                             "given).")
+                                                             "given): a literal, where \"{input}\" puts in one of "
+                                                             "the tool's inputs (a menu item the caller chose).")
     pattern: str | None = Field(None, description="A regular expression searched in each row (matched at column, "
                                                   "when given).")
     attribute: str | None = Field(None, pattern=r"^(reverse|bold|underscore|italics|blink|(fg|bg):[a-z0-9]+)$",
@@ -456,14 +457,17 @@ class ReadSpec(_Where):
                                                               "row's end); spaces around the value are dropped.")
     pattern: str | None = Field(None, description="A regular expression searched from column in each row of the "
                                                   "band; the field is its first group (or the whole match).")
+    attribute: str | None = Field(None, pattern=r"^(reverse|bold|underscore|italics|blink|(fg|bg):[a-z0-9]+)$",
+                                  description="Read the first run of cells with this attribute in the band, e.g. "
+                                              "the current item of a menu (reverse, or a colour as bg:NAME).")
     type: FieldType = Field("string", description="The field's type; text that is not one is SURFACE_CHANGED.")
 
     @model_validator(mode="after")
     def _a_place(self) -> ReadSpec:
-        if self.pattern is None and self.row is None and self.rows is None:
+        if self.pattern is None and self.attribute is None and self.row is None and self.rows is None:
             raise ValueError("a field read at a fixed place names its row (with column and width)")
-        if self.pattern is not None and self.width is not None:
-            raise ValueError("give width (a fixed place) or pattern, not both")
+        if sum(x is not None for x in (self.pattern, self.width, self.attribute)) > 1:
+            raise ValueError("give width (a fixed place), pattern or attribute, one of them")
         return self
 
 
@@ -483,7 +487,8 @@ class StepSpec(_Strict):
                                                "recorded.")
     keys: list[str] = Field([], description="Keys pressed after the text: Enter, Tab, BackTab, Escape, Space, Up, "
                                             "Down, Left, Right, Home, End, PageUp, PageDown, Insert, Delete, "
-                                            "Backspace, F1-F12, Ctrl-A to Ctrl-Z; sent as the tool's term does.")
+                                            "Backspace, F1-F12, Ctrl-A to Ctrl-Z, Alt-A to Alt-Z (and Alt-a, Alt-0...); "
+                                            "sent as the tool's term does.")
     commit: bool = Field(False, description="This step's keys commit the change (Enter on the confirm button): "
                                             "the commit point of a tool with commit_point = \"confirmation\". "
                                             "One step at most.")
