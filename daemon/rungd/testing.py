@@ -11,6 +11,11 @@ Use it as a pytest plugin (``pytest_plugins = ["rungd.testing"]``) with pytest-t
 (override it in your conftest to load your plugin). ``fake_program`` writes a small
 executable Python script, the kind of fake legacy program a test needs.
 
+The daemon runs inside the test's own process, as a child subreaper that kills what its calls
+leave behind: a process the test itself starts in a session of its own (``start_new_session``)
+while a daemon runs is such a stray to it, and is killed. Start such a helper through
+``setsid --fork --wait`` (its own child then), or before the daemon.
+
 Importing this module does not import pytest: ``write_config``, ``start_daemon`` and
 ``RunningDaemon`` work without it, and the fixtures are built the first time pytest asks
 for them (PEP 562 module ``__getattr__``), since only the ``test`` extra installs pytest.
