@@ -9,6 +9,7 @@ key, no password, ``StrictModes no``); the client side gets an ssh config throug
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+import psutil
 import pytest
 import trio
 
@@ -297,3 +299,58 @@ def test_host_is_taken_out_of_the_words_passed_on() -> None:
     assert _without_host(["--host", "ssh://a", "tail", "--host=ssh://b", "-n", "3", "--ho", "ssh://c"]) == \
         ["tail", "-n", "3"]
     assert _without_host(["health", "--", "--host"]) == ["health", "--", "--host"]
+
+
+def test_the_ssh_of_a_killed_rungctl_dies_with_it() -> None:
+    # Issue 31: rungctl --host runs ssh as its child; SIGKILLed, it used to leave ssh running
+    # (and the host's rungctl behind it). ssh is armed to be sent SIGTERM when rungctl dies.
+    script = ("import os, subprocess; from rungd.ctl.app import _dies_with; "
+              "p = subprocess.Popen(['sleep', '60'], preexec_fn=_dies_with(os.getpid())); "
+              "print(p.pid, flush=True); p.wait()")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    parent.stdout.close()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, 9)
+        raise AssertionError("the child outlived the rungctl that started it")
+
+
+async def test_a_remote_follow_ends_when_the_local_rungctl_is_killed(sshd: Sshd, rungd_daemon) -> None:
+    url, config = sshd.url(rungd_daemon.socket), str(rungd_daemon.config.file)
+    await rungd_daemon.call("inventory_item_show", {"item": "widget"})
+    local = subprocess.Popen([sys.executable, "-m", "rungd.ctl", "--host", url, "--config", config, "tail", "-f"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert b"inventory_item_show" in await trio.to_thread.run_sync(local.stdout.readline)
+        local.kill()
+        local.wait()
+
+        def left() -> list[str]:
+            found = []
+            for proc in psutil.process_iter(["cmdline"]):
+                line = " ".join(proc.info["cmdline"] or [])
+                if config in line and "tail -f" in line:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        if proc.status() != psutil.STATUS_ZOMBIE:
+                            found.append(line)
+            return found
+
+        with trio.move_on_after(10):
+            while await trio.to_thread.run_sync(left):
+                await trio.sleep(0.1)
+        assert not await trio.to_thread.run_sync(left), "ssh or the host's rungctl outlived the local rungctl"
+    finally:
+        local.kill()
+        local.wait()
+        local.stdout.close()
+        local.stderr.close()

@@ -189,3 +189,24 @@ async def test_verify_takes_a_path_and_names_the_broken_record_in_one_line(ledge
     assert out.count("\n") == 1 and "Problem(" not in out
     assert out.startswith("ledger BROKEN: ledger-000001.jsonl line 5 (seq 5): edited: ")
     assert "4 records before it are sound" in out
+
+
+async def test_a_follow_ends_once_nobody_reads_it_even_with_nothing_new_to_print(short_tmp: Path) -> None:
+    # Issue 31: `rungctl --host ... tail -f` left the host's rungctl running after the ssh
+    # connection went, until its next write; a quiet ledger may have none for days.
+    folder = short_tmp / "quiet"
+    with Ledger.open(folder) as writer:
+        writer.append("received", "c0000000000000001", "inventory_item_show")
+    env = {k: v for k, v in os.environ.items() if k not in ("RUNGD_CONFIG", "RUNGD_SOCKET")}
+    proc = subprocess.Popen([sys.executable, "-m", "rungd.ctl", "tail", "-f", "--ledger", str(folder)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert b"inventory_item_show" in await trio.to_thread.run_sync(proc.stdout.readline)
+        proc.stdout.close()  # the reader goes; nothing more is written to the ledger
+        with trio.fail_after(10):
+            status = await trio.to_thread.run_sync(proc.wait)
+        assert status == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()

@@ -10,6 +10,9 @@ from __future__ import annotations
 import grp
 import os
 import re
+import select
+import sys
+import threading
 import time
 from collections import deque
 from datetime import datetime, timedelta
@@ -256,7 +259,7 @@ def tail(ctx: Context) -> int:
         for record in shown:
             emit(record)
         if args.follow:
-            for record in follow(folder, since_seq=last_seq):
+            for record in follow(folder, since_seq=last_seq, stop=_UntilReaderGone(sys.stdout.fileno())):
                 if wanted(record):
                     emit(record)
     except OSError as exc:
@@ -267,4 +270,31 @@ def tail(ctx: Context) -> int:
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a follow ends
     return EXIT_OK
+
+
+class _UntilReaderGone(threading.Event):
+    """Set once whoever reads our stdout is gone (a pipe's reader closed it, a terminal hung
+    up, the ssh connection of ``rungctl --host ... tail -f`` ended): a follow that prints
+    rarely would otherwise learn it only at its next write, which may never come."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+
+    def is_set(self) -> bool:
+        if super().is_set():
+            return True
+        poller = select.poll()
+        poller.register(self._fd, 0)  # errors and hang-ups are reported whatever is asked
+        try:
+            gone = any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+        except OSError:
+            gone = False
+        if gone:
+            self.set()
+        return gone
+
+    def wait(self, timeout: float | None = None) -> bool:
+        super().wait(timeout)
+        return self.is_set()
 
