@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rungd.client import Client
+from rungd.service import health
 from rungd.sdk import ConfigError
 from rungd.testing import STUB_DESCRIPTION, serve_tool_file
 from rungd_plugins.declarative import read_tool_file
@@ -118,6 +119,9 @@ async def test_an_unexpected_dialog_ends_the_write_before_it_acts(nursery, short
     assert "You must accept the license to go on." in env.fields["screen"]
     # Its program ran, so the settle read decides: it shows nothing moved.
     assert env.outcome in ("not_started", "done") and state.read_text() == "alpha\n"
+    # The health view (and the step-down watch, from the same records) counts it as any tool's.
+    report = health.compute(daemon.config.state_dir / "ledger", since=0)
+    assert report["tools"]["host_hostname_set"]["codes"] == {"SURFACE_CHANGED": 1}
     daemon.daemon.stop()
 
 
