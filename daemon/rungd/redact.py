@@ -14,6 +14,7 @@ as a run of characters that depends on where it starts, cut from a longer encode
 from __future__ import annotations
 
 import base64
+import bisect
 import itertools
 import json
 import re
@@ -218,6 +219,18 @@ class Redactor:
         if not self._secrets:
             return value
         return _replaced(value, self._spans(value), len(value))
+
+    def char_spans(self, value: str) -> list[tuple[int, int]]:
+        """Where ``value`` holds a secret in any form, as character offsets: for masking what
+        is not a stream of bytes (a screen, cell by cell)."""
+        if not self._secrets:
+            return []
+        data = value.encode("utf-8", "surrogateescape")
+        ends = [0]  # ends[i]: the byte offset at which character i starts
+        for char in value:
+            ends.append(ends[-1] + len(char.encode("utf-8", "surrogateescape")))
+        return [(bisect.bisect_right(ends, start) - 1, bisect.bisect_left(ends, end))
+                for start, end in self._spans(data)]
 
     def feed(self, chunk: bytes) -> bytes:
         """Redact the next chunk of a stream; returns what is safe to release now."""

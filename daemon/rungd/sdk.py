@@ -75,6 +75,9 @@ its public names are also here
 
 Regular expressions an operator writes (``rungd.exchange.patterns``)
     catastrophic_pattern(p)   why ``p`` can backtrack catastrophically, or None
+    polynomial_pattern(p)     why ``p`` takes time growing as a power of its text's length (two
+                        repeats that take the same characters in a row), or None: too slow
+                        for a pattern matched on every redraw of a screen
     refused_pattern(p)        the same, remembered per pattern, and an invalid one refused
     PATTERN_HINT              how to rewrite a refused pattern, for an error's hint
 
@@ -156,6 +159,7 @@ from rungd.exchange import Outcome as ImportOutcome
 from rungd.exchange import locks as _locks
 from rungd.exchange.patterns import HINT as PATTERN_HINT
 from rungd.exchange.patterns import catastrophic as catastrophic_pattern
+from rungd.exchange.patterns import polynomial as polynomial_pattern
 from rungd.exchange.patterns import refused as refused_pattern
 from rungd.core.hookspecs import hookimpl
 from rungd.core.settings import PluginSettings
@@ -271,6 +275,7 @@ __all__ = [
     "Wait",
     "Watcher",
     "catastrophic_pattern",
+    "polynomial_pattern",
     "check_exit",
     "checked_name",
     "exchange",

@@ -52,6 +52,47 @@ def catastrophic(pattern: str) -> str | None:
     return _check(_parser.parse(pattern), None)
 
 
+def polynomial(pattern: str) -> str | None:
+    """Why ``pattern`` may take time growing as a power of its text's length, or None: two
+    unbounded repeats that can take the same characters with nothing required between them
+    (``\\s*\\s*\\S`` on a blank row tries every split of it, then fails). Not
+    catastrophic, but too slow for a pattern matched in the event loop (a screen's waits,
+    on every redraw); a filter for the common shape, like :func:`catastrophic`.
+
+    Raises:
+        re.error: the pattern does not compile.
+    """
+    carried: frozenset[str] | None = None  # what the unbounded repeats since the last required item take
+    for op, av in _flat(_parser.parse(pattern)):
+        if op in _REPEATS:
+            low, high, body = av
+            chars, _ = _first(body)
+            if high == C.MAXREPEAT:
+                if carried is not None and carried & chars:
+                    return f"two repeats one after the other can take the same characters: {_show(op, av)}"
+                carried = chars if carried is None else carried | chars
+                continue
+            if low == 0:
+                continue  # optional: whatever was carried is carried past it
+        elif op in (C.POSSESSIVE_REPEAT, C.ATOMIC_GROUP):
+            carried = None  # gives nothing back
+            continue
+        if not _first([(op, av)])[1]:
+            carried = None  # a required item: the repeats on each side of it are split by it
+    return None
+
+
+def _flat(seq: Sequence[Any]) -> list[Any]:
+    """``seq`` with its groups' contents in line."""
+    items: list[Any] = []
+    for op, av in seq:
+        if op == C.SUBPATTERN:
+            items += _flat(av[3])
+        else:
+            items.append((op, av))
+    return items
+
+
 @functools.lru_cache(maxsize=512)
 def refused(pattern: str) -> str | None:
     """``catastrophic`` remembered per pattern (for checks repeated at run time); an invalid

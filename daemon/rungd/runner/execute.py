@@ -474,12 +474,17 @@ async def run(ctx: CallContext, program: Program) -> Completed:
 
 
 def _check_keys(ctx: CallContext, screen: Screen) -> None:
-    """Raises Failed (nothing was run) for a step's key this host's terminfo lacks."""
+    """Raises Failed (nothing was run) for a step's key this host's terminfo lacks, or a
+    pattern too slow to match on every redraw."""
     try:
         screen.check_keys()
+        screen.check_patterns()
     except keys.UnknownKey as exc:
         raise Failed(f"{exc}; nothing was run", outcome="not_started",
                      hint="the tool's author must use keys the tool's term has (rungctl lint checks them)") from None
+    except ValueError as exc:
+        raise Failed(f"{exc}; nothing was run", outcome="not_started",
+                     hint="the tool's author must rewrite the pattern") from None
 
 
 async def _drive_screen(ctx: CallContext, program: Program, proc: launch.Child, tracker: proctree.Tracker,
@@ -505,7 +510,9 @@ async def _drive_screen(ctx: CallContext, program: Program, proc: launch.Child, 
             tracker.snapshot()  # the kill finds an orphan only if a snapshot saw it
             last_snapshot[0] = time.monotonic()
         members = cgroup.pids() if cgroup is not None else [pid for pid, _ in tracker.members()]
-        pids = [proc.pid, *(pid for pid in members if pid != proc.pid)]
+        # The first few: a look costs the call's processes, never more (a program that forks
+        # a thousand must not stall the loop; the one reading its screen is among the first).
+        pids = [proc.pid, *(pid for pid in members if pid != proc.pid)][:_LOOK_AT]
         reading = procwatch.waiting_for_input(pids, None, seen) is not None
         return reading, not reading and any(procwatch.hidden(pid) for pid in pids)
 
@@ -527,8 +534,10 @@ async def _drive_screen(ctx: CallContext, program: Program, proc: launch.Child, 
         drawn = await session.drive()
     finally:
         ctx.answered.extend(session.answered)
-        _keep_screen(ctx, scratch, session)
-        await _end(ctx, program, proc, tracker, (session, output), scratch)
+        try:
+            _keep_screen(ctx, scratch, session)
+        finally:  # whatever the screen's state, the tree dies and everything closes
+            await _end(ctx, program, proc, tracker, (session, output), scratch)
     completed = Completed(
         exit_status=proc.returncode if proc.returncode is not None else -signal.SIGKILL,
         stdout=output.text(), stdout_cut=output.truncated, stdout_bytes=output.total, stderr="", stderr_bytes=0,
@@ -537,6 +546,10 @@ async def _drive_screen(ctx: CallContext, program: Program, proc: launch.Child, 
         or output.evidence_cut)
     check_limits(completed, limits.effective(program.limits))
     return completed
+
+
+# How many of a screen call's processes a look at who reads its terminal reads /proc for.
+_LOOK_AT = 16
 
 
 def _keep_screen(ctx: CallContext, scratch: _Scratch, session: Session) -> None:

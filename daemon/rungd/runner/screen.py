@@ -41,19 +41,26 @@ from typing import Any, BinaryIO, Literal
 
 import pyte
 import trio
+from wcwidth import wcwidth
 
 from rungd.core.contract import CallContext
 from rungd.core.errors import Failed, SurfaceChanged, ToolError, ToolTimeout
 from rungd.redact import Redactor
+from rungd.exchange import patterns
 from rungd.runner import keys as keymap
 from rungd.runner.streams import not_kept_path
 
 # Attributes a wait may ask of a cell: a pyte Char field, or a colour ("fg:red", "bg:blue").
 ATTRIBUTES = ("reverse", "bold", "underscore", "italics", "blink")
-# What the emulator is fed between two turns of the loop: pyte draws about 1 MB a second.
-_FEED = 16 * 1024
-# How long output must pause before a program rungd may not look into counts as waiting.
+# The most the emulator is fed in one turn of the loop: as many bytes as a screen-wide
+# sequence (3 bytes for every cell of the screen, at about 0.5 us a cell) costs in
+# _SLICE_S, between 16 bytes and 4 KB (Session._catch_up).
+_FEED = 4096
+_SLICE_S = 0.05
+# How long output must pause before a program rungd may not look into counts as waiting,
+# and before any program's screen counts as drawn (it sleeps or works, reading no key).
 _QUIET_S = 0.05
+_SETTLED_S = 0.3
 # The most of a screen an error quotes.
 QUOTE_CHARS = 1600
 
@@ -146,12 +153,33 @@ class Screen:
     # A descriptor the program writes its answer to (dialog's --output-fd 3): a pipe rungd
     # reads, whose text is the Completed's stdout.
     output_fd: int | None = None
+    # The most CPU time the emulator may spend on what one call draws.
+    emulator_s: float = 5.0
 
     def check_keys(self) -> None:
         """Raises keymap.UnknownKey for a key the terminal type does not have on this host."""
         for step in self.steps:
             for name in step.keys:
                 keymap.key(self.term, name)
+
+    def check_patterns(self) -> None:
+        """Raises ValueError for a wait's or a read's pattern too slow to match in the event
+        loop on every redraw (catastrophic, or polynomial: rungd.exchange.patterns), or a
+        place past the screen (always empty: a wait for something to go would pass at once)."""
+        for number, step in enumerate(self.steps, 1):
+            places = [(step.wait.band, step.wait.column or 0)] if step.wait is not None else []
+            places += [(read.band, read.column) for read in step.read]
+            for band, column in places:
+                if (band.last or 0) >= self.rows or (band.first or 0) >= self.rows or column >= self.columns:
+                    raise ValueError(f"step {number} looks past the screen ({self.rows} rows, {self.columns} "
+                                     "columns, counted from 0)")
+            found = [step.wait.pattern] if step.wait is not None and step.wait.pattern is not None else []
+            found += [read.pattern for read in step.read if read.pattern is not None]
+            for pattern in found:
+                reason = patterns.polynomial(pattern.pattern) or patterns.catastrophic(pattern.pattern)
+                if reason:
+                    raise ValueError(f"step {number}'s pattern {pattern.pattern!r} is too slow to match on every "
+                                     f"redraw ({reason}); hint: {patterns.HINT}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +206,7 @@ class _Emulator(pyte.Screen):  # type: ignore[misc]
     """pyte's screen, answering the terminal's own reports (cursor position, device
     attributes) on the terminal as a real one would."""
 
-    def __init__(self, columns: int, rows: int, reply: Callable[[bytes], bool]) -> None:
+    def __init__(self, columns: int, rows: int, reply: Callable[[bytes], None]) -> None:
         super().__init__(columns, rows)
         self._reply = reply
 
@@ -188,8 +216,14 @@ class _Emulator(pyte.Screen):  # type: ignore[misc]
 
 class Cast:
     """The session as an asciicast v2 file: a header line, then ``[seconds, "o"|"i", text]``
-    events, output redacted, a secret field's keys never written; capped at ``cap`` bytes (a
-    note beside the file says how much was not kept).
+    events, capped at ``cast_bytes`` (a note beside the file says how much was not kept).
+
+    What it records is the screen as the emulator kept it, not the program's bytes: each
+    event redraws the rows that changed (and the reverse video of a current item), with
+    every secret masked cell by cell. A program can draw a secret in pieces (cell by cell,
+    out of order, wrapped at the margin); a byte stream would replay it whole however it was
+    redacted, a masked screen cannot. What was typed is recorded as typed (redacted), a
+    secret field's keys never.
 
     Raises (at construction):
         OSError: the state folder cannot hold it; the caller goes on without one.
@@ -200,16 +234,20 @@ class Cast:
         self._file: BinaryIO = open(path, "wb")
         self._start = time.monotonic()
         self._redactor = redactor
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._cap = screen.cast_bytes
+        self._shown: list[str] = [""] * screen.rows
         self.written = 0
         self.lost = 0
         header = {"version": 2, "width": screen.columns, "height": screen.rows, "timestamp": int(time.time()),
                   "env": {"TERM": screen.term}, "title": title}
         self._write(json.dumps(header).encode() + b"\n")
 
-    def output(self, chunk: bytes) -> None:
-        self._event("o", self._decoder.decode(self._redactor.feed(chunk)))
+    def drawn(self, rows: list[str], cursor: tuple[int, int]) -> None:
+        """Record the screen now: the rows (already masked, with their SGR) that changed."""
+        changed = [f"\x1b[{y + 1};1H{row}\x1b[m\x1b[K" for y, row in enumerate(rows) if row != self._shown[y]]
+        if changed:
+            self._shown = list(rows)
+            self._event("o", "".join(changed) + f"\x1b[{cursor[0] + 1};{cursor[1] + 1}H")
 
     def typed(self, data: bytes) -> None:
         self._event("i", self._redactor.text(data.decode("utf-8", "replace")))
@@ -235,7 +273,6 @@ class Cast:
     def close(self) -> None:
         if self._file.closed:
             return
-        self._event("o", self._decoder.decode(self._redactor.flush(), final=True))
         with contextlib.suppress(OSError):
             self._file.close()
         if self.lost:
@@ -260,7 +297,8 @@ class Session:
         self._waiting = waiting  # (a process waits reading the terminal, rungd may not see it)
         self._exited = exited
         self.outputs: Any = None  # streams.Outputs, set once the program runs
-        self.emulator = _Emulator(screen.columns, screen.rows, terminal.type)
+        self._out = bytearray()  # what is still to be typed: answers and keys, in order
+        self.emulator = _Emulator(screen.columns, screen.rows, self._answer)
         self._stream = pyte.ByteStream(self.emulator)
         self._pending = bytearray()
         self.drawn = 0
@@ -268,13 +306,13 @@ class Session:
         self.on_output: Callable[[], None] | None = None
         self.answered: list[str] = []
         self.fields: dict[str, str] = {}
+        self.spent = 0.0  # the emulator's CPU seconds so far
+        self._slice = max(16, min(_FEED, int(_SLICE_S * 3 / (screen.rows * screen.columns * 0.5e-6))))
 
     # -- fed by streams.Outputs, as a Stream is -------------------------------------------
     def take(self, chunk: bytes) -> None:
         self.drawn += len(chunk)
         self.last_output = time.monotonic()
-        if self.cast is not None:
-            self.cast.output(chunk)
         if self.drawn <= self.spec.screen_bytes:
             self._pending += chunk
 
@@ -283,17 +321,43 @@ class Session:
             self.cast.close()
 
     async def _catch_up(self) -> None:
-        """Draw what the program wrote, a slice per turn of the loop.
+        """Draw what the program wrote, a slice per turn of the loop, then record the screen
+        in the cast. pyte draws about 1 MB a second, and some sequences cost a whole screen
+        of cells for 3 bytes (ESC # 8, ESC [ 2 J), so a slice is as many bytes as the worst
+        of them may cost in a few tens of milliseconds on this screen's size: no turn of the
+        loop is held long. (A worker thread would not help: pyte is Python, and the loop
+        would wait for the interpreter lock at every system call.)
 
         Raises:
-            ToolError: OUTPUT_TOO_LARGE once it drew more than the screen's cap.
+            ToolError: OUTPUT_TOO_LARGE once it drew more than the screen's cap, or cost the
+                emulator more than its time.
+            SurfaceChanged: the emulator could not follow what it drew.
         """
+        fed = False
         while self._pending:
-            piece = bytes(self._pending[:_FEED])
-            del self._pending[:_FEED]
-            self._stream.feed(piece)
+            piece = bytes(self._pending[:self._slice])
+            del self._pending[:self._slice]
+            started = time.thread_time()
+            try:
+                self._stream.feed(piece)
+            except Exception as exc:  # noqa: BLE001 - pyte's own failure, whatever its kind
+                raise SurfaceChanged(
+                    f"rungd's terminal emulator could not follow what the program drew ({type(exc).__name__}); it "
+                    "was stopped", hint="the program writes escape sequences the emulator does not know; try the "
+                    "other term (vt100 or xterm-256color) in the tool's screen table") from None
+            self.spent += time.thread_time() - started
+            fed = True
+            if self.spent > self.spec.emulator_s:
+                raise ToolError("OUTPUT_TOO_LARGE", f"what the program drew cost the emulator more than "
+                                f"{self.spec.emulator_s:g} s; it was stopped", fields={"screen": self.text()},
+                                hint="a screen program redraws a little per key: this one floods its terminal; "
+                                "the tool's author must find a quieter way to run it")
             if self._pending:
                 await trio.lowlevel.checkpoint()
+        if fed and self.cast is not None:
+            self.cast.drawn(self._styled(), (self.emulator.cursor.y, self.emulator.cursor.x))
+        if fed:
+            await self._flush(None)  # the emulator's answers to what it drew
         if self.drawn > self.spec.screen_bytes:
             raise ToolError("OUTPUT_TOO_LARGE",
                             f"the program drew more than {self.spec.screen_bytes} bytes on its screen; it was stopped",
@@ -301,21 +365,71 @@ class Session:
                             "tool's author must find a quieter way to run it", fields={"screen": self.text()})
 
     # -- what is on the screen -----------------------------------------------------------
+    def _row(self, y: int) -> str:
+        """Row ``y`` as a person reads it: a wide character once, never its second cell."""
+        line, out, skip = self.emulator.buffer[y], [], False
+        for x in range(self.spec.columns):
+            if skip:
+                skip = False
+                continue
+            data = line[x].data or " "
+            out.append(data)
+            skip = data[0] > "\u10ff" and wcwidth(data[0]) == 2  # nothing below U+1100 is wide
+        return "".join(out)
+
+    def _raw(self) -> list[str]:
+        """The rows as drawn, secrets and all: what waits are matched against."""
+        return [self._row(y) for y in range(self.spec.rows)]
+
     def rows(self) -> list[str]:
-        return list(self.emulator.display)
+        """The rows with every secret masked cell by cell, also one the right margin wrapped
+        onto the next row (the rows are joined as the terminal fills them, then split)."""
+        rows = self._raw()
+        flat = "".join(rows)
+        spans = self.redactor.char_spans(flat)
+        if not spans:
+            return rows
+        cells = list(flat)
+        for start, end in spans:
+            cells[start:end] = "*" * (end - start)
+        masked, at = [], 0
+        for row in rows:
+            masked.append("".join(cells[at:at + len(row)]))
+            at += len(row)
+        return masked
+
+    def _styled(self) -> list[str]:
+        """The masked rows with the reverse video a current item is marked by, for the cast."""
+        styled = []
+        for y, row in enumerate(self.rows()):
+            if len(row) != self.spec.columns:  # a wide character: columns and characters differ
+                styled.append(row.rstrip())
+                continue
+            line, out, on = self.emulator.buffer[y], [], False
+            for x, char in enumerate(row.rstrip()):
+                if line[x].reverse != on:
+                    on = line[x].reverse
+                    out.append("\x1b[7m" if on else "\x1b[27m")
+                out.append(char)
+            styled.append("".join(out))
+        return styled
 
     def text(self, limit: int = QUOTE_CHARS) -> str:
         """The screen as a person reads it: rows without trailing spaces, blank rows at the
-        top and bottom left out, redacted, at most ``limit`` characters (the top kept)."""
-        rows = [row.rstrip() for row in self.rows()]
+        top and bottom left out, secrets masked, at most ``limit`` characters (the top kept).
+        Never raises: it is what every error and the evidence quote."""
+        try:
+            rows = [row.rstrip() for row in self.rows()]
+        except Exception:  # noqa: BLE001 - an emulator in a state it cannot render
+            return "(the screen could not be rendered)"
         while rows and not rows[-1]:
             rows.pop()
         while rows and not rows[0]:
             rows.pop(0)
-        return self.redactor.text("\n".join(rows))[:limit]
+        return "\n".join(rows)[:limit]
 
     def shot(self) -> Shot:
-        rows = tuple(self.redactor.text(row.rstrip()) for row in self.rows())
+        masked = self.rows()
         runs = []
         for y in range(self.spec.rows):
             line, x = self.emulator.buffer[y], 0
@@ -324,18 +438,25 @@ class Session:
                     start = x
                     while x < self.spec.columns and line[x].reverse:
                         x += 1
-                    text = "".join(line[i].data for i in range(start, x)).strip()
+                    text = self._cells(masked[y], y, start, x).strip()
                     if text:
-                        runs.append((y, start, self.redactor.text(text)))
+                        runs.append((y, start, text))
                 x += 1
-        return Shot(rows, tuple(runs))
+        return Shot(tuple(row.rstrip() for row in masked), tuple(runs))
+
+    def _cells(self, masked: str, y: int, start: int, end: int) -> str:
+        """Columns ``start`` to ``end`` of row ``y``, secrets masked (as ``masked`` has them)."""
+        if len(masked) == self.spec.columns:
+            return masked[start:end]
+        # A wide character makes characters and columns differ: redact the cells' own text.
+        return self.redactor.text("".join(self.emulator.buffer[y][x].data for x in range(start, end)))
 
     def shows(self, wait: Wait) -> bool:
         found = self._find(wait)
         return not found if wait.absent else found
 
     def _find(self, wait: Wait) -> bool:
-        display = self.emulator.display
+        display = self._raw()
         for row in wait.band.rows(self.spec.rows):
             line = display[row]
             for start in self._starts(wait, line):
@@ -354,15 +475,16 @@ class Session:
             return [wait.column] if wait.pattern.match(line, wait.column) else []
         return [m.start() for m in wait.pattern.finditer(line)]
 
-    def _run(self, row: int, column: int, attribute: str) -> str:
-        """The text of the first run of cells with ``attribute`` on ``row`` from ``column``, stripped."""
+    def _run(self, masked: str, row: int, column: int, attribute: str) -> str:
+        """The text of the first run of cells with ``attribute`` on ``row`` from ``column``,
+        stripped, secrets masked."""
         x = column
         while x < self.spec.columns and not self._has(row, x, attribute):
             x += 1
         start = x
         while x < self.spec.columns and self._has(row, x, attribute):
             x += 1
-        return "".join(self.emulator.buffer[row][i].data for i in range(start, x)).strip()
+        return self._cells(masked, row, start, x).strip()
 
     def _has(self, row: int, column: int, attribute: str) -> bool:
         cell = self.emulator.buffer[row][column]
@@ -371,14 +493,18 @@ class Session:
         return bool(getattr(cell, attribute, False))
 
     def read(self, field: Read) -> str:
-        """Raises SurfaceChanged: a pattern matches no row of its band."""
-        display = self.emulator.display
+        """The field's text, secrets masked.
+
+        Raises:
+            SurfaceChanged: a pattern matches no row of its band (nothing has the attribute).
+        """
+        display = self.rows()
         rows = field.band.rows(self.spec.rows)
         if field.attribute is not None:
             for row in rows:
-                run = self._run(row, field.column, field.attribute)
+                run = self._run(display[row], row, field.column, field.attribute)
                 if run:
-                    return self.redactor.text(run)
+                    return run
             raise SurfaceChanged(
                 f"the field {field.name} is not on the screen: nothing {field.band.said()} is {field.attribute}",
                 hint="the program's screen changed; the tool's author must check the step's read (rungctl probe "
@@ -421,7 +547,7 @@ class Session:
             for field in step.read:
                 self.fields[field.name] = self.read(field)
             if step.types:
-                await self._type(step, number)
+                await self._type(step, number, until)
         if self.spec.end == "kill":
             if self.spec.snapshots:
                 await self._ready(trio.current_time() + 5)
@@ -483,39 +609,81 @@ class Session:
     async def _ready(self, until: float) -> None:
         """Wait until the program has drawn what it will and waits for keys: the kernel shows
         a process of the call blocked reading the terminal (or, where rungd may not look,
-        its output paused a moment), it exited, or the step's time is up (keys are typed
-        ahead, as a person would)."""
+        its output paused a moment), its output has been quiet a while, it exited, or the
+        step's time is up (keys are typed ahead, as a person would)."""
+        interval = 0.005
         while trio.current_time() < until and self._exited() is None:
             await self._catch_up()
             reading, hidden = self._waiting()
             quiet = time.monotonic() - self.last_output
-            if reading or (hidden and quiet >= _QUIET_S):
+            # Blocked reading its terminal; or, where rungd may not look, quiet a moment; or
+            # quiet a while, whatever it does (a program that draws, then sleeps or works).
+            if reading or (hidden and quiet >= _QUIET_S) or quiet >= _SETTLED_S:
                 self.outputs.take()  # drawn in the same instant it blocked: seen before we type
                 if not self._pending:
                     return
                 continue
-            await self.outputs.wait(0.005 if reading or hidden else 0.01)
+            if await self.outputs.wait(interval):
+                interval = 0.005  # it drew: look again soon
+            else:
+                interval = min(interval * 2, 0.05)  # busy and quiet: look less often
         await self._catch_up()
 
-    async def _type(self, step: Step, number: int) -> None:
+    async def _type(self, step: Step, number: int, until: float) -> None:
+        """Type the step's text, credential and keys, each whole, after what is still queued
+        (the emulator's answers); a step whose keys the program does not take in time (its
+        terminal's input full) fails, never counted as typed.
+
+        Raises:
+            Failed: not all of it was taken by the step's end.
+        """
         if step.commit:
             # The gate passed before the program started: this is the call's one committing key.
             if self.ctx.tool.timing.commit_point == "confirmation":
                 self.ctx.mark_committed()
-            self.answered.append(f"screen commit at step {number}")
         if step.text is not None:
             data = step.text.encode()
             if self.cast is not None:
                 self.cast.typed(data)
-            self.terminal.type(data)
+            self._out += data
         if step.credential is not None:
             # Looked up before the program started, and redacted from everything since.
-            self.terminal.type(self._credentials[step.credential].encode())  # never in the cast
-            self.answered.append(f"screen credential {step.credential} at step {number}")
+            self._out += self._credentials[step.credential].encode()  # never in the cast
         keypad = (1 << 5) in self.emulator.mode  # DECCKM, as pyte keeps a private mode
         for name in step.keys:
             data = keymap.key(self.spec.term, name).sent(keypad)
             if self.cast is not None:
                 self.cast.typed(data)
-            self.terminal.type(data)
+            self._out += data
+        if not await self._flush(max(until, trio.current_time() + 1.0)):
+            raise Failed(f"the program did not take what step {number} types: its terminal's input stayed full "
+                         "(it reads no keys) or it closed its terminal", fields={"screen": self.text(), "step": number},
+                         hint="the read-back or settle read tells what it did; the tool's author must check the "
+                         "step against the program's screens (rungctl probe --screen)")
+        if step.commit:
+            self.answered.append(f"screen commit at step {number}")
+        if step.credential is not None:
+            self.answered.append(f"screen credential {step.credential} at step {number}")
+
+    def _answer(self, data: bytes) -> None:
+        """The emulator's answer to a query of the program's (cursor position...): queued,
+        and typed whole, in order with the steps' keys."""
+        self._out += data
+
+    async def _flush(self, until: float | None) -> bool:
+        """Type what is queued: with ``until``, all of it, waiting while the terminal's input
+        is full; without, what the terminal takes now (the rest later, never cut). False
+        when it could not all be typed (the time is up, or the terminal is closed)."""
+        while self._out:
+            taken = self.terminal.write_some(bytes(self._out))
+            if taken < 0:
+                return False
+            del self._out[:taken]
+            if not self._out or until is None:
+                break
+            if trio.current_time() >= until:
+                return False
+            with trio.move_on_at(until):
+                await trio.lowlevel.wait_writable(self.terminal.master)
+        return not self._out or until is None
 

@@ -91,6 +91,18 @@ class Terminal:
         except OSError:
             return False
 
+    def write_some(self, data: bytes) -> int:
+        """Type as much of ``data`` as the terminal's input takes now: how many bytes; 0 when
+        it takes none now (full), -1 once it is closed (or hung up)."""
+        if self.master < 0:
+            return -1
+        try:
+            return os.write(self.master, data)
+        except BlockingIOError:
+            return 0
+        except OSError:
+            return -1
+
     def close(self) -> None:
         """Close both ends; safe twice. Kill the call's processes first."""
         for name in ("master", "slave"):

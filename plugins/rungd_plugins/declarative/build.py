@@ -390,8 +390,15 @@ def _check_screen(fail: Callable[[str, str], ConfigError], spec: ToolSpec) -> No
     if spec.commit_point == "confirmation" and not commits:
         raise fail("commit_point", "'confirmation' on a screen tool needs the step that commits: commit = true")
     seen: set[str] = set()
+    height, width = spec.screen.rows, spec.screen.columns
     for i, step in enumerate(spec.screen.steps):
         where = f"screen.steps[{i}]"
+        for place, name in ([(step.wait, "wait")] if step.wait else []) + [(r, f"read.{n}") for n, r in step.read.items()]:
+            last_row = place.row if place.row is not None else place.rows[1] if place.rows is not None else 0
+            if last_row >= height or (place.column or 0) >= width:
+                raise fail(f"{where}.{name}", f"it looks past the screen ({height} rows, {width} columns, counted from "
+                                              "0): a read there is always empty, a wait for something to go passes at "
+                                              "once; give rows and columns on the screen, or a bigger screen")
         if step.wait is not None and step.wait.text is not None:
             if problem := template_problem(step.wait.text):
                 raise fail(f"{where}.wait.text", problem)

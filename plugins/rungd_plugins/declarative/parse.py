@@ -24,6 +24,7 @@ import trio
 from rungd.sdk import PATTERN_HINT as HINT
 from rungd.sdk import Completed, ConfigError, Failed, SurfaceChanged
 from rungd.sdk import catastrophic_pattern as catastrophic
+from rungd.sdk import polynomial_pattern
 from rungd.sdk import refused_pattern as refused
 
 from rungd_plugins.declarative.schema import FieldType, ParseSpec, ToolSpec
@@ -33,17 +34,23 @@ PARSE_THREADS = 4
 _LIMITER: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("rungd.declarative.parse")
 
 
-def check_pattern(path: Path, key: str, pattern: str) -> None:
+def check_pattern(path: Path, key: str, pattern: str, *, in_loop: bool = False) -> None:
     """Refuse a tool file's regular expression that is invalid or can backtrack catastrophically.
 
     Args:
         path: the tool file, for the message.
         key: where the pattern sits, e.g. ``tools.disk_usage_show.parse.pattern``.
+        in_loop: it is matched in the event loop, on every redraw (a screen's waits and
+            reads): a pattern whose time grows as a power of a row's length is refused too.
 
     Raises:
         ConfigError: ``<file>: key <key>: <why>; hint: <how to rewrite it>``.
     """
     try:
+        slow = polynomial_pattern(pattern) if in_loop else None
+        if slow:
+            raise ConfigError(f"{path}: key {key}: {pattern!r} is too slow for a screen, matched against every row "
+                              f"on every redraw ({slow}); hint: {HINT}")
         reason = catastrophic(pattern)
     except re.error as exc:
         raise ConfigError(f"{path}: key {key}: not a valid regular expression: {exc}") from None
@@ -69,13 +76,17 @@ def check_patterns(path: Path, key: str, spec: ToolSpec) -> None:
         found.append(("export.as_of_pattern", spec.export.as_of_pattern))
     if spec.import_ is not None:
         found.append(("import.name_pattern", spec.import_.name_pattern))
+    screen: list[tuple[str, str | None]] = []
     for i, step in enumerate(spec.screen.steps if spec.screen is not None else ()):
         if step.wait is not None:
-            found.append((f"screen.steps[{i}].wait.pattern", step.wait.pattern))
-        found += [(f"screen.steps[{i}].read.{name}.pattern", read.pattern) for name, read in step.read.items()]
+            screen.append((f"screen.steps[{i}].wait.pattern", step.wait.pattern))
+        screen += [(f"screen.steps[{i}].read.{name}.pattern", read.pattern) for name, read in step.read.items()]
     for where, pattern in found:
         if pattern:
             check_pattern(path, f"{key}.{where}", pattern)
+    for where, pattern in screen:
+        if pattern:
+            check_pattern(path, f"{key}.{where}", pattern, in_loop=True)
 
 
 # The child that runs one regular expression search: fixed code, no shell, its input on
