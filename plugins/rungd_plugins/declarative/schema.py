@@ -408,6 +408,8 @@ class HeadingSpec(_Strict):
 
 
 Row = Annotated[int, Field(ge=0, le=199)]
+# A cell attribute a screen's wait or read names: one pyte keeps, or a colour (fg:red, bg:blue).
+ATTRIBUTE = r"^(reverse|bold|underscore|italics|blink|(fg|bg):[a-z0-9]+)$"
 
 
 class _Where(_Strict):
@@ -435,7 +437,7 @@ class WaitSpec(_Where):
                                                              "the tool's inputs (a menu item the caller chose).")
     pattern: str | None = Field(None, description="A regular expression searched in each row (matched at column, "
                                                   "when given).")
-    attribute: str | None = Field(None, pattern=r"^(reverse|bold|underscore|italics|blink|(fg|bg):[a-z0-9]+)$",
+    attribute: str | None = Field(None, pattern=ATTRIBUTE,
                                   description="An attribute its first cell must have: reverse, bold, underscore, "
                                               "italics, blink, or a colour as fg:NAME / bg:NAME (a current menu "
                                               "item may be marked by colour only).")
@@ -457,7 +459,7 @@ class ReadSpec(_Where):
                                                               "row's end); spaces around the value are dropped.")
     pattern: str | None = Field(None, description="A regular expression searched from column in each row of the "
                                                   "band; the field is its first group (or the whole match).")
-    attribute: str | None = Field(None, pattern=r"^(reverse|bold|underscore|italics|blink|(fg|bg):[a-z0-9]+)$",
+    attribute: str | None = Field(None, pattern=ATTRIBUTE,
                                   description="Read the first run of cells with this attribute in the band, e.g. "
                                               "the current item of a menu (reverse, or a colour as bg:NAME).")
     type: FieldType = Field("string", description="The field's type; text that is not one is SURFACE_CHANGED.")
