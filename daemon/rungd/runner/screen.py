@@ -9,7 +9,8 @@ timeout and the call's deadline:
    of rows, optionally a cell's attribute: a current menu item may be marked by colour only);
 2. wait until the program has drawn it and waits for keys: a process of the call blocked
    reading the terminal, as the kernel shows it (:mod:`rungd.runner.procwatch`); where rungd
-   may not look into the program, until its output has been quiet a moment;
+   may not look into the program, until its output has been quiet a moment; and whatever
+   it does, once its output has been quiet a while;
 3. read fields at fixed positions;
 4. type text (a filled-in input, or a credential from the store for a secret field) and keys
    (named keys resolved through terminfo for the tool's ``TERM``: :mod:`rungd.runner.keys`).
@@ -22,14 +23,15 @@ call's outcome is after that, the read-back decides, as for every write.
 Echo is no evidence here: curses programs keep it off the whole time. What a screen field is,
 the tool declares (``credential`` for a secret one, filled only from the store).
 
-The session is kept as an asciicast v2 file (:class:`Cast`), redacted (a secret field's keys
-are never written; output is redacted like any other), capped, and replayable with
-``asciinema play``; the final screen is kept as text.
+The session is kept as an asciicast v2 file (:class:`Cast`): the screen as the emulator kept
+it, every secret masked cell by cell, what was typed (a secret field's keys never), capped,
+replayable with ``asciinema play``; the final screen is kept as text. A program is stopped
+when what it draws exceeds the screen's byte cap or the emulator's time (OUTPUT_TOO_LARGE),
+and nothing it draws holds the event loop long (:meth:`Session._catch_up`).
 """
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import dataclasses
 import json
@@ -50,8 +52,6 @@ from rungd.exchange import patterns
 from rungd.runner import keys as keymap
 from rungd.runner.streams import not_kept_path
 
-# Attributes a wait may ask of a cell: a pyte Char field, or a colour ("fg:red", "bg:blue").
-ATTRIBUTES = ("reverse", "bold", "underscore", "italics", "blink")
 # The most the emulator is fed in one turn of the loop: as many bytes as a screen-wide
 # sequence (3 bytes for every cell of the screen, at about 0.5 us a cell) costs in
 # _SLICE_S, between 16 bytes and 4 KB (Session._catch_up).
@@ -303,7 +303,6 @@ class Session:
         self._pending = bytearray()
         self.drawn = 0
         self.last_output = time.monotonic()
-        self.on_output: Callable[[], None] | None = None
         self.answered: list[str] = []
         self.fields: dict[str, str] = {}
         self.spent = 0.0  # the emulator's CPU seconds so far
@@ -563,7 +562,7 @@ class Session:
             left = self.ctx.deadline - 0.1 - trio.current_time()
             if left <= 0:
                 raise ToolTimeout(
-                    f"every step was done, but the program did not exit before the call's deadline; the screen shows "
+                    "every step was done, but the program did not exit before the call's deadline; the screen shows "
                     "something else than an exit (quoted in the screen field)",
                     hint="a read that has its fields ends with end = \"kill\" in [tools.NAME.screen]; a write's last "
                     "step must press what makes the program exit; the settle read tells what it did",
