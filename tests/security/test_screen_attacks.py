@@ -447,7 +447,9 @@ async def test_terminal_queries_in_a_loop_hang_nothing_and_the_caps_hold(short_t
     steps = (Step(wait=Wait(text="flooded"), timeout_s=15, text="hello", keys=("Enter",)),
              Step(wait=Wait(text="never drawn"), timeout_s=0.5))
     outcome, stall, took = await timed(ctx, screen(program, steps, cast_bytes=256 * 1024), limit_s=20)
-    assert isinstance(outcome, SurfaceChanged), outcome
+    # Its queries are answered, or (where rungd reads them faster than it draws them, on a busy
+    # host) it floods past the screen's byte cap: stopped either way, with a typed error.
+    assert isinstance(outcome, SurfaceChanged) or getattr(outcome, "code", None) == "OUTPUT_TOO_LARGE", outcome
     assert stall < MAX_STALL_S and took < 10, (stall, took)
     evidence = kept(ctx)
     cast = next(data for name, data in evidence.items() if name.endswith(".cast"))

@@ -53,10 +53,13 @@ from rungd.runner import keys as keymap
 from rungd.runner.streams import not_kept_path
 
 # The most the emulator is fed in one turn of the loop: as many bytes as a screen-wide
-# sequence (3 bytes for every cell of the screen, at about 0.5 us a cell) costs in
-# _SLICE_S, between 16 bytes and 4 KB (Session._catch_up).
+# sequence (3 bytes for every cell of the screen, at about 2 us a cell on a busy host) costs
+# in _SLICE_S, between 4 bytes and 4 KB (Session._catch_up).
 _FEED = 4096
 _SLICE_S = 0.05
+_CELL_S = 2e-6
+# The largest screen a tool may ask for: one sequence redraws all of it.
+MAX_ROWS, MAX_COLUMNS = 100, 300
 # How long output must pause before a program rungd may not look into counts as waiting,
 # and before any program's screen counts as drawn (it sleeps or works, reading no key).
 _QUIET_S = 0.05
@@ -164,8 +167,11 @@ class Screen:
 
     def check_patterns(self) -> None:
         """Raises ValueError for a wait's or a read's pattern too slow to match in the event
-        loop on every redraw (catastrophic, or polynomial: rungd.exchange.patterns), or a
-        place past the screen (always empty: a wait for something to go would pass at once)."""
+        loop on every redraw (catastrophic, or polynomial: rungd.exchange.patterns), a place
+        past the screen (always empty: a wait for something to go would pass at once), or a
+        screen larger than rungd draws (one sequence redraws all of it)."""
+        if not (10 <= self.rows <= MAX_ROWS and 20 <= self.columns <= MAX_COLUMNS):
+            raise ValueError(f"a {self.rows}x{self.columns} screen: rungd draws from 10x20 to {MAX_ROWS}x{MAX_COLUMNS}")
         for number, step in enumerate(self.steps, 1):
             places = [(step.wait.band, step.wait.column or 0)] if step.wait is not None else []
             places += [(read.band, read.column) for read in step.read]
@@ -242,11 +248,12 @@ class Cast:
                   "env": {"TERM": screen.term}, "title": title}
         self._write(json.dumps(header).encode() + b"\n")
 
-    def drawn(self, rows: list[str], cursor: tuple[int, int]) -> None:
-        """Record the screen now: the rows (already masked, with their SGR) that changed."""
-        changed = [f"\x1b[{y + 1};1H{row}\x1b[m\x1b[K" for y, row in enumerate(rows) if row != self._shown[y]]
+    def drawn(self, rows: dict[int, str], cursor: tuple[int, int]) -> None:
+        """Record the screen now: the rows given (already masked, with their SGR) that changed."""
+        changed = [f"\x1b[{y + 1};1H{row}\x1b[m\x1b[K" for y, row in sorted(rows.items()) if row != self._shown[y]]
         if changed:
-            self._shown = list(rows)
+            for y, row in rows.items():
+                self._shown[y] = row
             self._event("o", "".join(changed) + f"\x1b[{cursor[0] + 1};{cursor[1] + 1}H")
 
     def typed(self, data: bytes) -> None:
@@ -306,7 +313,7 @@ class Session:
         self.answered: list[str] = []
         self.fields: dict[str, str] = {}
         self.spent = 0.0  # the emulator's CPU seconds so far
-        self._slice = max(16, min(_FEED, int(_SLICE_S * 3 / (screen.rows * screen.columns * 0.5e-6))))
+        self._slice = max(4, min(_FEED, int(_SLICE_S * 3 / (screen.rows * screen.columns * _CELL_S))))
 
     # -- fed by streams.Outputs, as a Stream is -------------------------------------------
     def take(self, chunk: bytes) -> None:
@@ -354,7 +361,9 @@ class Session:
             if self._pending:
                 await trio.lowlevel.checkpoint()
         if fed and self.cast is not None:
-            self.cast.drawn(self._styled(), (self.emulator.cursor.y, self.emulator.cursor.x))
+            dirty = set(self.emulator.dirty)
+            self.emulator.dirty.clear()
+            self.cast.drawn(self._styled(dirty), (self.emulator.cursor.y, self.emulator.cursor.x))
         if fed:
             await self._flush(None)  # the emulator's answers to what it drew
         if self.drawn > self.spec.screen_bytes:
@@ -397,12 +406,18 @@ class Session:
             at += len(row)
         return masked
 
-    def _styled(self) -> list[str]:
-        """The masked rows with the reverse video a current item is marked by, for the cast."""
-        styled = []
-        for y, row in enumerate(self.rows()):
+    def _styled(self, dirty: set[int]) -> dict[int, str]:
+        """The ``dirty`` rows, masked, with the reverse video a current item is marked by,
+        for the cast. Without a secret to mask only they are rendered; with one, the whole
+        screen (a secret may wrap from a row that did not change)."""
+        masked = self.rows() if self.redactor.active else None
+        styled = {}
+        for y in sorted(dirty):
+            if not 0 <= y < self.spec.rows:
+                continue
+            row = masked[y] if masked is not None else self._row(y)
             if len(row) != self.spec.columns:  # a wide character: columns and characters differ
-                styled.append(row.rstrip())
+                styled[y] = row.rstrip()
                 continue
             line, out, on = self.emulator.buffer[y], [], False
             for x, char in enumerate(row.rstrip()):
@@ -410,7 +425,7 @@ class Session:
                     on = line[x].reverse
                     out.append("\x1b[7m" if on else "\x1b[27m")
                 out.append(char)
-            styled.append("".join(out))
+            styled[y] = "".join(out)
         return styled
 
     def text(self, limit: int = QUOTE_CHARS) -> str:
@@ -455,9 +470,8 @@ class Session:
         return not found if wait.absent else found
 
     def _find(self, wait: Wait) -> bool:
-        display = self._raw()
-        for row in wait.band.rows(self.spec.rows):
-            line = display[row]
+        for row in wait.band.rows(self.spec.rows):  # only the band's rows are rendered
+            line = self._row(row)
             for start in self._starts(wait, line):
                 if wait.attribute is None or self._has(row, start, wait.attribute):
                     return True

@@ -407,7 +407,7 @@ class HeadingSpec(_Strict):
     session: SessionSpec | None = Field(None, description="Who is signed in, for a tool that uses credentials.")
 
 
-Row = Annotated[int, Field(ge=0, le=199)]
+Row = Annotated[int, Field(ge=0, le=99)]
 # A cell attribute a screen's wait or read names: one pyte keeps, or a colour (fg:red, bg:blue).
 ATTRIBUTE = r"^(reverse|bold|underscore|italics|blink|(fg|bg):[a-z0-9]+)$"
 
@@ -417,7 +417,7 @@ class _Where(_Strict):
                                               "row.")
     rows: tuple[Row, Row] | None = Field(None, description="The band of rows it may be on, first and last "
                                                            "included, e.g. [3, 10].")
-    column: int | None = Field(None, ge=0, le=499, description="The column it starts at, 0 being the left edge.")
+    column: int | None = Field(None, ge=0, le=299, description="The column it starts at, 0 being the left edge.")
 
     @model_validator(mode="after")
     def _one_place(self) -> _Where:
@@ -499,8 +499,8 @@ class StepSpec(_Strict):
 class ScreenSpec(_Strict):
     """A screen program (``terminal = "screen"``): its terminal and the steps that drive it."""
 
-    rows: int = Field(24, ge=10, le=200, description="The terminal's height.")
-    columns: int = Field(80, ge=20, le=500, description="The terminal's width.")
+    rows: int = Field(24, ge=10, le=100, description="The terminal's height.")
+    columns: int = Field(80, ge=20, le=300, description="The terminal's width.")
     term: Literal["xterm-256color", "vt100"] = Field(
         "xterm-256color", description="The terminal type (TERM) the program draws for; keys are sent as its "
                                       "terminfo entry says.")
