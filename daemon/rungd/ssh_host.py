@@ -33,13 +33,17 @@ Errors (one line each, with what to do):
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -229,6 +233,21 @@ def remote_rungctl() -> list[str]:
     return words or ["rungctl"]
 
 
+def dies_with(parent: int) -> Callable[[], None]:
+    """What ssh's process runs before exec: it is sent SIGTERM when ``parent`` (this process)
+    dies, even by SIGKILL (PR_SET_PDEATHSIG), so a killed rungctl or client leaves no ssh
+    behind (and the host's rungctl, its connection gone, ends too). Only for a process with
+    no other thread, where a function before exec is safe; looked up here, before the fork."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def arm() -> None:
+        prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # it died before that: nobody is left to relay to
+            os._exit(1)
+
+    return arm
+
+
 def last_line(text: str) -> str:
     """The last line of ssh's stderr that says something, to quote inside a message: without
     ssh's own ``ssh: `` and a closing full stop (ssh ends its lines with CR LF on a terminal)."""
@@ -283,9 +302,11 @@ class Tunnel:
         argv, log = self._prepare()
         try:
             with open(log, "wb") as stderr:  # ssh keeps its own copy of the descriptor
-                # In our process group, so a Ctrl-C or a closed terminal ends it with us.
+                # In our process group, so a Ctrl-C or a closed terminal ends it with us; and,
+                # from a process with no other thread, sent SIGTERM when this one dies.
+                alone = threading.active_count() == 1
                 self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                                 stderr=stderr)
+                                                 stderr=stderr, preexec_fn=dies_with(os.getpid()) if alone else None)
             deadline = time.monotonic() + self.ready_s
             while True:
                 exited = self._process.poll() is not None

@@ -304,8 +304,8 @@ def test_host_is_taken_out_of_the_words_passed_on() -> None:
 def test_the_ssh_of_a_killed_rungctl_dies_with_it() -> None:
     # Issue 31: rungctl --host runs ssh as its child; SIGKILLed, it used to leave ssh running
     # (and the host's rungctl behind it). ssh is armed to be sent SIGTERM when rungctl dies.
-    script = ("import os, subprocess; from rungd.ctl.app import _dies_with; "
-              "p = subprocess.Popen(['sleep', '60'], preexec_fn=_dies_with(os.getpid())); "
+    script = ("import os, subprocess; from rungd.ssh_host import dies_with; "
+              "p = subprocess.Popen(['sleep', '60'], preexec_fn=dies_with(os.getpid())); "
               "print(p.pid, flush=True); p.wait()")
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
     child = int(parent.stdout.readline())
@@ -354,3 +354,34 @@ async def test_a_remote_follow_ends_when_the_local_rungctl_is_killed(sshd: Sshd,
         local.wait()
         local.stdout.close()
         local.stderr.close()
+
+
+CLIENT_THEN_WAIT = """
+import sys, time
+from rungd.client import Client
+client = Client(host=sys.argv[1])
+client.tool_listing()
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+async def test_a_killed_clients_tunnel_goes_with_it(sshd: Sshd, rungd_daemon, short_tmp: Path) -> None:
+    # A Client(host=...) in an agent's process starts ssh for its tunnel; the agent SIGKILLed,
+    # its ssh used to stay, forwarding to the host's daemon for nobody.
+    url = sshd.url(rungd_daemon.socket)
+    agent = subprocess.Popen([sys.executable, "-c", CLIENT_THEN_WAIT, url], stdout=subprocess.PIPE)
+    try:
+        assert await trio.to_thread.run_sync(agent.stdout.readline) == b"ready\n"
+        tunnels = [p for p in psutil.Process(agent.pid).children() if p.name() == "ssh"]
+        assert tunnels, "no ssh under the client"
+        agent.kill()
+        agent.wait()
+        with trio.move_on_after(10):
+            while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tunnels):
+                await trio.sleep(0.1)
+        assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tunnels)
+    finally:
+        agent.kill()
+        agent.wait()
+        agent.stdout.close()

@@ -4,12 +4,9 @@ exception becomes a message and an exit status."""
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
-import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from rungd.client import ClientError, ConnectFailed, RequestRejected
@@ -29,7 +26,7 @@ from rungd.ctl.registry import (
     UsageError,
 )
 from rungd.core.errors import ConfigError, PluginError
-from rungd.ssh_host import SshHost, TunnelFailed
+from rungd.ssh_host import SshHost, TunnelFailed, dies_with
 
 PROG = "rungctl"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
@@ -141,7 +138,7 @@ def run_on_host(host: SshHost, words: list[str], *, config_given: bool) -> int:
         # stdout goes straight through (tail -f prints as it goes); stderr is held to tell
         # ssh's own failure from the remote rungctl's one-line error, which is relayed.
         done = subprocess.run(host.rungctl_argv(words), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              check=False, preexec_fn=_dies_with(os.getpid()))
+                              check=False, preexec_fn=dies_with(os.getpid()))
     except FileNotFoundError:
         raise host.ssh_missing() from None
     said = done.stderr.decode("utf-8", "replace")
@@ -153,21 +150,6 @@ def run_on_host(host: SshHost, words: list[str], *, config_given: bool) -> int:
         sys.stderr.write(f"{PROG}: {host.host}: {line.removeprefix(f'{PROG}: ')}" if line.startswith(f"{PROG}: ")
                          else line)
     return done.returncode
-
-
-def _dies_with(parent: int) -> Callable[[], None]:
-    """What ssh's process runs before exec: it is sent SIGTERM when this rungctl dies, even
-    by SIGKILL (PR_SET_PDEATHSIG), so a killed ``rungctl --host ... tail -f`` leaves no ssh
-    behind (and the host's rungctl, its reader gone, ends too). rungctl runs this with no
-    other thread, where a function before exec is safe; looked up here, before the fork."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def arm() -> None:
-        prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # it died before that: nobody is left to relay to
-            os._exit(1)
-
-    return arm
 
 
 def _without_host(words: list[str]) -> list[str]:
