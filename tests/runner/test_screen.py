@@ -235,3 +235,17 @@ async def test_a_screen_program_is_not_told_to_ask_nothing(short_tmp, fake_progr
     done = await run_quick(make_ctx(short_tmp), runner.Program(argv=(str(shows_env),), terminal="screen",
                                                                 screen=Screen(steps=steps, end="kill")))
     assert done.fields["env"] == "frontend=unset term=xterm-256color"
+
+
+async def test_a_quoted_screen_that_was_cut_says_so(short_tmp, fake_program) -> None:
+    full = fake_program("full", """
+        import os, time
+        os.write(1, b"\\x1b[2J\\x1b[H" + b"\\r\\n".join(b"%02d " % n + b"x" * 76 for n in range(24)))
+        time.sleep(60)
+    """)
+    steps = (Step(wait=Wait(text="never drawn"), timeout_s=0.5),)
+    with pytest.raises(SurfaceChanged) as caught:
+        await run_quick(make_ctx(short_tmp), runner.Program(argv=(str(full),), terminal="screen",
+                                                             screen=Screen(steps=steps)))
+    quoted = caught.value.fields["screen"]
+    assert quoted.startswith("00 xxx") and quoted.endswith("the whole screen is the call's .screen evidence]")

@@ -409,7 +409,7 @@ def probe(argv: list[str], *, deadline_s: float = 10.0, read: list[str] | None =
         ValueError: a key name the terminal type does not have, or a bad pattern.
     """
     if screen is not None:
-        runner.Screen(steps=screen.steps(), term=screen.term).check_keys()
+        runner.Screen(steps=screen.steps(), term=screen.term, rows=screen.rows, columns=screen.columns).check()
     return trio.run(_probe, argv, deadline_s, read, list(answers), stdin, terminal, user, screen)
 
 

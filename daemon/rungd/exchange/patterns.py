@@ -94,6 +94,16 @@ def _flat(seq: Sequence[Any]) -> list[Any]:
 
 
 @functools.lru_cache(maxsize=512)
+def refused_in_loop(pattern: str) -> str | None:
+    """Why ``pattern`` is too slow to match in the event loop, remembered per pattern:
+    polynomial or catastrophic (an invalid one is refused too)."""
+    try:
+        return polynomial(pattern) or catastrophic(pattern)
+    except re.error as exc:
+        return f"not a valid regular expression: {exc}"
+
+
+@functools.lru_cache(maxsize=512)
 def refused(pattern: str) -> str | None:
     """``catastrophic`` remembered per pattern (for checks repeated at run time); an invalid
     pattern is refused too."""

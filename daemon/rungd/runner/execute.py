@@ -32,7 +32,7 @@ from rungd.redact import Redactor
 from rungd.runner.askpass_server import AskpassServer, CallAskpass
 from rungd.runner.environment import DEFAULT_PATH, child_env, credential
 from rungd.runner.exits import check_limits, check_terminal
-from rungd.runner import keys, launch, limits, procwatch
+from rungd.runner import launch, limits, procwatch
 from rungd.runner.program import Completed, Program, credential_file_marker
 from rungd.runner.screen import Cast, Screen, Session
 from rungd.runner.streams import Outputs, Stream
@@ -401,7 +401,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     fields = {step.credential: credential(ctx, step.credential)
               for step in (program.screen.steps if program.screen is not None else ()) if step.credential}
     if program.screen is not None:
-        _check_keys(ctx, program.screen)
+        _check_screen(program.screen)
     # What the call must not show (its sensitive inputs, credentials it already obtained)
     # and this program's own credentials: redacted from its output and evidence.
     secrets = [*ctx.secrets, *credentials.values(), *secret_files.values(), *argv_files.values(),
@@ -473,18 +473,13 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     return completed
 
 
-def _check_keys(ctx: CallContext, screen: Screen) -> None:
-    """Raises Failed (nothing was run) for a step's key this host's terminfo lacks, or a
-    pattern too slow to match on every redraw."""
+def _check_screen(screen: Screen) -> None:
+    """Raises Failed (nothing was run) for a screen no call can run (Screen.check)."""
     try:
-        screen.check_keys()
-        screen.check_patterns()
-    except keys.UnknownKey as exc:
-        raise Failed(f"{exc}; nothing was run", outcome="not_started",
-                     hint="the tool's author must use keys the tool's term has (rungctl lint checks them)") from None
+        screen.check()
     except ValueError as exc:
         raise Failed(f"{exc}; nothing was run", outcome="not_started",
-                     hint="the tool's author must rewrite the pattern") from None
+                     hint="the tool's author must fix the screen's steps (rungctl lint checks a tool file's)") from None
 
 
 async def _drive_screen(ctx: CallContext, program: Program, proc: launch.Child, tracker: proctree.Tracker,

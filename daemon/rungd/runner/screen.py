@@ -159,17 +159,16 @@ class Screen:
     # The most CPU time the emulator may spend on what one call draws.
     emulator_s: float = 5.0
 
-    def check_keys(self) -> None:
-        """Raises keymap.UnknownKey for a key the terminal type does not have on this host."""
+    def check(self) -> None:
+        """Raises ValueError (keymap.UnknownKey for a key) for what no call of it can run:
+        a key the terminal type does not have on this host, a screen larger than rungd draws
+        (one sequence redraws all of it), a place past the screen (always empty: a wait for
+        something to go would pass at once), or a wait's or a read's pattern too slow to
+        match in the event loop on every redraw (rungd.exchange.patterns). Each judgement is
+        remembered, so a call pays a few lookups."""
         for step in self.steps:
             for name in step.keys:
                 keymap.key(self.term, name)
-
-    def check_patterns(self) -> None:
-        """Raises ValueError for a wait's or a read's pattern too slow to match in the event
-        loop on every redraw (catastrophic, or polynomial: rungd.exchange.patterns), a place
-        past the screen (always empty: a wait for something to go would pass at once), or a
-        screen larger than rungd draws (one sequence redraws all of it)."""
         if not (10 <= self.rows <= MAX_ROWS and 20 <= self.columns <= MAX_COLUMNS):
             raise ValueError(f"a {self.rows}x{self.columns} screen: rungd draws from 10x20 to {MAX_ROWS}x{MAX_COLUMNS}")
         for number, step in enumerate(self.steps, 1):
@@ -182,8 +181,7 @@ class Screen:
             found = [step.wait.pattern] if step.wait is not None and step.wait.pattern is not None else []
             found += [read.pattern for read in step.read if read.pattern is not None]
             for pattern in found:
-                reason = patterns.polynomial(pattern.pattern) or patterns.catastrophic(pattern.pattern)
-                if reason:
+                if reason := patterns.refused_in_loop(pattern.pattern):
                     raise ValueError(f"step {number}'s pattern {pattern.pattern!r} is too slow to match on every "
                                      f"redraw ({reason}); hint: {patterns.HINT}")
 
@@ -360,11 +358,11 @@ class Session:
                                 "the tool's author must find a quieter way to run it")
             if self._pending:
                 await trio.lowlevel.checkpoint()
-        if fed and self.cast is not None:
-            dirty = set(self.emulator.dirty)
-            self.emulator.dirty.clear()
-            self.cast.drawn(self._styled(dirty), (self.emulator.cursor.y, self.emulator.cursor.x))
         if fed:
+            if self.cast is not None:
+                dirty = set(self.emulator.dirty)
+                self.emulator.dirty.clear()
+                self.cast.drawn(self._styled(dirty), (self.emulator.cursor.y, self.emulator.cursor.x))
             await self._flush(None)  # the emulator's answers to what it drew
         if self.drawn > self.spec.screen_bytes:
             raise ToolError("OUTPUT_TOO_LARGE",
@@ -440,7 +438,10 @@ class Session:
             rows.pop()
         while rows and not rows[0]:
             rows.pop(0)
-        return "\n".join(rows)[:limit]
+        text = "\n".join(rows)
+        if len(text) <= limit:
+            return text
+        return text[:limit] + f"\n[cut at {limit} characters: the whole screen is the call's .screen evidence]"
 
     def shot(self) -> Shot:
         masked = self.rows()
@@ -518,10 +519,7 @@ class Session:
                 run = self._run(display[row], row, field.column, field.attribute)
                 if run:
                     return run
-            raise SurfaceChanged(
-                f"the field {field.name} is not on the screen: nothing {field.band.said()} is {field.attribute}",
-                hint="the program's screen changed; the tool's author must check the step's read (rungctl probe "
-                "--screen shows the screens)", fields={"screen": self.text()})
+            raise self._missing(field, f"nothing {field.band.said()} is {field.attribute}")
         if field.pattern is None:
             line = display[rows[0]] if rows else ""
             end = None if field.width is None else field.column + field.width
@@ -530,10 +528,12 @@ class Session:
             if (match := field.pattern.search(display[row], field.column)) is not None:
                 value = match.group(1) if match.re.groups else match.group(0)
                 return self.redactor.text((value or "").strip())
-        raise SurfaceChanged(
-            f"the field {field.name} is not on the screen: /{field.pattern.pattern}/ matches nothing "
-            f"{field.band.said()}", hint="the program's screen changed; the tool's author must check the step's "
-            "read (rungctl probe --screen shows the screens)", fields={"screen": self.text()})
+        raise self._missing(field, f"/{field.pattern.pattern}/ matches nothing {field.band.said()}")
+
+    def _missing(self, field: Read, why: str) -> SurfaceChanged:
+        return SurfaceChanged(f"the field {field.name} is not on the screen: {why}",
+                              hint="the program's screen changed; the tool's author must check the step's read "
+                              "(rungctl probe --screen shows the screens)", fields={"screen": self.text()})
 
     # -- the steps ---------------------------------------------------------------------
     async def drive(self) -> Drawn:
@@ -542,8 +542,8 @@ class Session:
 
         Raises:
             SurfaceChanged: a step's state did not appear in time, or a field was missing.
-            Failed: the program exited before a step's state appeared; a secret field's
-                credential is missing or unreadable.
+            Failed: the program exited before a step's state appeared, or did not take what a
+                step typed.
             ToolError: OUTPUT_TOO_LARGE, it flooded its screen.
 
         Cancellation: stops at once; the caller kills the tree.
@@ -621,13 +621,17 @@ class Session:
 
     async def _ready(self, until: float) -> None:
         """Wait until the program has drawn what it will and waits for keys: the kernel shows
-        a process of the call blocked reading the terminal (or, where rungd may not look,
-        its output paused a moment), its output has been quiet a while, it exited, or the
-        step's time is up (keys are typed ahead, as a person would)."""
+        a process of the call blocked reading the terminal with nothing typed left unread
+        (or, where rungd may not look, its output paused a moment), its output has been
+        quiet a while, it exited, or the step's time is up (keys are typed ahead, as a
+        person would)."""
         interval = 0.005
         while trio.current_time() < until and self._exited() is None:
             await self._catch_up()
             reading, hidden = self._waiting()
+            if self.terminal.unread():
+                # Still blocked in the read that what we typed is about to end: not ready yet.
+                reading = hidden = False
             quiet = time.monotonic() - self.last_output
             # Blocked reading its terminal; or, where rungd may not look, quiet a moment; or
             # quiet a while, whatever it does (a program that draws, then sleeps or works).

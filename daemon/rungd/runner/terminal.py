@@ -91,6 +91,14 @@ class Terminal:
         except OSError:
             return False
 
+    def unread(self) -> int:
+        """How many bytes typed on the terminal the program has not read yet (0 when it
+        cannot be told)."""
+        try:
+            return struct.unpack("i", fcntl.ioctl(self.slave, termios.FIONREAD, b"\0\0\0\0"))[0]
+        except OSError:
+            return 0
+
     def write_some(self, data: bytes) -> int:
         """Type as much of ``data`` as the terminal's input takes now: how many bytes; 0 when
         it takes none now (full), -1 once it is closed (or hung up)."""
