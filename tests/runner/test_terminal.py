@@ -163,15 +163,19 @@ async def test_the_deadline_kills_a_terminal_reader_and_closes_the_terminal(shor
     assert ptys == []
 
 
+# Opens /dev/tty and says whether it got a terminal, or the error it got.
+OPENS_TTY = """
+    import errno, os
+    try:
+        os.open("/dev/tty", os.O_RDWR)
+        print("a terminal")
+    except OSError as exc:
+        print(errno.errorcode[exc.errno])
+"""
+
+
 async def test_a_tool_may_opt_out_of_the_terminal(short_tmp, fake_program) -> None:
-    program = runner.Program(argv=(str(fake_program("opens", """
-        import errno, os
-        try:
-            os.open("/dev/tty", os.O_RDWR)
-            print("a terminal")
-        except OSError as exc:
-            print(errno.errorcode[exc.errno])
-    """)),), terminal="none")
+    program = runner.Program(argv=(str(fake_program("opens", OPENS_TTY)),), terminal="none")
     done = await run_quick(make_ctx(short_tmp), program)
     assert done.stdout == "ENXIO\n" and done.terminal == ""
 
@@ -190,14 +194,7 @@ async def test_a_host_with_no_pseudo_terminals_runs_programs_without_one(short_t
 
     monkeypatch.setattr(os, "openpty", no_ptmx)
     monkeypatch.setattr(execute, "_SAID_NO_TERMINALS", [])
-    program = runner.Program(argv=(str(fake_program("opens", """
-        import errno, os
-        try:
-            os.open("/dev/tty", os.O_RDWR)
-            print("a terminal")
-        except OSError as exc:
-            print(errno.errorcode[exc.errno])
-    """)),))
+    program = runner.Program(argv=(str(fake_program("opens", OPENS_TTY)),))
     for _ in range(2):
         done = await run_quick(make_ctx(short_tmp), program)
         assert done.stdout == "ENXIO\n"
