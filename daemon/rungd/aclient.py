@@ -12,7 +12,8 @@ uses anyio, which runs on both):
 Same methods, arguments, return types and exceptions as the sync client (``ConnectFailed``,
 ``RequestRejected``, ``ClientError``); a result envelope, failed or not, is never an
 exception; ``AsyncClient(host="ssh://alice@ops1")`` reaches another host's daemon as
-``Client(host=...)`` does, its ssh started on connecting and stopped by ``aclose``. One
+``Client(host=...)`` does, its ssh started on connecting and stopped by ``aclose`` or when
+this process dies (even by SIGKILL, on either event loop). One
 connection carries one request at a time (the protocol says so): concurrent
 awaits on one client queue behind a lock, so open one client per concurrent call when calls
 must overlap (a ``wait`` can pick up a call started on any connection).
@@ -98,7 +99,8 @@ class AsyncClient:
         timeout: seconds to wait for any one reply beyond the call's own ``wait_s``.
         host: ``ssh://[user@]host[:port][/socket]`` (or an ``SshHost``) instead of ``path``,
             as for ``rungd.client.Client``. ssh starts on connecting, is started again by
-            ``connect()`` if the connection to the host dropped, and stops on ``aclose``.
+            ``connect()`` if the connection to the host dropped, and stops on ``aclose`` or
+            when this process dies (even by SIGKILL).
 
     Raises:
         ConnectFailed: on connecting, when nothing listens at ``path``; its message says

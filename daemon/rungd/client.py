@@ -10,7 +10,8 @@
 
 ``rungctl`` uses this client. It holds one connection and sends one request at a time;
 use one client per thread. With ``host``, it runs ``ssh -N -L`` for as long as it is open
-(``rungd.ssh_host``): the daemon there sees the ssh user as the caller.
+(``rungd.ssh_host``): the daemon there sees the ssh user as the caller, and ssh ends with
+``close``, or with this process however it dies (SIGKILL too, from any thread).
 
 Errors (a result envelope, failed or not, is never an exception):
 
@@ -204,7 +205,8 @@ class Client:
         timeout: seconds to wait for any one reply beyond the call's own ``wait_s``.
         host: ``ssh://[user@]host[:port][/socket]`` (or an ``SshHost``) instead of ``path``:
             the daemon of that host, through ``ssh -N -L`` with the user's ssh config and
-            agent, stopped by ``close``. Its socket defaults to ``/run/rungd/rungd.sock``.
+            agent, stopped by ``close`` or when this process dies (even by SIGKILL). Its
+            socket defaults to ``/run/rungd/rungd.sock``.
 
     Attributes:
         path: the socket connected to (with ``host``, the local end of the tunnel).

@@ -15,6 +15,16 @@ the installed daemon's.
 ssh runs with ``BatchMode=yes``: an agent must never hang on a password or host-key
 prompt, so the key must be in the agent (or ``IdentityFile``) and the host key known.
 
+ssh goes with the client that started it, however that one ends. It runs under a guard
+(``guarded``), a small Python process whose stdin is a pipe only the client holds: when the
+client closes the tunnel or dies (even by SIGKILL, threaded or not, sync or on asyncio or
+Trio), the guard reads EOF, or sees the client end through a pidfd, and stops ssh (SIGTERM,
+SIGKILL after ``STOP_S``); if the guard itself is killed, the kernel sends ssh SIGTERM
+(PR_SET_PDEATHSIG, set safely there: the guard has one thread). ssh writes its stderr where
+it did, so its failures read the same. The guard delays ssh's start by its own start-up,
+about 20 ms. The ``ssh HOST rungctl`` that ``rungctl --host`` runs for the commands that
+read the host's files is armed with ``dies_with`` instead: rungctl has no other thread.
+
 Environment:
 
     RUNGD_HOST             the host when none is given (``Client()``, ``rungctl`` without
@@ -40,8 +50,8 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,7 +73,11 @@ EXAMPLE = "ssh://alice@ops1.example.com:22/run/rungd/rungd.sock"
 READY_S = 20.0  # from starting ssh to the daemon's first answer through it
 CONNECT_TIMEOUT_S = 10  # ssh's own bound on the TCP connect (its default is the kernel's, minutes)
 STOP_S = 2.0  # what ssh gets to exit after SIGTERM before SIGKILL
-_POLL_S = 0.05
+_GUARD_S = 1.0  # what the guard gets beyond STOP_S to exit once ssh has
+NO_PROGRAM = 127  # the guard's exit status when it could not start ssh (as a shell's)
+# How often an open looks for ssh's socket while ssh logs in: a connect to a missing path
+# costs microseconds, and at 50 ms a start 20 ms later (the guard's) often cost 50.
+_POLL_S = 0.01
 # The probe: a hello through the tunnel. ssh accepts the local connection before it asks the
 # host's sshd to open the remote socket; only an answer shows that the far end is there.
 _HELLO = protocol.frame(protocol.Hello(client="rungd.ssh_host"))
@@ -187,7 +201,7 @@ class SshHost:
         if "host key" in line.lower():
             hint = (f"connect once by hand ({shlex.join(self._ssh())}) and check the host key it shows, or add it "
                     "to known_hosts: rungd's ssh never accepts an unknown host key")
-        elif "Permission denied" in line:
+        elif "Permission denied (" in line:  # ssh lists the methods it tried: (publickey,password)
             hint = (f"give ssh a key {self.host} accepts for that user, with no prompt: ssh-add it to your agent, or "
                     f"set User and IdentityFile for {self.host} in ~/.ssh/config; then `{self.try_command}` works")
         elif any(words in line for words in ("resolve", "refused", "timed out", "No route", "unreachable")):
@@ -235,9 +249,11 @@ def remote_rungctl() -> list[str]:
 
 def dies_with(parent: int) -> Callable[[], None]:
     """What ssh's process runs before exec: it is sent SIGTERM when ``parent`` (this process)
-    dies, even by SIGKILL (PR_SET_PDEATHSIG), so a killed rungctl or client leaves no ssh
-    behind (and the host's rungctl, its connection gone, ends too). Only for a process with
-    no other thread, where a function before exec is safe; looked up here, before the fork."""
+    dies, even by SIGKILL (PR_SET_PDEATHSIG), so a killed rungctl leaves no ``ssh HOST
+    rungctl`` behind (and the host's rungctl, its connection gone, ends too). Only for a
+    process with no other thread: a function before exec is unsafe with threads, and the
+    kernel sends the signal when the thread that forked dies, not the process. A tunnel,
+    which any client may open, runs under ``guarded`` instead. Looked up here, before the fork."""
     prctl = ctypes.CDLL(None, use_errno=True).prctl
 
     def arm() -> None:
@@ -246,6 +262,71 @@ def dies_with(parent: int) -> Callable[[], None]:
             os._exit(1)
 
     return arm
+
+
+# The guard, run as ``python -I -S -c _GUARD CLIENT_PID STOP_S ARGV...`` by ``guarded``. It
+# imports only the standard library, so it is running its program about 20 ms after it was
+# started (importing rungd would add 35), and nothing of the client's environment (PYTHONPATH,
+# site-packages, the working folder) can change what it runs. ``arm`` is ``dies_with``'s twin:
+# the guard cannot import rungd.
+_GUARD = """\
+# rungd.ssh_host's guard: ends the program below when the client that started it goes
+import ctypes, os, select, signal, subprocess, sys
+
+signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends the guard quietly, and arm() ends the program
+client, stop_s, argv = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+guard, prctl = os.getpid(), ctypes.CDLL(None, use_errno=True).prctl
+
+
+def arm():  # in the program, before exec: SIGTERM when this guard dies, even by SIGKILL
+    prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != guard:  # the guard died before that
+        os._exit(1)
+
+
+try:
+    program = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=arm)
+except FileNotFoundError:
+    sys.exit(127)
+except OSError as exc:
+    print(f"cannot run {argv[0]}: {exc.strerror}", file=sys.stderr)
+    sys.exit(126)
+# EOF on stdin: the client closed it, or died. A child the client forked without exec may hold
+# the pipe open after it, so the client's own end (a pidfd, from Linux 5.3) counts too.
+watch, tick = select.poll(), None
+watch.register(0, select.POLLIN)
+try:
+    watch.register(os.pidfd_open(program.pid), select.POLLIN)
+    watch.register(os.pidfd_open(client), select.POLLIN)
+except OSError:
+    tick = 100  # ms: without pidfds, look at the program and the client this often
+while program.poll() is None and os.getppid() == client:
+    ready = dict(watch.poll(tick))
+    if ready.keys() - {0} or (0 in ready and not os.read(0, 512)):
+        break
+if program.poll() is None:
+    program.terminate()
+    try:
+        program.wait(stop_s)
+    except subprocess.TimeoutExpired:
+        program.kill()
+status = program.wait()
+sys.exit(status if status >= 0 else 128 - status)
+"""
+
+
+def guarded(argv: list[str]) -> list[str]:
+    """The command line that runs ``argv`` under a guard which ends it with this process.
+
+    Start it with stdin a pipe (``subprocess.PIPE``: the end left here is close-on-exec, so
+    no program this process starts holds it) and keep that end open while ``argv`` should
+    run. When it closes, or this process ends (even by SIGKILL, whatever its threads or
+    event loop), the guard sends ``argv`` SIGTERM, SIGKILL after ``STOP_S``. It exits when
+    ``argv`` does, with its status (128 + N for signal N; ``NO_PROGRAM`` when there is no
+    such program, 126 when it cannot be run). ``argv``'s stdin is /dev/null, its stdout
+    and stderr the guard's; the guard runs under ``sys.executable``.
+    """
+    return [sys.executable, "-I", "-S", "-c", _GUARD, str(os.getpid()), f"{STOP_S:g}", *argv]
 
 
 def last_line(text: str) -> str:
@@ -261,8 +342,8 @@ class Tunnel:
     ``open`` (or ``await aopen``) starts ssh and returns the local socket once the daemon
     has answered through it; ``close`` (``aclose``) stops ssh and removes the folder. The
     folder (0700, made by ``mkdtemp``) also holds ssh's stderr, read to explain a failure.
-    A process killed outright (SIGKILL) cannot stop its ssh: that one runs on, holding a
-    socket only its user may open, until someone kills it or the host drops it.
+    ssh runs under a guard (``guarded``), so it stops when this process dies, even by
+    SIGKILL; only the folder stays behind then, with ssh's stderr in it.
 
     Args:
         host: where to go.
@@ -274,6 +355,7 @@ class Tunnel:
         self.ready_s = ready_s
         self.folder: Path | None = None
         self.local: Path | None = None
+        # The guard: ssh's parent, which ends it when its stdin, held only here, closes.
         self._process: subprocess.Popen[bytes] | None = None
         self._aprocess: anyio.abc.Process | None = None
 
@@ -285,9 +367,13 @@ class Tunnel:
         return self._aprocess is not None and self._aprocess.returncode is None
 
     def _prepare(self) -> tuple[list[str], Path]:
+        if not sys.executable:  # a program embedding Python that does not say where it is
+            raise TunnelFailed(f"cannot reach rungd at {self.host.url}: sys.executable is empty, and ssh runs under a "
+                               "Python guard that ends it with this process; hint: run the client under a Python "
+                               "interpreter (a venv's bin/python)")
         self.folder = Path(tempfile.mkdtemp(prefix="rungd-ssh-"))
         self.local = self.folder / "rungd.sock"
-        return self.host.forward_argv(self.local), self.folder / "ssh.log"
+        return guarded(self.host.forward_argv(self.local)), self.folder / "ssh.log"
 
     def open(self) -> Path:
         """Start ssh and wait (bounded) until the daemon answers through the local socket.
@@ -301,12 +387,11 @@ class Tunnel:
         """
         argv, log = self._prepare()
         try:
-            with open(log, "wb") as stderr:  # ssh keeps its own copy of the descriptor
-                # In our process group, so a Ctrl-C or a closed terminal ends it with us; and,
-                # from a process with no other thread, sent SIGTERM when this one dies.
-                alone = threading.active_count() == 1
-                self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                                 stderr=stderr, preexec_fn=dies_with(os.getpid()) if alone else None)
+            with open(log, "wb") as stderr:  # the guard and ssh keep their own copies of the descriptor
+                # In our process group, so a Ctrl-C or a closed terminal ends it with us. Nothing
+                # runs here before exec (unsafe with threads): the guard's pipe does the rest.
+                self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                                 stderr=stderr)
             deadline = time.monotonic() + self.ready_s
             while True:
                 exited = self._process.poll() is not None
@@ -316,11 +401,6 @@ class Tunnel:
                 time.sleep(_POLL_S)
             if state != "answered":
                 raise self._failure(state, self._process.poll())
-        except FileNotFoundError as exc:
-            self.close()
-            if exc.filename == "ssh":
-                raise self.host.ssh_missing() from None
-            raise
         except BaseException:
             self.close()
             raise
@@ -334,7 +414,7 @@ class Tunnel:
         argv, log = self._prepare()
         try:
             with open(log, "wb") as stderr:
-                self._aprocess = await anyio.open_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                self._aprocess = await anyio.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                           stderr=stderr)
             deadline = anyio.current_time() + self.ready_s
             while True:
@@ -345,11 +425,6 @@ class Tunnel:
                 await anyio.sleep(_POLL_S)
             if state != "answered":
                 raise self._failure(state, self._aprocess.returncode)
-        except FileNotFoundError as exc:
-            await self.aclose()
-            if exc.filename == "ssh":
-                raise self.host.ssh_missing() from None
-            raise
         except BaseException:
             await self.aclose()
             raise
@@ -359,29 +434,30 @@ class Tunnel:
         """Stop ssh (SIGTERM, then SIGKILL after ``STOP_S``) and remove the folder; idempotent."""
         process, self._process = self._process, None
         if process is not None:
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(STOP_S)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-            process.wait()
+            assert process.stdin is not None
+            process.stdin.close()  # EOF: the guard stops ssh, then exits
+            try:
+                process.wait(STOP_S + _GUARD_S)
+            except subprocess.TimeoutExpired:
+                process.kill()  # and the kernel sends ssh SIGTERM
+                process.wait()
         self._remove_folder()
 
     async def aclose(self) -> None:
         """``close`` for async code.
 
-        Cancellation: shielded, and bounded by ``STOP_S`` plus the wait after a SIGKILL.
+        Cancellation: shielded, and bounded by ``STOP_S`` and a second, plus the wait after a
+        SIGKILL.
         """
         process, self._aprocess = self._aprocess, None
         with anyio.CancelScope(shield=True):
             if process is not None:
+                assert process.stdin is not None
+                await process.stdin.aclose()  # EOF: the guard stops ssh, then exits
+                with anyio.move_on_after(STOP_S + _GUARD_S):
+                    await process.wait()
                 if process.returncode is None:
-                    process.terminate()
-                    with anyio.move_on_after(STOP_S):
-                        await process.wait()
-                if process.returncode is None:
-                    process.kill()
+                    process.kill()  # and the kernel sends ssh SIGTERM
                 await process.aclose()
         self._remove_folder()
 
@@ -409,6 +485,8 @@ class Tunnel:
             return TunnelFailed(f"{where}: ssh reached {self.host.socket}, but nothing answered there within "
                                 f"{self.ready_s:g} s; hint: is that rungd's socket (server.socket in its config), and "
                                 f"is rungd well (`systemctl status rungd` on {self.host.host})?")
+        if status == NO_PROGRAM:  # the guard found no ssh to run
+            return self.host.ssh_missing()
         if status is None:  # still running at the deadline, the socket never forwarded
             return TunnelFailed(f"{where}: ssh did not log in and forward within {self.ready_s:g} s"
                                 f"{f' (ssh: {line})' if line else ''}; hint: `{self.host.try_command}` shows "

@@ -29,7 +29,7 @@ import trio
 from rungd.aclient import AsyncClient
 from rungd.client import Client, ClientError, ConnectFailed
 from rungd.ctl.app import _without_host
-from rungd.ssh_host import REMOTE_SOCKET, BadHost, SshHost
+from rungd.ssh_host import REMOTE_SOCKET, STOP_S, BadHost, SshHost, guarded
 
 SSHD = Path("/usr/sbin/sshd")
 RUNGCTL = Path(sys.executable).with_name("rungctl")
@@ -157,9 +157,11 @@ async def test_async_client_starts_ssh_again_after_the_connection_to_the_host_dr
                                                                                       rungd_daemon) -> None:
     async with AsyncClient(host=sshd.url(rungd_daemon.socket)) as rungd:
         await rungd.hello()
-        ssh = rungd._tunnel._aprocess
-        ssh.kill()  # as a dropped network connection ends it
-        await ssh.wait()
+        guard = rungd._tunnel._aprocess
+        [ssh] = psutil.Process(guard.pid).children()
+        ssh.kill()  # as a dropped network connection ends it; its guard follows
+        with trio.fail_after(5):
+            await guard.wait()
         with pytest.raises(ClientError):
             await rungd.hello()
         await rungd.connect()
@@ -356,6 +358,9 @@ async def test_a_remote_follow_ends_when_the_local_rungctl_is_killed(sshd: Sshd,
         local.stderr.close()
 
 
+# Agents that open a tunnel, say "ready" and wait to be killed: with no other thread; with
+# threads, the client opened by one that has ended since (the kernel's PR_SET_PDEATHSIG would
+# fire then); and AsyncClient, whose anyio has no hook to run before exec, on both loops.
 CLIENT_THEN_WAIT = """
 import sys, time
 from rungd.client import Client
@@ -365,23 +370,146 @@ print("ready", flush=True)
 time.sleep(120)
 """
 
+THREADED_CLIENT_THEN_WAIT = """
+import sys, threading, time
+from rungd.client import Client
+threading.Thread(target=time.sleep, args=(120,), daemon=True).start()
+opened = []
+opener = threading.Thread(target=lambda: opened.append(Client(host=sys.argv[1])))
+opener.start()
+opener.join()
+opened[0].tool_listing()
+print("ready", flush=True)
+time.sleep(120)
+"""
 
-async def test_a_killed_clients_tunnel_goes_with_it(sshd: Sshd, rungd_daemon, short_tmp: Path) -> None:
+ASYNC_CLIENT_THEN_WAIT = """
+import sys, anyio
+from rungd.aclient import AsyncClient
+async def main():
+    client = await AsyncClient(host=sys.argv[1]).connect()
+    await client.hello()
+    print("ready", flush=True)
+    await anyio.sleep(120)
+anyio.run(main, backend=sys.argv[2])
+"""
+
+
+def _running(processes: list[psutil.Process]) -> list[psutil.Process]:
+    running = []
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.status() != psutil.STATUS_ZOMBIE:
+                running.append(process)
+    return running
+
+
+@pytest.mark.parametrize("agent", [
+    pytest.param([CLIENT_THEN_WAIT], id="sync"),
+    pytest.param([THREADED_CLIENT_THEN_WAIT], id="sync-threaded"),
+    pytest.param([ASYNC_CLIENT_THEN_WAIT, "asyncio"], id="async-asyncio"),
+    pytest.param([ASYNC_CLIENT_THEN_WAIT, "trio"], id="async-trio"),
+])
+async def test_a_killed_clients_tunnel_goes_with_it(sshd: Sshd, rungd_daemon, agent: list[str]) -> None:
     # A Client(host=...) in an agent's process starts ssh for its tunnel; the agent SIGKILLed,
-    # its ssh used to stay, forwarding to the host's daemon for nobody.
+    # its ssh used to stay, forwarding to the host's daemon for nobody; from a threaded agent
+    # or an AsyncClient still after ssh was armed with PR_SET_PDEATHSIG where that was safe.
+    script, *args = agent
     url = sshd.url(rungd_daemon.socket)
-    agent = subprocess.Popen([sys.executable, "-c", CLIENT_THEN_WAIT, url], stdout=subprocess.PIPE)
+    agent_process = subprocess.Popen([sys.executable, "-c", script, url, *args], stdout=subprocess.PIPE)
+    tunnels: list[psutil.Process] = []
     try:
-        assert await trio.to_thread.run_sync(agent.stdout.readline) == b"ready\n"
-        tunnels = [p for p in psutil.Process(agent.pid).children() if p.name() == "ssh"]
+        assert await trio.to_thread.run_sync(agent_process.stdout.readline) == b"ready\n"
+        below = psutil.Process(agent_process.pid).children(recursive=True)
+        tunnels = [p for p in below if p.name() == "ssh"]
         assert tunnels, "no ssh under the client"
+        agent_process.kill()
+        agent_process.wait()
+        with trio.move_on_after(5):
+            while _running(below):
+                await trio.sleep(0.05)
+        assert not _running(tunnels), "the tunnel's ssh outlived the client that started it"
+        assert not _running(below), "the guard outlived the client that started it"
+    finally:
+        agent_process.kill()
+        agent_process.wait()
+        agent_process.stdout.close()
+        for left in _running(tunnels):  # so that a failure here leaves no ssh for the next test
+            left.kill()
+
+
+# --- the guard itself, with any program: no sshd needed ---------------------------------------
+
+# A threaded agent that starts `sleep` under the guard from a thread that ends, then forks a
+# child that keeps a copy of the guard's pipe (as multiprocessing's fork does), and waits.
+GUARDED_SLEEP_THEN_WAIT = """
+import os, subprocess, sys, threading, time
+from rungd.ssh_host import guarded
+started = []
+starter = threading.Thread(target=lambda: started.append(
+    subprocess.Popen(guarded(["sleep", "120"]), stdin=subprocess.PIPE)))
+starter.start()
+starter.join()
+forked = os.fork()
+if forked == 0:
+    time.sleep(120)
+    os._exit(0)
+print(started[0].pid, forked, flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_guards_program_dies_with_a_killed_threaded_client_even_when_a_fork_holds_its_pipe() -> None:
+    agent = subprocess.Popen([sys.executable, "-c", GUARDED_SLEEP_THEN_WAIT], stdout=subprocess.PIPE)
+    below: list[psutil.Process] = []
+    try:
+        guard_pid, forked = map(int, agent.stdout.readline().split())
+        below.append(psutil.Process(forked))
+        guard = psutil.Process(guard_pid)
+        deadline = time.monotonic() + 5
+        while not guard.children() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [p.name() for p in guard.children()] == ["sleep"]
+        below += [guard, *guard.children()]
         agent.kill()
         agent.wait()
-        with trio.move_on_after(10):
-            while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tunnels):
-                await trio.sleep(0.1)
-        assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tunnels)
+        _, left = psutil.wait_procs(below[1:], timeout=5)
+        assert not left, "the guarded program outlived its client"
     finally:
         agent.kill()
         agent.wait()
         agent.stdout.close()
+        for process in _running(below):  # the fork, and what a failure left
+            process.kill()
+
+
+def test_closing_the_guards_stdin_ends_its_program_at_once_and_gives_its_status() -> None:
+    guard = subprocess.Popen(guarded(["sleep", "120"]), stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 5
+        while not psutil.Process(guard.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        started = time.monotonic()
+        guard.stdin.close()
+        assert guard.wait(STOP_S) == 128 + 15  # sleep's SIGTERM, as a shell says it
+        assert time.monotonic() - started < 1
+    finally:
+        guard.kill()
+        guard.wait()
+    # Its stdin held open (run() would close it at once), the program ends on its own.
+    for argv, status in (([sys.executable, "-c", "raise SystemExit(3)"], 3), (["/nonexistent/ssh"], 127)):
+        with subprocess.Popen(guarded(argv), stdin=subprocess.PIPE) as guard:
+            assert guard.wait(5) == status
+
+
+def test_a_killed_guard_takes_its_program_with_it() -> None:
+    with subprocess.Popen(guarded(["sleep", "120"]), stdin=subprocess.PIPE) as guard:
+        deadline = time.monotonic() + 5
+        while not psutil.Process(guard.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        [program] = psutil.Process(guard.pid).children()
+        guard.kill()
+    _, left = psutil.wait_procs([program], timeout=5)
+    for process in left:
+        process.kill()
+    assert not left, "the guard's program outlived it"
