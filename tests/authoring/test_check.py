@@ -3,6 +3,7 @@ program, and a tool file that would answer any question is caught."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import textwrap
@@ -69,7 +70,7 @@ async def test_a_tool_that_counts_exit_1_as_an_answer_is_judged_by_where_the_sec
     assert not any(p.startswith("secret:") for p in receipt.problems), receipt.problems
 
 
-async def test_rungctl_check_prints_receipts_and_skips_python_plugin_tools(short_tmp: Path) -> None:
+async def test_rungctl_check_prints_receipts_and_checks_python_plugin_tools_in_part(short_tmp: Path) -> None:
     config = short_tmp / "rungd.toml"
     config.write_text(f'[server]\nsocket = "{short_tmp}/s.sock"\n[state]\ndir = "{short_tmp}/state"\n'
                       f'[plugins]\ntool_dirs = ["{ROOT}/configs/tools"]\n[plugins.settings.demo]\n',
@@ -77,13 +78,81 @@ async def test_rungctl_check_prints_receipts_and_skips_python_plugin_tools(short
     done = await trio.run_process([sys.executable, "-m", "rungd.ctl", "--config", str(config), "check"],
                                   capture_stdout=True, capture_stderr=True, check=False)
     out = done.stdout.decode()
-    assert done.returncode == 0, (out, done.stderr.decode())
+    # Nothing failed, but not everything could be run: exit status 5 says so.
+    assert done.returncode == 5, (out, done.stderr.decode())
     assert LINE.match(next(line for line in out.splitlines() if "host_disk_usage_show" in line))
-    assert "SKIP inventory_item_show  a tool of the Python plugin 'demo'" in out
+    # The demo plugin's tools get the fixtures a stand-in can play without knowing their output.
+    show = next(line for line in out.splitlines() if " inventory_item_show " in line)
+    assert show.startswith("PART inventory_item_show  fixtures=5 stableCodes=5 secretHits=0 "), show
+    assert show.endswith(" notChecked=empty"), show
+    # Its write reads before it acts: an empty read ends the call there, and the receipt says so.
+    assert "PART inventory_count_set " in out
+    assert "not checked: acts_dies: the call ended SURFACE_CHANGED before its act" in out
     unknown = await trio.run_process([sys.executable, "-m", "rungd.ctl", "--config", str(config), "check",
                                       "no_such_tool"], capture_stdout=True, capture_stderr=True, check=False)
     assert unknown.returncode == 2
     assert "no_such_tool: no such tool in this config; hint:" in unknown.stderr.decode()
+
+
+async def test_a_python_plugins_programs_are_stood_in_for_where_it_starts_them(short_tmp: Path) -> None:
+    config = short_tmp / "rungd.toml"
+    config.write_text(f'[server]\nsocket = "{short_tmp}/s.sock"\n[state]\ndir = "{short_tmp}/state"\n'
+                      f'[plugins]\nfiles = ["{ROOT}/tests/plugin_fixtures/checked_tools.py"]\n', encoding="utf-8")
+    done = await trio.run_process([sys.executable, "-m", "rungd.ctl", "--config", str(config), "--json", "check"],
+                                  capture_stdout=True, capture_stderr=True, check=False)
+    assert done.returncode == 1, done.stderr.decode()  # the swallowing read fails its receipt
+    receipts = {r["tool"]: r for r in json.loads(done.stdout)}
+    # Its program does not exist: that every fixture but "missing" got where it aims shows
+    # that the stand-in ran in its place.
+    add = receipts["ck_note_add"]
+    assert add["verdict"] == "PART", add
+    runs = {f["fixture"]: f["runs"][0] for f in add["fixtures"]}
+    assert all(f["unreached"] is None for f in add["fixtures"]), add
+    assert runs["hang_after"] == "error unknown none TIMEOUT", runs  # its confirmation answered: committed
+    assert runs["hang_before"].endswith(" TIMEOUT")
+    assert runs["acts_dies"].split()[1] == "unknown", runs  # it acted, then died: nobody knows
+    assert runs["question"].endswith("PROMPT_UNEXPECTED")
+    assert [line.split(":")[0] for line in add["unchecked"]] == ["noop", "already"]
+    show = receipts["ck_note_show"]
+    assert show["verdict"] == "FAIL"
+    assert "missing: expected an error, got ok" in show["problems"], show["problems"]
+
+
+async def test_a_read_back_field_of_two_values_is_shown_in_the_other_before_the_change(short_tmp: Path) -> None:
+    tool_file = short_tmp / "flag.toml"
+    tool_file.write_text(textwrap.dedent('''
+        [program]
+        name = "flag"
+        command = "/bin/true"
+
+        [tools.flag_state_show]
+        argv = ["show"]
+        parse = { kind = "regex", pattern = '^exists: (?P<exists>[01])$', fields = { exists = "integer" } }
+        [tools.flag_state_show.description]
+        does = "Shows the flag. Changes nothing."
+        use_when = "you need the flag."
+        do_not_use_when = "never otherwise."
+        returns = "exists."
+        on_error = "TIMEOUT (retry once)."
+        if_unknown = "ask the user."
+
+        [tools.flag_state_set]
+        argv = ["set"]
+        side_effect = "reversible"
+        verify = { tool = "flag_state_show", expect = { exists = 1 } }
+        [tools.flag_state_set.description]
+        does = "Sets the flag. A write."
+        use_when = "you must set the flag."
+        do_not_use_when = "never otherwise."
+        returns = "effect."
+        on_error = "TIMEOUT (retry once)."
+        if_unknown = "ask the user."
+    '''))
+    receipts = {r.tool: r for r in await check_files([tool_file])}
+    # 1 before and after would be no change to see; 2 is no value [01] reads: 0 is.
+    assert receipts["flag_state_set"].verdict == "PASS", receipts["flag_state_set"].line()
+    # The read-back saw 0 before and 1 after: the change was shown, not assumed.
+    assert {f.fixture: f.runs[0] for f in receipts["flag_state_set"].fixtures}["acts_dies"] == "error done changed FAILED"
 
 
 async def test_a_file_with_several_programs_gets_every_one_replaced(short_tmp: Path) -> None:

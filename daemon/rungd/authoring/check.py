@@ -32,7 +32,9 @@ acts before it exits, so one read shows what happened); the tool's own
 approvals); each tool gets an extra credential, ``rungd_check_secret``, so even a tool that
 declares none shows whether a secret its program prints is redacted.
 
-Python plugins are not rewritten: their tools are skipped with a line saying so.
+Python plugins' tools are checked by ``rungd.authoring.plugin_check``, their programs stood in
+for where the plugin starts them. A tool or fixture the check could not run is said, with
+why: ``SKIP`` (none ran) or ``PART`` (some did not), and the CLI exits 5.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import shutil
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +107,9 @@ class FixtureResult:
     problems: list[str] = dataclasses.field(default_factory=list)
     # What the tool's author should know and the contract does not rule out.
     notes: list[str] = dataclasses.field(default_factory=list)
+    # Why the fixture never got where it aims (a Python write's reads before its act ended
+    # the call): its runs are judged by what every result must hold, not by the fixture.
+    unreached: str | None = None
 
     @property
     def stable(self) -> bool:
@@ -122,6 +127,8 @@ class Receipt:
     unknown_write_retries: int = 0
     verified_from_skipped: bool = False
     skipped: str | None = None
+    # Fixtures not run, each with why ("empty: what ... is known only to the plugin's code").
+    not_run: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -143,20 +150,41 @@ class Receipt:
     def passed(self) -> bool:
         return self.skipped is None and not self.problems
 
+    @property
+    def unchecked(self) -> list[str]:
+        """What the check could not show of this tool, one line each: fixtures not run and
+        fixtures that never reached what they aim at."""
+        return [*self.not_run, *(f"{f.fixture}: {f.unreached}" for f in self.fixtures if f.unreached)]
+
+    @property
+    def verdict(self) -> str:
+        """FAIL (a problem found), SKIP (nothing run), PART (no problem in what ran, but not
+        every fixture got where it aims) or PASS."""
+        if self.skipped is not None:
+            return "SKIP"
+        if self.problems:
+            return "FAIL"
+        return "PART" if self.unchecked else "PASS"
+
     def line(self) -> str:
         """The acceptance line: ``PASS tool  fixtures=N stableCodes=N secretHits=0 ...``."""
         if self.skipped is not None:
             return f"SKIP {self.tool}  {self.skipped}"
-        stable = sum(1 for f in self.fixtures if f.stable)
-        return (f"{'PASS' if self.passed else 'FAIL'} {self.tool}  fixtures={len(self.fixtures)} "
+        reached = [f for f in self.fixtures if not f.unreached]
+        stable = sum(1 for f in reached if f.stable)
+        unchecked = [line.split(":", 1)[0] for line in self.unchecked]
+        return (f"{self.verdict} {self.tool}  fixtures={len(reached)} "
                 f"stableCodes={stable} secretHits={len(self.secret_hits)} "
                 f"unknownWriteRetries={self.unknown_write_retries} "
-                f"verifiedFromSkipped={str(self.verified_from_skipped).lower()}")
+                f"verifiedFromSkipped={str(self.verified_from_skipped).lower()}"
+                + (f" notChecked={','.join(unchecked)}" if unchecked else ""))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"tool": self.tool, "source": self.source, "passed": self.passed, "skipped": self.skipped,
-                "line": self.line(), "problems": self.problems, "notes": self.notes,
-                "fixtures": [{"fixture": f.fixture, "runs": f.runs, "stable": f.stable, "problems": f.problems}
+        return {"tool": self.tool, "source": self.source, "verdict": self.verdict, "passed": self.passed,
+                "skipped": self.skipped, "line": self.line(), "problems": self.problems, "notes": self.notes,
+                "unchecked": self.unchecked,
+                "fixtures": [{"fixture": f.fixture, "runs": f.runs, "stable": f.stable, "problems": f.problems,
+                              "unreached": f.unreached}
                              for f in self.fixtures]}
 
 
@@ -167,8 +195,17 @@ def run_check(paths: Iterable[Path], tools: set[str] | None = None) -> list[Rece
         CheckError: a file cannot be read, has none of the tools asked for, or its checked
             copy does not load (the first such, out of the nurseries' exception groups).
     """
+    return blocking(check_files, list(paths), tools)
+
+
+def blocking(check: Callable[..., Awaitable[list[Receipt]]], *args: Any) -> list[Receipt]:
+    """Run an async check to its end, for the CLI.
+
+    Raises:
+        CheckError: the first one, out of the nurseries' exception groups.
+    """
     try:
-        return trio.run(check_files, list(paths), tools)
+        return trio.run(check, *args)
     except BaseExceptionGroup as group:
         matched, _ = group.split(CheckError)
         if matched is None:
@@ -231,17 +268,23 @@ async def check_tool_file(path: Path, tools: set[str] | None = None) -> list[Rec
     async with trio.open_nursery() as nursery:
         nursery.start_soon(group, True)
         nursery.start_soon(group, False)
+    return merged(parts[True], parts[False])
+
+
+def merged(hangs: list[Receipt], others: list[Receipt]) -> list[Receipt]:
+    """One receipt per tool from the two daemons' (the fixtures that hang, and the rest)."""
+    order: dict[str, int] = {}
+    for fixture in (*WRITE_FIXTURES, *READ_FIXTURES, *EXPORT_FIXTURES, *SCREEN_WRITE_FIXTURES,
+                    *SCREEN_READ_FIXTURES):
+        order.setdefault(fixture, len(order))
     receipts = []
-    for fast, slow in zip(parts[True], parts[False], strict=True):
-        order: dict[str, int] = {}
-        for fixture in (*WRITE_FIXTURES, *READ_FIXTURES, *EXPORT_FIXTURES, *SCREEN_WRITE_FIXTURES,
-                        *SCREEN_READ_FIXTURES):
-            order.setdefault(fixture, len(order))
+    for fast, slow in zip(hangs, others, strict=True):
         slow.fixtures = sorted(fast.fixtures + slow.fixtures, key=lambda f: order[f.fixture])
         slow.secret_hits += fast.secret_hits
         slow.unknown_write_retries += fast.unknown_write_retries
         slow.verified_from_skipped |= fast.verified_from_skipped
         slow.skipped = slow.skipped or fast.skipped
+        slow.not_run = list(dict.fromkeys(fast.not_run + slow.not_run))
         receipts.append(slow)
     return receipts
 
@@ -258,7 +301,7 @@ async def _check_group(path: Path, raw: dict[str, Any], names: list[str], hangs:
             raise CheckError(f"{path}: the checked copy does not load: {exc}; "
                              "hint: `rungd check-config` shows the same problem on the real file") from None
         receipts = []
-        logs = _LogCapture()
+        logs = LogCapture()
         logging.getLogger().addHandler(logs)
         try:
             async with trio.open_nursery() as nursery:
@@ -282,7 +325,7 @@ async def _check_group(path: Path, raw: dict[str, Any], names: list[str], hangs:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-class _LogCapture(logging.Handler):
+class LogCapture(logging.Handler):
     """Every log line the in-process daemon writes while a check runs, to look for secrets."""
 
     def __init__(self) -> None:
@@ -372,7 +415,7 @@ class _Plan:
 
     # --- one tool --------------------------------------------------------------------------
 
-    async def check_tool(self, running: RunningDaemon, name: str, logs: _LogCapture) -> Receipt:
+    async def check_tool(self, running: RunningDaemon, name: str, logs: LogCapture) -> Receipt:
         spec = self.specs[name]
         receipt = Receipt(name, str(self.path))
         if "import" in spec:
@@ -413,7 +456,7 @@ class _Plan:
         if verify is not None:
             target = self.specs[verify["tool"]]
             expect = {k: _substitute(v, inputs) for k, v in verify.get("expect", {}).items()}
-            pairs = {k: _before_and_after(v) for k, v in expect.items()}
+            pairs = _shown_before(verify["tool"], target.get("parse", {}), expect)
             after = sample_text(target.get("parse", {}), {k: pair[1] for k, pair in pairs.items()})
             before = sample_text(target.get("parse", {}), {k: pair[0] for k, pair in pairs.items()})
             roles[verify["tool"]] = {"before": before, "after": after}
@@ -449,7 +492,7 @@ class _Plan:
             env = await running.call(name, inputs, request_id=request_id, wait_s=SLOW_DEADLINE_S * 3 + 10)
             envelopes.append(env)
             acted = (folder / "acted").exists()
-            result.runs.append(_codes(env))
+            result.runs.append(codes(env))
             result.problems += _judge(fixture, spec, env, acted, write)
             if fixture == "already" and env.status == "ok" and env.outcome == "done":
                 result.notes.append(
@@ -487,42 +530,48 @@ class _Plan:
         for _attempt in (1, 2):
             env = await running.call(name, inputs, wait_s=30)
             envelopes.append(env)
-            result.runs.append(_codes(env))
+            result.runs.append(codes(env))
             result.problems += _judge_export(fixture, env)
         result.problems = sorted(set(result.problems))
         return result
 
-    def _secret_hits(self, envelopes: list[Envelope], logs: _LogCapture) -> list[str]:
-        """Every place (not already reported for an earlier tool) holding a seeded secret, in
-        any encoding the daemon redacts (base64 of ``user:secret``, hex...): what it finds is
-        what its redaction would have had to take out."""
-        redactor = Redactor(list(self.secrets.values()))
-
-        def holds_one(data: bytes) -> bool:
-            return redactor.bytes(data) != data
-
-        hits = []
-        for env in envelopes:
-            if holds_one(msgspec.json.encode(env)):
-                hits.append(f"the envelope of call {env.call_id}")
-        if any(holds_one(line.encode()) for line in logs.lines):
-            hits.append("the daemon's log")
-        skip = {self.folder / "credentials.toml"}
-        for path in sorted(self.folder.rglob("*")):
-            if path in skip or path.is_symlink() or not path.is_file():
-                continue
-            try:
-                data = path.read_bytes()
-            except OSError:
-                continue
-            if holds_one(data):
-                hits.append(str(path.relative_to(self.folder)))
-        fresh = [h for h in hits if h not in self.seen_hits]
-        self.seen_hits |= set(hits)
-        return fresh
+    def _secret_hits(self, envelopes: list[Envelope], logs: LogCapture) -> list[str]:
+        return secret_hits(self.secrets.values(), self.folder, envelopes, logs, self.seen_hits)
 
 
-def _codes(env: Envelope) -> str:
+def secret_hits(values: Iterable[str], folder: Path, envelopes: list[Envelope], logs: LogCapture,
+                seen: set[str]) -> list[str]:
+    """Every place (not in ``seen``, which grows) holding a seeded secret: an envelope, the
+    daemon's log, a file under ``folder`` but its credentials file. In any encoding the
+    daemon redacts (base64 of ``user:secret``, hex...): what it finds is what its redaction
+    would have had to take out."""
+    redactor = Redactor(list(values))
+
+    def holds_one(data: bytes) -> bool:
+        return redactor.bytes(data) != data
+
+    hits = []
+    for env in envelopes:
+        if holds_one(msgspec.json.encode(env)):
+            hits.append(f"the envelope of call {env.call_id}")
+    if any(holds_one(line.encode()) for line in logs.lines):
+        hits.append("the daemon's log")
+    skip = {folder / "credentials.toml"}
+    for path in sorted(folder.rglob("*")):
+        if path in skip or path.is_symlink() or not path.is_file():
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if holds_one(data):
+            hits.append(str(path.relative_to(folder)))
+    fresh = [h for h in hits if h not in seen]
+    seen |= set(hits)
+    return fresh
+
+
+def codes(env: Envelope) -> str:
     code = env.error.code if env.error is not None else "-"
     return f"{env.status} {env.outcome} {env.effect} {code}"
 
@@ -535,12 +584,13 @@ def _runs(folder: Path, role: str) -> int:
     return sum(1 for line in lines if line.split(" ")[-1] == role)
 
 
-def _judge(fixture: str, spec: dict[str, Any], env: Envelope, acted: bool, write: bool) -> list[str]:
-    """What the contract rules out for this fixture's result (empty when it is fine)."""
+def judged_always(env: Envelope, cap_bytes: int, acted: bool) -> list[str]:
+    """What no result may be, whatever the fixture: over its cap, an error without a hint
+    or next action, still pending, or ``not_started`` after the program acted."""
     problems = []
     code = env.error.code if env.error is not None else None
     size = len(msgspec.json.encode(env))
-    if size > max(int(spec.get("cap_bytes", ENVELOPE_CAP)), ENVELOPE_CAP):
+    if size > max(cap_bytes, ENVELOPE_CAP):
         problems.append(f"the envelope is {size} bytes, over its cap")
     if env.status == "error" and env.error is not None and not (env.error.hint and env.next_action):
         problems.append(f"{code} comes without a hint or next_action")
@@ -548,6 +598,13 @@ def _judge(fixture: str, spec: dict[str, Any], env: Envelope, acted: bool, write
         problems.append("still pending after the deadline and its settle read")
     if acted and env.outcome == "not_started":
         problems.append(f"{code or env.status}: outcome not_started, but the program had acted")
+    return problems
+
+
+def _judge(fixture: str, spec: dict[str, Any], env: Envelope, acted: bool, write: bool) -> list[str]:
+    """What the contract rules out for this fixture's result (empty when it is fine)."""
+    code = env.error.code if env.error is not None else None
+    problems = judged_always(env, int(spec.get("cap_bytes", ENVELOPE_CAP)), acted)
     if "screen" in spec:
         return problems + _judge_screen(fixture, spec, env, code, acted)
     expected = {
@@ -667,6 +724,40 @@ def _other(value: Any) -> Any:
     if isinstance(value, int):
         return value + 1
     return "x" if str(value) != "x" else "y"
+
+
+# Values tried, after _other's, for a field's state before a change the parser must read.
+_BEFORE_VALUES = (0, 1, "0", "1", "x", "no", "yes", "false", "true", "")
+
+
+def _shown_before(read: str, parse: dict[str, Any], expect: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Per field of a read-back, its value before the change and after it, each one the
+    read's parser can read: a field that must read ``1`` (a ``[01]`` pattern) is shown as
+    ``0`` before, not as ``2``.
+
+    Raises:
+        CannotSynthesize: no text the parser reads shows a field in another state than the
+            one the write aims at; the message names the field and says why in plain words.
+    """
+    pairs = {k: _before_and_after(v) for k, v in expect.items()}
+    for field, (before, after) in list(pairs.items()):
+        if expectations.test_of(expect[field]) not in (None, ("equals", after)):
+            continue  # a relative or open test: its pair is made for it
+        for value in (before, *_BEFORE_VALUES):
+            if str(value) == str(after):
+                continue
+            try:
+                sample_text(parse, {k: pair[0] for k, pair in pairs.items() if k != field} | {field: value})
+            except CannotSynthesize:
+                continue
+            pairs[field] = (value, after)
+            break
+        else:
+            raise CannotSynthesize(
+                f"its read-back {read} cannot be shown before the change: its parser reads {field} as "
+                f"{after!r} and no other value the check could make, so the stand-in cannot show the state "
+                "the write changes")
+    return pairs
 
 
 def _before_and_after(expected: Any) -> tuple[Any, Any]:

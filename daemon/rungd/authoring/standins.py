@@ -29,6 +29,12 @@ except ImportError:  # pragma: no cover - older Pythons
     import sre_parse  # type: ignore[no-redef]
 
 ROLE_ENV = "RUNGD_CHECK_ROLE"
+# For a Python plugin's programs (rungd.authoring.plugin_check), set where the program is
+# started: the question its first confirmation recognises, and the names (never the values)
+# of the variables and files that carry its credentials.
+CONFIRM_ENV = "RUNGD_CHECK_CONFIRM"
+SECRET_VARS_ENV = "RUNGD_CHECK_SECRET_VARS"
+SECRET_FILES_ENV = "RUNGD_CHECK_SECRET_FILES"
 QUESTION = "Enter the name of your first pet: "
 
 # Characters tried, in order, when a pattern asks for "one character of this class".
@@ -294,10 +300,15 @@ def hang():
 
 def confirm():
     # The program's own "are you sure": asked, then answered by the daemon (or not at all).
-    if me.get("confirm") is not None:
-        say(me["confirm"])
+    question = me["confirm"] if "confirm" in me else os.environ.get("{confirm_env}")
+    if question:
+        say(question)
         if not sys.stdin.readline():
             sys.exit(1)
+
+
+def named(key, env):
+    return SCRIPT.get(key, []) + [name for name in os.environ.get(env, "").split(",") if name]
 
 
 def read_role():
@@ -365,11 +376,11 @@ def keys_forever():
 
 
 def secrets():
-    for var in SCRIPT.get("secret_env", []):
+    for var in named("secret_env", "{secret_vars_env}"):
         value = os.environ.get(var, "")
         say(f"debug: token={{value}}\\n")
         sys.stderr.write(f"error: auth with {{value}} failed\\n")
-    for var in SCRIPT.get("secret_files", []):
+    for var in named("secret_files", "{secret_files_env}"):
         try:
             value = Path(os.environ.get(var, "/nonexistent")).read_text()
         except OSError:
@@ -442,11 +453,41 @@ def write_standin(folder: Path, fixture: str, script: dict[str, Any]) -> Path:
     """
     if fixture == "already":  # every read shows the state the write aims at, from the start
         script = {**script, "roles": {role: _already(said) for role, said in script["roles"].items()}}
-    body = _PROLOGUE.format(script=json.dumps(script), role_env=ROLE_ENV)
+    body = _prologue(script)
     body += "if ROLE != SCRIPT['target'] and 'before' in me:\n    read_role()\n"
     body += "if ROLE != SCRIPT['target']:\n    say(me.get('ok', ''))\n    sys.exit(0)\n"
     screen = "screen" in script["roles"].get(script["target"], {})
     body += (SCREEN_BEHAVIOUR if screen else BEHAVIOUR)[fixture] + "\n"
+    path = folder / fixture
+    path.write_text("#!/usr/bin/env python3\n" + textwrap.dedent(body), encoding="utf-8")
+    path.chmod(0o755)
+    return path
+
+
+def _prologue(script: dict[str, Any]) -> str:
+    return _PROLOGUE.format(script=json.dumps(script), role_env=ROLE_ENV, confirm_env=CONFIRM_ENV,
+                            secret_vars_env=SECRET_VARS_ENV, secret_files_env=SECRET_FILES_ENV)
+
+
+# A Python plugin's program, stood in for where it is started: its role is "act" (a program
+# the plugin starts as its act, ``Program.commits``) or "read". What a read prints is known
+# only to the plugin's code, so a read that is not the fixture's target prints nothing: a
+# fixture that needs the act (hang_after, acts_dies) may end at the reads before it.
+PLUGIN_BEHAVIOUR: dict[str, str] = {
+    "hang": "hang()",
+    "hang_before": "hang()",
+    "hang_after": "if ROLE != 'act':\n    sys.exit(0)\nconfirm()\nACTED.touch()\nhang()",
+    "question": f"say({QUESTION!r})\nsys.stdin.readline()\nsys.exit(0)",
+    "flood": BEHAVIOUR["flood"],
+    "secret": BEHAVIOUR["secret"],
+    "acts_dies": "if ROLE != 'act':\n    sys.exit(0)\nconfirm()\nACTED.touch()\nos.kill(os.getpid(), signal.SIGKILL)",
+}
+
+
+def write_plugin_standin(folder: Path, fixture: str) -> Path:
+    """Write the stand-in for a Python plugin's programs under ``fixture`` (a key of
+    ``PLUGIN_BEHAVIOUR``); ``runs.log`` beside it gets one line per run, ``FIXTURE ROLE``."""
+    body = _prologue({"fixture": fixture, "target": "act", "roles": {}}) + PLUGIN_BEHAVIOUR[fixture] + "\n"
     path = folder / fixture
     path.write_text("#!/usr/bin/env python3\n" + textwrap.dedent(body), encoding="utf-8")
     path.chmod(0o755)

@@ -6,8 +6,13 @@ import json
 import tomllib
 from pathlib import Path
 
-from rungd.authoring.check import CheckError, Receipt, run_check
-from rungd.ctl.registry import EXIT_ERROR_RESULT, EXIT_OK, Context, UsageError, arg, command
+import trio
+
+from rungd.authoring.check import CheckError, Receipt, blocking, check_files
+from rungd.authoring.plugin_check import check_plugin_tools
+from rungd.config import Config
+from rungd.core.contract import Tool
+from rungd.ctl.registry import EXIT_ERROR_RESULT, EXIT_INCOMPLETE, EXIT_OK, Context, UsageError, arg, command
 from rungd.core.errors import ConfigError, PluginError
 from rungd.service.plugins import Hooks
 
@@ -24,22 +29,23 @@ def check(ctx: Context) -> int:
 
     Every fixture (the program missing, hanging before and after its commit point, asking a
     question nobody declared, flooding, printing a seeded secret, acting and then dying,
-    exiting 0 having done nothing) runs twice in a throw-away daemon on a copy of the tool
-    file whose program is a stand-in: the real program never runs. One line per tool:
+    exiting 0 having done nothing) runs twice in a throw-away daemon whose programs are
+    stand-ins: the real program never runs. A tool file's copy names the stand-in as its
+    command; a Python plugin's program is replaced where the plugin starts it. One line per tool:
 
         PASS apt_package_remove  fixtures=8 stableCodes=8 secretHits=0 unknownWriteRetries=0 verifiedFromSkipped=false
 
     Exit status 1 when a receipt fails: codes that differ between two runs of a fixture, a
     seeded secret found anywhere, a repeat with the same request_id that ran the program
-    again, `changed` without a read-back, or a result the contract rules out. Tools of Python
-    plugins are listed as skipped, with the reason.
+    again, `changed` without a read-back, or a result the contract rules out. Exit status 5
+    when none failed but a tool was skipped (SKIP) or checked in part (PART: a fixture not run,
+    or not reaching what it aims at), each with the reason.
     """
-    files, tools, skipped = _targets(ctx)
+    files, tools, plugin_tools = _targets(ctx)
     try:
-        receipts = run_check(files, tools) if files else []
+        receipts = blocking(_check_all, files, tools, ctx.config, plugin_tools)
     except CheckError as exc:
         raise UsageError(str(exc)) from None
-    receipts += [Receipt(name, "", skipped=why) for name, why in skipped]
     if ctx.json:
         print(json.dumps([r.as_dict() for r in receipts], indent=2))
     else:
@@ -50,16 +56,38 @@ def check(ctx: Context) -> int:
                     print(f"  {fixture.fixture:<12} {' | '.join(dict.fromkeys(fixture.runs))}")
             for problem in receipt.problems:
                 print(f"  ! {problem}")
+            for line in receipt.unchecked if receipt.skipped is None else ():
+                print(f"  not checked: {line}")
             for note in receipt.notes:
                 print(f"  note: {note}")
-    return EXIT_OK if all(r.passed or r.skipped for r in receipts) else EXIT_ERROR_RESULT
+    verdicts = {r.verdict for r in receipts}
+    if "FAIL" in verdicts:
+        return EXIT_ERROR_RESULT
+    return EXIT_INCOMPLETE if verdicts & {"SKIP", "PART"} else EXIT_OK
 
 
-def _targets(ctx: Context) -> tuple[list[Path], set[str] | None, list[tuple[str, str]]]:
-    """The tool files to check, the tool names to keep (None: all), and tools skipped, why.
+async def _check_all(files: list[Path], tools: set[str] | None, config: Config, plugin_tools: list[Tool]) -> list[Receipt]:
+    """The tool files' receipts, then the Python plugins' tools', checked side by side."""
+    found: dict[str, list[Receipt]] = {"files": [], "plugins": []}
+
+    async def files_part() -> None:
+        found["files"] = await check_files(files, tools) if files else []
+
+    async def plugins_part() -> None:
+        found["plugins"] = await check_plugin_tools(config, plugin_tools) if plugin_tools else []
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(files_part)
+        nursery.start_soon(plugins_part)
+    return found["files"] + found["plugins"]
+
+
+def _targets(ctx: Context) -> tuple[list[Path], set[str] | None, list[Tool]]:
+    """The tool files to check, the tool names to keep (None: all), and the Python plugins'
+    tools to check.
 
     Raises:
-        UsageError: a name is neither a file nor a tool of the config's tool files.
+        UsageError: a name is neither a file nor a tool of the config.
     """
     config = ctx.config
     files = sorted(p for folder in config.plugins.tool_dirs if folder.is_dir() for p in folder.glob("*.toml"))
@@ -73,12 +101,12 @@ def _targets(ctx: Context) -> tuple[list[Path], set[str] | None, list[tuple[str,
         served = Hooks.load(config).collect_tools(config)
     except (PluginError, ConfigError) as exc:
         raise UsageError(f"the config's plugins do not load: {exc}") from None
-    others = sorted(name for name in served if name not in in_files)
+    in_code = {name: reg.tool for name, reg in sorted(served.items()) if name not in in_files}
     if not ctx.args.targets:
-        return files, None, [(name, _why(served[name].plugin)) for name in others]
+        return files, None, list(in_code.values())
     chosen: dict[Path, None] = {}
     names: set[str] = set()
-    skipped = []
+    plugin_tools: dict[str, Tool] = {}
     for target in ctx.args.targets:
         path = Path(target)
         if target.endswith(".toml") or path.is_file():
@@ -89,12 +117,12 @@ def _targets(ctx: Context) -> tuple[list[Path], set[str] | None, list[tuple[str,
         elif target in in_files:
             chosen[in_files[target]] = None
             names.add(target)
-        elif target in served:
-            skipped.append((target, _why(served[target].plugin)))
+        elif target in in_code:
+            plugin_tools[target] = in_code[target]
         else:
             raise UsageError(f"{target}: no such tool in this config; "
                              "hint: `rungctl tools` lists them, or give a tool file's path")
-    return list(chosen), names, skipped
+    return list(chosen), names, list(plugin_tools.values())
 
 
 def _tool_names(path: Path) -> list[str]:
@@ -102,8 +130,3 @@ def _tool_names(path: Path) -> list[str]:
         return list(tomllib.loads(path.read_text(encoding="utf-8")).get("tools", {}))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"{path}: cannot read the tool file: {exc}; hint: rungd check-config names the problem") from None
-
-
-def _why(plugin: str) -> str:
-    return (f"a tool of the Python plugin {plugin!r}: its program is chosen in Python, so no stand-in "
-            "can replace it; check it with rungd.testing and a fake program (plugins/README.md)")

@@ -31,6 +31,7 @@ from rungd.core.envelope import Envelope
 from rungd.ssh_host import REMOTE_SOCKET, BadHost, SshHost, Tunnel, TunnelFailed, host_from_env
 
 EXIT_OK, EXIT_ERROR_RESULT, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_PENDING = 0, 1, 2, 3, 4
+EXIT_INCOMPLETE = 5  # rungctl check: no problem found in what ran, but not everything ran
 
 EXIT_CODES = """\
 exit status:
@@ -41,6 +42,8 @@ exit status:
      file that cannot be read
   3  rungd could not be reached (no socket, no permission, nothing listening)
   4  the call is still pending (held at a gate, or still running): rungctl wait CALL_ID
+  5  rungctl check found no problem in what it ran, but skipped a tool or a fixture
+     (SKIP and PART lines say which, and why)
 
 environment:
   RUNGD_CONFIG   config file to use when --config is not given

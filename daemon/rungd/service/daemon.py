@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import logging
@@ -16,6 +17,7 @@ import resource
 import shutil
 import signal
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -49,6 +51,9 @@ class Daemon:
 
     Args:
         config: the validated configuration.
+        stand_in: ``rungctl check``'s throw-away daemon only (rungd.authoring.plugin_check):
+            every tool as ``stand_in.tool(tool)`` makes it (deadlines cut, no gate of its
+            own), every program a call starts replaced by ``stand_in.program``.
 
     Raises:
         PluginError: a plugin failed to load, misspelled a hook, or two plugins registered
@@ -59,12 +64,16 @@ class Daemon:
             start-up error: its tools are left out and logged (``hooks.refused``).
     """
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, stand_in: Any = None) -> None:
         self.config = config
         check_sources(config)
         self.hooks = Hooks.load(config)
         self.pm = self.hooks.pm
         self.tools = self.hooks.collect_tools(config)
+        self._stand_in = stand_in
+        if stand_in is not None:
+            self.tools = {name: dataclasses.replace(reg, tool=stand_in.tool(reg.tool))
+                          for name, reg in self.tools.items()}
         _log_refused(self.hooks)
         check_gates([reg.tool for reg in self.tools.values()], config)
         self.credentials = CredentialStore(config.credentials.file, self.hooks)
@@ -123,7 +132,7 @@ class Daemon:
                 await housekeeping.start(sdnotify.run_watchdog)
                 self.dispatcher = Dispatcher(
                     self.tools, self.config, self._observe, self.credentials, self.audit, calls_nursery,
-                    reaper=reaper, askpass=askpass,
+                    reaper=reaper, askpass=askpass, stand_in=self._stand_in,
                 )
                 self.dispatcher.use(self.config, self.tools, self.hooks.refused)
                 # Evidence is pruned by age and size at start-up and every prune_every_s,

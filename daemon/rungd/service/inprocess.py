@@ -90,9 +90,12 @@ class RunningDaemon:
         return await trio.to_thread.run_sync(blocking)
 
 
-async def start_daemon(nursery: trio.Nursery, config: Config) -> RunningDaemon:
-    """Start a daemon for ``config`` in ``nursery``; returns once its socket listens."""
-    daemon = Daemon(config)
+async def start_daemon(nursery: trio.Nursery, config: Config, *, stand_in: Any = None) -> RunningDaemon:
+    """Start a daemon for ``config`` in ``nursery``; returns once its socket listens.
+
+    ``stand_in``: ``rungctl check``'s substitute for every program (``Daemon``'s argument).
+    """
+    daemon = Daemon(config, stand_in=stand_in)
     await nursery.start(daemon.serve)
     return RunningDaemon(daemon)
 

@@ -87,6 +87,8 @@ class Dispatcher:
             a call keeps running when the client that started it goes away.
         reaper: the daemon's reaper of adopted orphans, handed to the runner.
         askpass: the daemon's askpass endpoint, handed to the runner.
+        stand_in: ``rungctl check``'s substitute for every program a call starts
+            (``CallContext.stand_in``); None in a real daemon.
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class Dispatcher:
         *,
         reaper: Reaper | None = None,
         askpass: Any = None,
+        stand_in: Any = None,
     ) -> None:
         self.policy = Policy(config, tools)
         self.audit = audit
@@ -107,6 +110,7 @@ class Dispatcher:
         self._credentials = credentials
         self._reaper = reaper
         self._askpass = askpass
+        self._stand_in = stand_in
         self._nursery = nursery
         self.admission = Admission(self.policy, sensitive.Marks.of_state(config.state_dir))
         # Admitting a big request (a frame past BIG_REQUEST) costs the loop up to a few hundred
@@ -411,6 +415,7 @@ class Dispatcher:
             reaper=self._reaper,
             askpass=self._askpass,
             secrets=sensitive.values(inputs),  # its sensitive inputs: redacted like credentials
+            stand_in=self._stand_in,
         )
 
         def credential(name: str) -> str | None:

@@ -1,0 +1,285 @@
+"""Adverse-outcome receipts for the tools of Python plugins: each program stood in for
+where it is started.
+
+A Python plugin chooses its program in code, so ``rungctl check`` cannot rewrite a file as it
+does a tool file's ``[program] command``. Its throw-away daemon loads the config's plugins
+with their settings instead, and replaces every program a call starts (``run(ctx,
+Program)``) through ``CallContext.stand_in``: argv[0] becomes the fixture's stand-in
+(``standins.write_plugin_standin``); the rest of argv, the environment and the credentials
+stay as the plugin built them, and it runs as the daemon's user. The stand-in is told whether
+it was started as the act (a write's ``Program.commits``) or as a read, the question the
+program's first confirmation recognises, and the names of the variables and files that carry
+its credentials; the real program never runs.
+
+What a plugin's program prints when it works is known only to the plugin's code, so:
+
+    read tools    missing  hang  question  flood  secret                       not run: empty
+    write tools   missing  hang_before  hang_after  question  flood  secret  acts_dies
+                                                                        not run: noop  already
+
+A read the stand-in answers prints nothing. A write whose handler reads before it acts
+therefore usually ends there (SURFACE_CHANGED): hang_after and acts_dies then never reach the
+act, and the receipt says so (``PART``) rather than counting them as passed. Every result is
+still held to what no result may be (its cap, a hint, never pending, never ``not_started``
+after an act), and every seeded secret is looked for in envelopes, the ledger, evidence and
+the log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+
+import trio
+
+from rungd.authoring.check import (
+    CHECK_DEADLINE_S,
+    CHECK_SECRET,
+    CHECK_SECRET_ENV,
+    HANGS,
+    SLOW_DEADLINE_S,
+    CheckError,
+    FixtureResult,
+    LogCapture,
+    Receipt,
+    codes,
+    judged_always,
+    merged,
+    secret_hits,
+)
+from rungd.authoring.standins import (
+    CONFIRM_ENV,
+    ROLE_ENV,
+    SECRET_FILES_ENV,
+    SECRET_VARS_ENV,
+    CannotSynthesize,
+    confirmation_text,
+    write_plugin_standin,
+)
+from rungd.client import ClientError
+from rungd.config import Config, CredentialsConfig, GatesConfig, PluginsConfig, ServerConfig, StateConfig
+from rungd.core.contract import CallContext, Tool
+from rungd.core.envelope import Envelope
+from rungd.core.errors import ConfigError, PluginError, RungdError
+from rungd.runner.program import Program
+from rungd.service.inprocess import RunningDaemon, start_daemon
+
+READ_FIXTURES = ("missing", "hang", "question", "flood", "secret")
+WRITE_FIXTURES = ("missing", "hang_before", "hang_after", "question", "flood", "secret", "acts_dies")
+# Fixtures that aim at the act: the reads before it may end the call first.
+NEEDS_ACT = ("hang_after", "acts_dies")
+_UNKNOWABLE = "what its program prints when it worked is known only to the plugin's code"
+NOT_RUN = {False: (f"empty: {_UNKNOWABLE}",),
+           True: (f"noop: {_UNKNOWABLE}", f"already: {_UNKNOWABLE}")}
+EXPECTED = {"hang": "TIMEOUT", "hang_before": "TIMEOUT", "hang_after": "TIMEOUT", "question": "PROMPT_UNEXPECTED"}
+
+
+class StandIn:
+    """What the throw-away daemon gives every tool and runs instead of every program
+    (``Daemon(stand_in=...)``, ``CallContext.stand_in``).
+
+    Args:
+        path: the stand-in to run (a symlink the check points at each fixture's).
+        deadline_s: the longest deadline a tool keeps (a hang is a hang after 2 s).
+    """
+
+    def __init__(self, path: Path, deadline_s: float) -> None:
+        self.path = path
+        self.deadline_s = deadline_s
+        # Tools a program of which was given its stdin (bytes, or an end at once): a question
+        # it asks reads that, never waits, so no PROMPT_UNEXPECTED can come.
+        self.fed: set[str] = set()
+
+    def tool(self, tool: Tool) -> Tool:
+        """The tool with its deadline cut and no gate of its own (the check is about results)."""
+        timing = dataclasses.replace(tool.timing, deadline_s=min(tool.timing.deadline_s, self.deadline_s))
+        return dataclasses.replace(tool, timing=timing, gate=None)
+
+    def program(self, ctx: CallContext, program: Program) -> Program:
+        """``program`` with the stand-in for argv[0], told its role and what to ask and print."""
+        if program.stdin != "none":
+            self.fed.add(ctx.tool.name)
+        env = {**program.env,
+               ROLE_ENV: "act" if ctx.tool.side_effect != "read" and program.commits else "read",
+               SECRET_VARS_ENV: ",".join([CHECK_SECRET_ENV, *program.env_credentials]),
+               SECRET_FILES_ENV: ",".join(program.file_credentials)}
+        if program.confirmations:
+            try:
+                env[CONFIRM_ENV] = confirmation_text(program.confirmations[0].pattern.pattern)
+            except CannotSynthesize:
+                pass  # it acts without asking: the commit point is then its start
+        return dataclasses.replace(program, argv=(str(self.path), *program.argv[1:]), user=None, env=env,
+                                   env_credentials={**program.env_credentials, CHECK_SECRET_ENV: CHECK_SECRET})
+
+
+async def check_plugin_tools(config: Config, tools: list[Tool]) -> list[Receipt]:
+    """Run the fixtures against ``tools`` (of the config's Python plugins), in two
+    throw-away daemons side by side: one for the fixtures that hang, one for the rest.
+
+    Returns:
+        One receipt per tool, in the order given.
+
+    Raises:
+        CheckError: the plugins do not load in the throw-away daemon; the message has a hint.
+
+    Cancellation: the daemons are stopped and their folders removed either way.
+    """
+    parts: dict[bool, list[Receipt]] = {}
+
+    async def group(hangs: bool) -> None:
+        parts[hangs] = await _check_group(config, tools, hangs)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(group, True)
+        nursery.start_soon(group, False)
+    return merged(parts[True], parts[False])
+
+
+async def _check_group(config: Config, tools: list[Tool], hangs: bool) -> list[Receipt]:
+    folder = Path(tempfile.mkdtemp(prefix="rungd-"))  # short: the socket's path must fit sun_path
+    try:
+        plan = _Plan(folder, tools, hangs)
+        logs = LogCapture()
+        logging.getLogger().addHandler(logs)
+        try:
+            async with trio.open_nursery() as nursery:
+                try:
+                    running = await start_daemon(nursery, plan.config(config), stand_in=plan.stand_in)
+                except (ConfigError, PluginError) as exc:
+                    raise CheckError(f"the config's plugins do not load in the check's daemon: {exc}; "
+                                     "hint: `rungd check-config` shows the same problem") from None
+                try:
+                    return [await plan.check_tool(running, tool, logs) for tool in tools]
+                except ClientError as exc:
+                    raise CheckError(f"the throw-away daemon stopped answering: {exc}; "
+                                     "hint: its log above says why; rerun with RUNGD_DEBUG=1") from None
+                finally:
+                    running.daemon.stop()
+        finally:
+            logging.getLogger().removeHandler(logs)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class _Plan:
+    """The throw-away folder of one daemon: its stand-ins, credentials and config."""
+
+    def __init__(self, folder: Path, tools: list[Tool], hangs: bool) -> None:
+        self.folder = folder
+        self.hangs = hangs  # this daemon runs only the fixtures that hang, with short deadlines
+        self.program = folder / "program"  # a symlink: pointed at each fixture's stand-in in turn
+        self.stand_in = StandIn(self.program, CHECK_DEADLINE_S if hangs else SLOW_DEADLINE_S)
+        names = {CHECK_SECRET, *(name for tool in tools for name in tool.credentials)}
+        self.secrets = {name: "rungdck" + secrets.token_hex(16) for name in sorted(names)}
+        self.seen_hits: set[str] = set()
+
+    def config(self, config: Config) -> Config:
+        """The operator's config with its plugins and their settings, everything else the
+        check's own: socket and state in the folder, seeded credentials, every gate none,
+        no tool files (their tools are checked from their files)."""
+        creds = self.folder / "credentials.toml"
+        fd = os.open(creds, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write("".join(f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in self.secrets.items()))
+        plugins: PluginsConfig = config.plugins.model_copy(update={"tool_dirs": []})
+        return Config(server=ServerConfig(socket=self.folder / "rungd.sock", shutdown_grace_s=2),
+                      state=StateConfig(dir=self.folder / "state"), plugins=plugins,
+                      credentials=CredentialsConfig(file=creds), limits=config.limits,
+                      gates=GatesConfig(read="none", reversible="none", visible="none", irreversible="none"))
+
+    async def check_tool(self, running: RunningDaemon, tool: Tool, logs: LogCapture) -> Receipt:
+        receipt = Receipt(tool.name, "")
+        write = tool.side_effect != "read"
+        inputs = tool.example_inputs()
+        try:
+            tool.validate(inputs)
+        except RungdError as exc:
+            receipt.skipped = (f"its inputs' examples do not make a valid call ({exc}); hint: give every "
+                               "required input examples=[...] (rungctl lint names each)")
+            return receipt
+        receipt.not_run = list(NOT_RUN[write])
+        envelopes: list[Envelope] = []
+        started = False
+        for fixture in WRITE_FIXTURES if write else READ_FIXTURES:
+            if (fixture in HANGS) != self.hangs:
+                continue
+            result, ran = await self._fixture(running, tool, fixture, inputs, receipt, envelopes)
+            receipt.fixtures.append(result)
+            started |= ran
+        if not started and receipt.fixtures:
+            receipt.skipped = ("its handler started no program with its example inputs, so there is nothing "
+                               "to stand in for; test it with rungd.testing (plugins/README.md, section 6)")
+        receipt.secret_hits = secret_hits(self.secrets.values(), self.folder, envelopes, logs, self.seen_hits)
+        return receipt
+
+    async def _fixture(self, running: RunningDaemon, tool: Tool, fixture: str, inputs: dict,
+                       receipt: Receipt, envelopes: list[Envelope]) -> tuple[FixtureResult, bool]:
+        """Run one fixture twice; also whether the tool started any program under it."""
+        folder = self.folder / "standins" / tool.name
+        folder.mkdir(parents=True, exist_ok=True)
+        if fixture == "missing":
+            standin = folder / "missing"  # never written: the program is gone
+        else:
+            standin = write_plugin_standin(folder, fixture)
+        staged = self.folder / "program.next"  # replaced atomically: never seen half-swapped
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(standin)
+        os.replace(staged, self.program)
+        result = FixtureResult(fixture)
+        write = tool.side_effect != "read"
+        ran = False
+        for attempt in (1, 2):
+            (folder / "acted").unlink(missing_ok=True)
+            (folder / "runs.log").unlink(missing_ok=True)
+            request_id = f"check-{fixture}-{attempt}-{secrets.token_hex(4)}" if write else None
+            env = await running.call(tool.name, inputs, request_id=request_id, wait_s=SLOW_DEADLINE_S * 3 + 10)
+            envelopes.append(env)
+            acted = (folder / "acted").exists()
+            roles = _roles(folder)
+            ran |= bool(roles)
+            result.runs.append(codes(env))
+            result.problems += judged_always(env, tool.cap_bytes, acted)
+            if fixture in NEEDS_ACT and "act" not in roles:
+                code = env.error.code if env.error is not None else env.status
+                result.unreached = (f"the call ended {code} before its act: the reads before it need output "
+                                    "a stand-in cannot know")
+            else:
+                result.problems += self._judge(tool, fixture, env)
+            if env.effect == "changed" and (not env.verified_by or not acted):
+                receipt.verified_from_skipped = True
+            if write and attempt == 1 and env.outcome != "not_started" and env.status != "pending":
+                before = len(_roles(folder))
+                envelopes.append(await running.call(tool.name, inputs, request_id=request_id,
+                                                    wait_s=SLOW_DEADLINE_S * 3 + 10))
+                if len(_roles(folder)) > before:
+                    receipt.unknown_write_retries += 1
+        result.problems = sorted(set(result.problems))
+        return result, ran
+
+    def _judge(self, tool: Tool, fixture: str, env: Envelope) -> list[str]:
+        """What the fixture rules out of a Python tool's result."""
+        code = env.error.code if env.error is not None else None
+        expected = EXPECTED.get(fixture)
+        if fixture == "question" and tool.name in self.stand_in.fed:
+            expected = None  # its stdin carries what the plugin gave it, then ends: nothing waits
+        if expected is not None and code != expected:
+            return [f"expected {expected}, got {code or env.status}"]
+        if fixture == "missing" and env.status != "error":
+            return [f"expected an error, got {env.status}"]
+        if fixture == "acts_dies" and env.status == "ok" and env.effect != "changed":
+            return [f"the program acted and was killed, yet the call is ok with effect {env.effect}"]
+        return []
+
+
+def _roles(folder: Path) -> list[str]:
+    """The role of each run of the stand-in since the log was last removed."""
+    try:
+        return [line.split(" ")[-1] for line in (folder / "runs.log").read_text(encoding="utf-8").splitlines()]
+    except FileNotFoundError:
+        return []
