@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trio
 
-from rungd.authoring.evalharness import EvalError, Task, command_model, evaluate, load_tasks
+from rungd.authoring.evalharness import EvalError, Task, command_model, evaluate, format_text, load_tasks
 from rungd.testing import RunningDaemon
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def test_a_task_file_without_expectations_is_refused_with_a_hint(short_tmp: Path
 
 
 async def test_rungctl_eval_prints_a_table_and_json(rungd_daemon: RunningDaemon) -> None:
-    argv = [sys.executable, "-m", "rungd.ctl", "--socket", str(rungd_daemon.socket), "eval", str(TASKS),
+    argv = [sys.executable, "-m", "rungd.ctl", "--socket", str(rungd_daemon.socket), "eval", "--live", str(TASKS),
             "--model", str(MODEL)]
     done = await trio.run_process([*argv, "--json"], capture_stdout=True, capture_stderr=True, check=False)
     report = json.loads(done.stdout)
@@ -73,3 +73,86 @@ async def test_rungctl_eval_prints_a_table_and_json(rungd_daemon: RunningDaemon)
                                   capture_stderr=True, check=False)
     assert text.returncode == 2
     assert "could not answer" in text.stderr.decode() and "hint:" in text.stderr.decode()
+
+
+MARKING_TOOL = """
+[program]
+name = "marker"
+command = "{marker}"
+
+[tools.marker_note_add]
+side_effect = "reversible"
+argv = ["add", "{{note}}"]
+confirm = [{{ pattern = '^Add the note\\? \\[y/N\\]$', answer = "y" }}]
+verify = {{ tool = "marker_note_show", expect = {{ note = "{{note}}" }} }}
+[tools.marker_note_add.inputs.note]
+description = "The note."
+example = "hello"
+pattern = "[a-z]{{1,20}}"
+[tools.marker_note_add.description]
+does = "Adds a note. A write."
+use_when = "you must add a note."
+do_not_use_when = "never otherwise."
+returns = "effect."
+on_error = "TIMEOUT (retry once)."
+if_unknown = "ask the user."
+
+[tools.marker_note_show]
+argv = ["show"]
+parse = {{ kind = "key_value", fields = {{ note = "string" }} }}
+[tools.marker_note_show.description]
+does = "Shows the note. Changes nothing."
+use_when = "you need the note."
+do_not_use_when = "never otherwise."
+returns = "note."
+on_error = "TIMEOUT (retry once)."
+if_unknown = "ask the user."
+"""
+
+
+def test_a_dry_run_scores_the_models_choices_and_runs_no_real_program(short_tmp: Path) -> None:
+    from rungd.authoring.dryrun import evaluate_dry
+    from rungd.config import load_config
+
+    marker = short_tmp / "ran"
+    program = short_tmp / "marker.py"
+    program.write_text(f"#!{sys.executable}\nimport pathlib\npathlib.Path({str(marker)!r}).touch()\n")
+    program.chmod(0o755)
+    (short_tmp / "tools").mkdir()
+    (short_tmp / "tools" / "marker.toml").write_text(MARKING_TOOL.format(marker=program))
+    config = short_tmp / "rungd.toml"
+    config.write_text(f'[server]\nsocket = "{short_tmp}/s.sock"\n[state]\ndir = "{short_tmp}/state"\n'
+                      f'[plugins]\ntool_dirs = ["{short_tmp}/tools"]\n[plugins.settings.demo]\n', encoding="utf-8")
+
+    def model(request: dict[str, Any]) -> dict[str, Any]:
+        if any(m["role"] == "tool" for m in request["messages"]):
+            return {"text": "done"}
+        names = {t["name"] for t in request["tools"]}
+        assert {"marker_note_add", "inventory_count_set"} <= names  # the config's definitions, both kinds
+        return {"tool_calls": [{"id": "t1", "name": "marker_note_add",
+                                "arguments": {"note": "hello", "request_id": "dry-1"}}]}
+
+    task = Task("note", "Add the note hello", "marker_note_add", {"note": "hello"})
+    report = evaluate_dry(load_config(config), [task], model)
+    [record] = report.records
+    assert report.dry_run and record.passed and record.calls == 1, record
+    # The stand-in did nothing and said nothing: the read-back could not show the note.
+    assert record.outcome.startswith("error "), record.outcome
+    assert not marker.exists()  # the real program never ran
+    assert "dry run:" in format_text(report).splitlines()[0]
+
+
+async def test_rungctl_eval_is_a_dry_run_unless_live(short_tmp: Path) -> None:
+    config = short_tmp / "rungd.toml"
+    config.write_text(f'[server]\nsocket = "{short_tmp}/s.sock"\n[state]\ndir = "{short_tmp}/state"\n'
+                      '[plugins.settings.demo]\n', encoding="utf-8")
+    argv = [sys.executable, "-m", "rungd.ctl", "--config", str(config), "eval", str(TASKS), "--model", str(MODEL)]
+    done = await trio.run_process([*argv, "--json"], capture_stdout=True, capture_stderr=True, check=False)
+    report = json.loads(done.stdout)
+    # No daemon runs here: the dry run started its own, and the model's choices are scored.
+    assert report["dry_run"] and report["totals"]["passed"] == 3, report
+    assert done.returncode == 1  # gadget-location's invented field fails the task
+    refused = await trio.run_process([sys.executable, "-m", "rungd.ctl", "--socket", str(short_tmp / "s.sock"),
+                                      "eval", str(TASKS), "--model", str(MODEL)],
+                                     capture_stdout=True, capture_stderr=True, check=False)
+    assert refused.returncode == 2 and "add --live" in refused.stderr.decode()

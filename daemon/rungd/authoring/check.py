@@ -50,7 +50,7 @@ import time
 import tomllib
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import trio
@@ -92,6 +92,7 @@ ENVELOPE_CAP = 4096
 # Parsers for which an empty output cannot be a real answer: "no matches" must come from
 # the program saying so, so an empty stdout is SURFACE_CHANGED, never an empty `ok`.
 STRUCTURED = ("regex", "json", "key_value", "columns")
+T = TypeVar("T")
 
 
 class CheckError(Exception):
@@ -198,16 +199,16 @@ def run_check(paths: Iterable[Path], tools: set[str] | None = None) -> list[Rece
     return blocking(check_files, list(paths), tools)
 
 
-def blocking(check: Callable[..., Awaitable[list[Receipt]]], *args: Any) -> list[Receipt]:
-    """Run an async check to its end, for the CLI.
+def blocking(run: Callable[..., Awaitable[T]], *args: Any, error: type[Exception] = CheckError) -> T:
+    """Run an async check (or dry run) to its end, for the CLI.
 
     Raises:
-        CheckError: the first one, out of the nurseries' exception groups.
+        error: the first one, out of the nurseries' exception groups.
     """
     try:
-        return trio.run(check, *args)
+        return trio.run(run, *args)
     except BaseExceptionGroup as group:
-        matched, _ = group.split(CheckError)
+        matched, _ = group.split(error)
         if matched is None:
             raise
         while isinstance(matched, BaseExceptionGroup):

@@ -53,6 +53,9 @@ from rungd.protocol import ToolDefinition
 Model = Callable[[dict[str, Any]], dict[str, Any]]
 REQUEST_ID = "request_id"
 MODEL_TIMEOUT_S = 300.0
+DRY_RUN_LINE = ("dry run: a throw-away daemon on this config, every program a stand-in that does nothing "
+                "(nothing real ran); a task passes on the tool and arguments the model chose, the stand-ins' "
+                "answers are shown, not judged; --live runs the tools for real")
 
 
 class EvalError(Exception):
@@ -93,9 +96,12 @@ class TaskRecord:
 class Report:
     definition_bytes: int
     records: list[TaskRecord]
+    # Run against stand-ins (rungd.authoring.dryrun): a task passes on the tool and arguments
+    # the model chose, the stand-in's answer shown but not judged.
+    dry_run: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {"definition_bytes": self.definition_bytes, "totals": self.totals(),
+        return {"dry_run": self.dry_run, "definition_bytes": self.definition_bytes, "totals": self.totals(),
                 "tasks": [dataclasses.asdict(r) for r in self.records]}
 
     def totals(self) -> dict[str, int]:
@@ -185,8 +191,12 @@ def _reply(raw: bytes) -> dict[str, Any]:
 
 
 def evaluate(client: Client, tasks: list[Task], model: Model, *, fmt: Format = "anthropic",
-             max_turns: int = 6, wait_s: float = 30.0) -> Report:
+             max_turns: int = 6, wait_s: float = 30.0, dry_run: bool = False) -> Report:
     """Run every task once with ``model`` against the daemon ``client`` talks to.
+
+    ``dry_run``: that daemon's programs are stand-ins (``rungd.authoring.dryrun``), whose
+    answers say nothing of the model: a task passes on the right tool with the right
+    arguments, admitted by the daemon (not BAD_INPUT), whatever the stand-in answered.
 
     Raises:
         EvalError: the model failed to answer or answered something unusable.
@@ -195,12 +205,14 @@ def evaluate(client: Client, tasks: list[Task], model: Model, *, fmt: Format = "
     definitions = {t.name: client.describe(t.name) for t in client.list_tools()}
     exported = export(definitions.values(), fmt)
     definition_bytes = len(json.dumps(exported, separators=(",", ":")).encode())
-    records = [_run_task(client, task, model, definitions, exported, fmt, max_turns, wait_s) for task in tasks]
-    return Report(definition_bytes, records)
+    records = [_run_task(client, task, model, definitions, exported, fmt, max_turns, wait_s, dry_run)
+               for task in tasks]
+    return Report(definition_bytes, records, dry_run)
 
 
 def _run_task(client: Client, task: Task, model: Model, definitions: dict[str, ToolDefinition],
-              exported: list[dict[str, Any]], fmt: Format, max_turns: int, wait_s: float) -> TaskRecord:
+              exported: list[dict[str, Any]], fmt: Format, max_turns: int, wait_s: float,
+              dry_run: bool) -> TaskRecord:
     record = TaskRecord(task.id)
     messages: list[dict[str, Any]] = [{"role": "user", "content": task.prompt}]
     seen: list[str] = []
@@ -222,7 +234,8 @@ def _run_task(client: Client, task: Task, model: Model, definitions: dict[str, T
                     arguments = json.loads(arguments)
                 except ValueError:
                     arguments = {"<not JSON>": arguments}
-            result = _one_call(client, name, arguments, definitions, record, task, seen, last_bad, wait_s)
+            result = _one_call(client, name, arguments, definitions, record, task, seen, last_bad, wait_s,
+                               dry_run)
             content = json.dumps(result, separators=(",", ":"), ensure_ascii=False)
             record.result_bytes += len(content.encode())
             messages.append({"role": "tool", "tool_call_id": str(call.get("id", "")), "name": name,
@@ -232,7 +245,8 @@ def _run_task(client: Client, task: Task, model: Model, definitions: dict[str, T
 
 
 def _one_call(client: Client, name: str, arguments: Any, definitions: dict[str, ToolDefinition],
-              record: TaskRecord, task: Task, seen: list[str], last_bad: set[str], wait_s: float) -> dict[str, Any]:
+              record: TaskRecord, task: Task, seen: list[str], last_bad: set[str], wait_s: float,
+              dry_run: bool) -> dict[str, Any]:
     record.calls += 1
     record.tools.append(name)
     if not isinstance(arguments, dict):
@@ -263,14 +277,15 @@ def _one_call(client: Client, name: str, arguments: Any, definitions: dict[str, 
         record.repaired = True
         last_bad.discard(name)
     wanted = {k: v for k, v in task.expect_arguments.items()}
-    record.passed = (name == task.expect_tool and envelope.status == "ok"
-                     and all(inputs.get(k) == v for k, v in wanted.items()))
+    answered = code != "BAD_INPUT" if dry_run else envelope.status == "ok"
+    record.passed = name == task.expect_tool and answered and all(inputs.get(k) == v for k, v in wanted.items())
     return result
 
 
 def format_text(report: Report) -> str:
     """One aligned line per task, then the totals."""
-    lines = [f"{'task':<20} {'calls':>5} {'tools':<40} {'repair':<6} {'wrong':>5} {'missing':>7} "
+    lines = [DRY_RUN_LINE] if report.dry_run else []
+    lines += [f"{'task':<20} {'calls':>5} {'tools':<40} {'repair':<6} {'wrong':>5} {'missing':>7} "
              f"{'invented':>8} {'repeat':>6} {'bytes':>7}  outcome"]
     for r in report.records:
         lines.append(f"{r.task:<20} {r.calls:>5} {','.join(r.tools) or '-':<40} {'yes' if r.repaired else 'no':<6} "

@@ -63,7 +63,7 @@ from rungd.authoring.standins import (
     write_plugin_standin,
 )
 from rungd.client import ClientError
-from rungd.config import Config, CredentialsConfig, GatesConfig, PluginsConfig, ServerConfig, StateConfig
+from rungd.config import Config, CredentialsConfig, GatesConfig, ServerConfig, StateConfig
 from rungd.core.contract import CallContext, Tool
 from rungd.core.envelope import Envelope
 from rungd.core.errors import ConfigError, PluginError, RungdError
@@ -180,18 +180,10 @@ class _Plan:
         self.seen_hits: set[str] = set()
 
     def config(self, config: Config) -> Config:
-        """The operator's config with its plugins and their settings, everything else the
-        check's own: socket and state in the folder, seeded credentials, every gate none,
-        no tool files (their tools are checked from their files)."""
-        creds = self.folder / "credentials.toml"
-        fd = os.open(creds, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write("".join(f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in self.secrets.items()))
-        plugins: PluginsConfig = config.plugins.model_copy(update={"tool_dirs": []})
-        return Config(server=ServerConfig(socket=self.folder / "rungd.sock", shutdown_grace_s=2),
-                      state=StateConfig(dir=self.folder / "state"), plugins=plugins,
-                      credentials=CredentialsConfig(file=creds), limits=config.limits,
-                      gates=GatesConfig(read="none", reversible="none", visible="none", irreversible="none"))
+        """The operator's config with its plugins and their settings, no tool files (their
+        tools are checked from their files), the rest the check's own (``standin_config``)."""
+        return standin_config(config.model_copy(update={"plugins": config.plugins.model_copy(
+            update={"tool_dirs": []})}), self.folder, self.secrets)
 
     async def check_tool(self, running: RunningDaemon, tool: Tool, logs: LogCapture) -> Receipt:
         receipt = Receipt(tool.name, "")
@@ -275,6 +267,20 @@ class _Plan:
         if fixture == "acts_dies" and env.status == "ok" and env.effect != "changed":
             return [f"the program acted and was killed, yet the call is ok with effect {env.effect}"]
         return []
+
+
+def standin_config(config: Config, folder: Path, secrets: dict[str, str]) -> Config:
+    """``config``'s plugins, their settings and its limits, the rest a throw-away daemon's own:
+    its socket and state in ``folder``, ``secrets`` as its credentials (a 0600 file), every
+    gate none (a check and a dry run are about results, not approvals)."""
+    creds = folder / "credentials.toml"
+    fd = os.open(creds, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write("".join(f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in secrets.items()))
+    return Config(server=ServerConfig(socket=folder / "rungd.sock", shutdown_grace_s=2),
+                  state=StateConfig(dir=folder / "state"), plugins=config.plugins,
+                  credentials=CredentialsConfig(file=creds), limits=config.limits,
+                  gates=GatesConfig(read="none", reversible="none", visible="none", irreversible="none"))
 
 
 def _roles(folder: Path) -> list[str]:

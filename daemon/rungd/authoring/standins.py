@@ -481,6 +481,9 @@ PLUGIN_BEHAVIOUR: dict[str, str] = {
     "flood": BEHAVIOUR["flood"],
     "secret": BEHAVIOUR["secret"],
     "acts_dies": "if ROLE != 'act':\n    sys.exit(0)\nconfirm()\nACTED.touch()\nos.kill(os.getpid(), signal.SIGKILL)",
+    # rungctl eval's dry run: asks what the act's confirmation recognises, then does nothing
+    # and says nothing, successfully.
+    "success": "if ROLE == 'act':\n    confirm()\n    ACTED.touch()\nsys.exit(0)",
 }
 
 

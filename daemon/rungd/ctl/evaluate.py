@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from rungd.ctl.registry import EXIT_ERROR_RESULT, EXIT_OK, Context, UsageError, arg, command
+from rungd.authoring.dryrun import evaluate_dry
 from rungd.authoring.evalharness import EvalError, command_model, evaluate, format_text, load_tasks, module_model
 
 
@@ -19,12 +20,19 @@ from rungd.authoring.evalharness import EvalError, command_model, evaluate, form
     arg("--format", default="anthropic", choices=["anthropic", "openai", "mcp", "jsonschema"],
         help="the shape of the definitions the model gets (default: anthropic)"),
     arg("--max-turns", type=int, default=6, help="model replies per task before giving up (default: 6)"),
+    arg("--live", action="store_true",
+        help="call the running daemon, whose tools run their real programs (default: a dry run, every "
+        "program a stand-in in a throw-away daemon on this config)"),
 )
 def eval_tasks(ctx: Context) -> int:
-    """Run each task of TASKS.toml once with your model against the running daemon.
+    """Run each task of TASKS.toml once with your model, as a dry run unless --live.
 
-    The model gets the exported definitions and the conversation; every call it asks for
-    runs once, as asked. Per task: the tools chosen, arguments, call count, payload bytes,
+    The dry run starts a throw-away daemon on this config (its plugins, tool files and
+    settings) whose every program is a stand-in that does nothing (rungd.authoring.dryrun):
+    nothing real runs, and a task passes on the tool and arguments the model chose. With
+    --live the calls go to the running daemon and its real programs, and a task passes only
+    on an ok result. The model gets the exported definitions and the conversation; every
+    call it asks for runs once, as asked. Per task: the tools chosen, arguments, call count, payload bytes,
     whether a BAD_INPUT was repaired, the final outcome, and wrong-tool picks, missing
     arguments, invented fields and repeated calls against the task's expectation. The
     numbers describe the model you plugged in, on these tasks; nothing is a model of ours.
@@ -37,7 +45,14 @@ def eval_tasks(ctx: Context) -> int:
         # shlex only splits the words; the program is then started with that argv, no shell.
         model = command_model(shlex.split(args.model)) if args.model else module_model(args.model_module)
         tasks = load_tasks(args.tasks)
-        report = evaluate(ctx.client, tasks, model, fmt=args.format, max_turns=args.max_turns)
+        if args.live:
+            report = evaluate(ctx.client, tasks, model, fmt=args.format, max_turns=args.max_turns)
+        elif args.socket or getattr(args, "host", None):
+            raise UsageError("a dry run starts its own daemon on this host's config, so --socket and --host name "
+                             "nothing it would use; hint: add --live to run the tasks against that daemon's real "
+                             "programs, or leave them out for a dry run")
+        else:
+            report = evaluate_dry(ctx.config, tasks, model, fmt=args.format, max_turns=args.max_turns)
     except EvalError as exc:
         raise UsageError(str(exc)) from None
     print(json.dumps(report.as_dict(), indent=2) if ctx.json else format_text(report))

@@ -1,0 +1,68 @@
+"""``rungctl eval``'s dry run: a throw-away daemon on the operator's config whose every
+program is a stand-in that does nothing, successfully.
+
+The daemon loads the config's plugins and tool files with their settings, as the real one
+would, so the model is handed the same definitions and the daemon validates, admits and
+records each call the same way; only the program each call starts is replaced
+(``CallContext.stand_in``, as ``rungctl check`` does for Python plugins). The stand-in asks
+what a write's confirmation recognises, exits 0 and prints nothing, so a read that parses
+its output answers SURFACE_CHANGED: what it answers says nothing about the model, and a task
+is scored on the tool and arguments it chose. Gates are none, credentials are random values,
+deadlines at most ``SLOW_DEADLINE_S``, and everything is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+
+import trio
+
+from rungd.authoring.check import SLOW_DEADLINE_S, blocking
+from rungd.authoring.evalharness import EvalError, Model, Report, Task, evaluate
+from rungd.authoring.plugin_check import StandIn, standin_config
+from rungd.authoring.standins import write_plugin_standin
+from rungd.authoring.definitions import Format
+from rungd.config import Config
+from rungd.core.errors import ConfigError, PluginError
+from rungd.service.inprocess import start_daemon
+from rungd.service.plugins import Hooks
+
+
+def evaluate_dry(config: Config, tasks: list[Task], model: Model, *, fmt: Format = "anthropic",
+                 max_turns: int = 6) -> Report:
+    """``evaluate`` against a throw-away daemon of stand-ins for ``config``; blocking.
+
+    Raises:
+        EvalError: the config's plugins or tool files do not load; the message has a hint.
+    """
+    try:
+        tools = Hooks.load(config).collect_tools(config)
+    except (PluginError, ConfigError) as exc:
+        raise EvalError(f"the config's plugins do not load: {exc}; hint: `rungd check-config` names the problem") from None
+    names = {name for reg in tools.values() for name in reg.tool.credentials}
+    values = {name: "rungdeval" + secrets.token_hex(16) for name in sorted(names)}
+    return blocking(_serve_and_evaluate, config, values, tasks, model, fmt, max_turns, error=EvalError)
+
+
+async def _serve_and_evaluate(config: Config, values: dict[str, str], tasks: list[Task], model: Model,
+                              fmt: Format, max_turns: int) -> Report:
+    folder = Path(tempfile.mkdtemp(prefix="rungd-"))  # short: the socket's path must fit sun_path
+    try:
+        (folder / "standins").mkdir()
+        stand_in = StandIn(write_plugin_standin(folder / "standins", "success"), SLOW_DEADLINE_S)
+        async with trio.open_nursery() as nursery:
+            try:
+                running = await start_daemon(nursery, standin_config(config, folder, values), stand_in=stand_in)
+            except (PluginError, ConfigError) as exc:
+                raise EvalError(f"the dry run's daemon does not start: {exc}; "
+                                "hint: `rungd check-config` names the problem") from None
+            try:
+                return await running.run(lambda client: evaluate(client, tasks, model, fmt=fmt, max_turns=max_turns,
+                                                                 wait_s=SLOW_DEADLINE_S * 2 + 10, dry_run=True))
+            finally:
+                running.daemon.stop()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
