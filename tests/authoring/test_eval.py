@@ -111,6 +111,7 @@ if_unknown = "ask the user."
 
 
 def test_a_dry_run_scores_the_models_choices_and_runs_no_real_program(short_tmp: Path) -> None:
+    from rungd.authoring.baseline import format_side_by_side
     from rungd.authoring.dryrun import evaluate_dry
     from rungd.config import load_config
 
@@ -127,19 +128,34 @@ def test_a_dry_run_scores_the_models_choices_and_runs_no_real_program(short_tmp:
     def model(request: dict[str, Any]) -> dict[str, Any]:
         if any(m["role"] == "tool" for m in request["messages"]):
             return {"text": "done"}
+        if request.get("arm") == "baseline":  # one free-text tool per program: a command line
+            [tool] = request["tools"]
+            line = "show" if request["task"] == "show" else "show 'unbalanced"
+            return {"tool_calls": [{"id": "b1", "name": tool["name"], "arguments": {"arguments": line}}]}
         names = {t["name"] for t in request["tools"]}
         assert {"marker_note_add", "inventory_count_set"} <= names  # the config's definitions, both kinds
         return {"tool_calls": [{"id": "t1", "name": "marker_note_add",
                                 "arguments": {"note": "hello", "request_id": "dry-1"}}]}
 
     task = Task("note", "Add the note hello", "marker_note_add", {"note": "hello"})
-    report = evaluate_dry(load_config(config), [task], model)
-    [record] = report.records
+    show = Task("show", "What is the note?", "marker_note_show", {})
+    unsplit = Task("unsplit", "What is the note now?", "marker_note_show", {})
+    report, baseline = evaluate_dry(load_config(config), [task, show, unsplit], model, baseline=True)
+    record = report.records[0]
     assert report.dry_run and record.passed and record.calls == 1, record
     # The stand-in did nothing and said nothing: the read-back could not show the note.
     assert record.outcome.startswith("error "), record.outcome
     assert not marker.exists()  # the real program never ran
     assert "dry run:" in format_text(report).splitlines()[0]
+    # The baseline arm: one free-text tool for the program the tool ran ("marker.py"), passed
+    # on exactly the command line the tool ran for the task, split without a shell. The
+    # write's act was never reached (its read before found nothing to parse): no baseline.
+    assert baseline is not None and baseline.without == ["note"]
+    right, wrong = baseline.records
+    assert right.tools == ["marker_py_run"] and right.passed and right.outcome == "exit 0", right
+    assert not wrong.passed and wrong.outcome.startswith("cannot split"), wrong
+    side = format_side_by_side(report, baseline)
+    assert "baseline: passed 1/2" in side and "not run: the command its tool runs is not known" in side, side
 
 
 async def test_rungctl_eval_is_a_dry_run_unless_live(short_tmp: Path) -> None:

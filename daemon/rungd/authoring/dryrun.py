@@ -13,6 +13,7 @@ deadlines at most ``SLOW_DEADLINE_S``, and everything is removed afterwards.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import shutil
 import tempfile
@@ -20,11 +21,13 @@ from pathlib import Path
 
 import trio
 
-from rungd.authoring.check import SLOW_DEADLINE_S, blocking
+from rungd.authoring.baseline import Baseline, expected_commands, run_baseline
+from rungd.authoring.check import CHECK_SECRET, SLOW_DEADLINE_S, blocking
 from rungd.authoring.evalharness import EvalError, Model, Report, Task, evaluate
 from rungd.authoring.plugin_check import StandIn, standin_config
 from rungd.authoring.standins import write_plugin_standin
 from rungd.authoring.definitions import Format
+from rungd.client import Client
 from rungd.config import Config
 from rungd.core.errors import ConfigError, PluginError
 from rungd.service.inprocess import start_daemon
@@ -32,8 +35,10 @@ from rungd.service.plugins import Hooks
 
 
 def evaluate_dry(config: Config, tasks: list[Task], model: Model, *, fmt: Format = "anthropic",
-                 max_turns: int = 6) -> Report:
-    """``evaluate`` against a throw-away daemon of stand-ins for ``config``; blocking.
+                 max_turns: int = 6, baseline: bool = False) -> tuple[Report, Baseline | None]:
+    """``evaluate`` against a throw-away daemon of stand-ins for ``config``; blocking. With
+    ``baseline``, also the broad-shell arm (``rungd.authoring.baseline``) over the same
+    stand-ins, after the task-shaped one.
 
     Raises:
         EvalError: the config's plugins or tool files do not load; the message has a hint.
@@ -42,27 +47,41 @@ def evaluate_dry(config: Config, tasks: list[Task], model: Model, *, fmt: Format
         tools = Hooks.load(config).collect_tools(config)
     except (PluginError, ConfigError) as exc:
         raise EvalError(f"the config's plugins do not load: {exc}; hint: `rungd check-config` names the problem") from None
-    names = {name for reg in tools.values() for name in reg.tool.credentials}
+    names = {CHECK_SECRET, *(name for reg in tools.values() for name in reg.tool.credentials)}
     values = {name: "rungdeval" + secrets.token_hex(16) for name in sorted(names)}
-    return blocking(_serve_and_evaluate, config, values, tasks, model, fmt, max_turns, error=EvalError)
+    return blocking(_serve_and_evaluate, config, values, tasks, model, fmt, max_turns, baseline, error=EvalError)
 
 
 async def _serve_and_evaluate(config: Config, values: dict[str, str], tasks: list[Task], model: Model,
-                              fmt: Format, max_turns: int) -> Report:
+                              fmt: Format, max_turns: int, baseline: bool) -> tuple[Report, Baseline | None]:
     folder = Path(tempfile.mkdtemp(prefix="rungd-"))  # short: the socket's path must fit sun_path
+    # The throw-away daemon's log (a line per call) is not the user's business: kept off the
+    # terminal, as Python prints warnings of a process that configured no logging.
+    quiet = logging.NullHandler()
+    logging.getLogger().addHandler(quiet)
     try:
         (folder / "standins").mkdir()
-        stand_in = StandIn(write_plugin_standin(folder / "standins", "success"), SLOW_DEADLINE_S)
+        standin = write_plugin_standin(folder / "standins", "success")
+        stand_in = StandIn(standin, SLOW_DEADLINE_S)
         async with trio.open_nursery() as nursery:
             try:
                 running = await start_daemon(nursery, standin_config(config, folder, values), stand_in=stand_in)
             except (PluginError, ConfigError) as exc:
                 raise EvalError(f"the dry run's daemon does not start: {exc}; "
                                 "hint: `rungd check-config` names the problem") from None
+            wait_s = SLOW_DEADLINE_S * 2 + 10
+
+            def both(client: Client) -> tuple[Report, Baseline | None]:
+                expected = expected_commands(client, stand_in, tasks, wait_s) if baseline else {}
+                report = evaluate(client, tasks, model, fmt=fmt, max_turns=max_turns, wait_s=wait_s, dry_run=True)
+                if not baseline:
+                    return report, None
+                return report, run_baseline(tasks, model, expected, standin, fmt, max_turns)
+
             try:
-                return await running.run(lambda client: evaluate(client, tasks, model, fmt=fmt, max_turns=max_turns,
-                                                                 wait_s=SLOW_DEADLINE_S * 2 + 10, dry_run=True))
+                return await running.run(both)
             finally:
                 running.daemon.stop()
     finally:
+        logging.getLogger().removeHandler(quiet)
         shutil.rmtree(folder, ignore_errors=True)

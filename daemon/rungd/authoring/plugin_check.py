@@ -95,6 +95,8 @@ class StandIn:
         # Tools a program of which was given its stdin (bytes, or an end at once): a question
         # it asks reads that, never waits, so no PROMPT_UNEXPECTED can come.
         self.fed: set[str] = set()
+        # Per tool, each program it started: its role ("act" or "read") and its own argv.
+        self.started: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
 
     def tool(self, tool: Tool) -> Tool:
         """The tool with its deadline cut and no gate of its own (the check is about results)."""
@@ -105,8 +107,9 @@ class StandIn:
         """``program`` with the stand-in for argv[0], told its role and what to ask and print."""
         if program.stdin != "none":
             self.fed.add(ctx.tool.name)
-        env = {**program.env,
-               ROLE_ENV: "act" if ctx.tool.side_effect != "read" and program.commits else "read",
+        role = "act" if ctx.tool.side_effect != "read" and program.commits else "read"
+        self.started.setdefault(ctx.tool.name, []).append((role, program.argv))
+        env = {**program.env, ROLE_ENV: role,
                SECRET_VARS_ENV: ",".join([CHECK_SECRET_ENV, *program.env_credentials]),
                SECRET_FILES_ENV: ",".join(program.file_credentials)}
         if program.confirmations:

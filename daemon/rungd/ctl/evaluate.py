@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from rungd.ctl.registry import EXIT_ERROR_RESULT, EXIT_OK, Context, UsageError, arg, command
+from rungd.authoring.baseline import format_side_by_side
 from rungd.authoring.dryrun import evaluate_dry
 from rungd.authoring.evalharness import EvalError, command_model, evaluate, format_text, load_tasks, module_model
 
@@ -20,6 +21,9 @@ from rungd.authoring.evalharness import EvalError, command_model, evaluate, form
     arg("--format", default="anthropic", choices=["anthropic", "openai", "mcp", "jsonschema"],
         help="the shape of the definitions the model gets (default: anthropic)"),
     arg("--max-turns", type=int, default=6, help="model replies per task before giving up (default: 6)"),
+    arg("--baseline", action="store_true",
+        help="dry run only: also run the tasks with one free-text tool per program (the broad-shell shape) "
+        "over the same stand-ins, and show both arms side by side"),
     arg("--live", action="store_true",
         help="call the running daemon, whose tools run their real programs (default: a dry run, every "
         "program a stand-in in a throw-away daemon on this config)"),
@@ -45,6 +49,10 @@ def eval_tasks(ctx: Context) -> int:
         # shlex only splits the words; the program is then started with that argv, no shell.
         model = command_model(shlex.split(args.model)) if args.model else module_model(args.model_module)
         tasks = load_tasks(args.tasks)
+        baseline = None
+        if args.live and args.baseline:
+            raise UsageError("--baseline runs free-text command lines, so only against stand-ins; "
+                             "hint: leave out --live for a dry run with --baseline")
         if args.live:
             report = evaluate(ctx.client, tasks, model, fmt=args.format, max_turns=args.max_turns)
         elif args.socket or getattr(args, "host", None):
@@ -52,9 +60,16 @@ def eval_tasks(ctx: Context) -> int:
                              "nothing it would use; hint: add --live to run the tasks against that daemon's real "
                              "programs, or leave them out for a dry run")
         else:
-            report = evaluate_dry(ctx.config, tasks, model, fmt=args.format, max_turns=args.max_turns)
+            report, baseline = evaluate_dry(ctx.config, tasks, model, fmt=args.format, max_turns=args.max_turns,
+                                            baseline=args.baseline)
     except EvalError as exc:
         raise UsageError(str(exc)) from None
-    print(json.dumps(report.as_dict(), indent=2) if ctx.json else format_text(report))
+    if ctx.json:
+        print(json.dumps({**report.as_dict(), **({"baseline": baseline.as_dict()} if baseline else {})}, indent=2))
+    else:
+        print(format_text(report))
+        if baseline is not None:
+            print()
+            print(format_side_by_side(report, baseline))
     totals = report.totals()
     return EXIT_OK if totals["passed"] == totals["tasks"] else EXIT_ERROR_RESULT
