@@ -85,9 +85,10 @@ async def test_rungctl_check_prints_receipts_and_checks_python_plugin_tools_in_p
     show = next(line for line in out.splitlines() if " inventory_item_show " in line)
     assert show.startswith("PART inventory_item_show  fixtures=5 stableCodes=5 secretHits=0 "), show
     assert show.endswith(" notChecked=empty"), show
-    # Its write reads before it acts: an empty read ends the call there, and the receipt says so.
-    assert "PART inventory_count_set " in out
-    assert "not checked: acts_dies: the call ended SURFACE_CHANGED before its act" in out
+    # Its write reads before it acts; that read's example_output lets the act fixtures reach it.
+    count_set = next(line for line in out.splitlines() if " inventory_count_set " in line)
+    assert count_set.startswith("PART inventory_count_set  fixtures=8 stableCodes=8 "), count_set
+    assert count_set.endswith(" notChecked=already"), count_set
     unknown = await trio.run_process([sys.executable, "-m", "rungd.ctl", "--config", str(config), "check",
                                       "no_such_tool"], capture_stdout=True, capture_stderr=True, check=False)
     assert unknown.returncode == 2
@@ -112,7 +113,14 @@ async def test_a_python_plugins_programs_are_stood_in_for_where_it_starts_them(s
     assert runs["hang_before"].endswith(" TIMEOUT")
     assert runs["acts_dies"].split()[1] == "unknown", runs  # it acted, then died: nobody knows
     assert runs["question"].endswith("PROMPT_UNEXPECTED")
-    assert [line.split(":")[0] for line in add["unchecked"]] == ["noop", "already"]
+    assert runs["noop"] == "error unknown none SURFACE_CHANGED", runs  # acted (it says), read back nothing
+    assert [line.split(":")[0] for line in add["unchecked"]] == ["already"]
+    # A read before the act with no example_output: the act fixtures never reach the act, said so.
+    replace = receipts["ck_note_replace"]
+    assert replace["verdict"] == "PART"
+    unreached = {f["fixture"] for f in replace["fixtures"] if f["unreached"]}
+    assert unreached == {"hang_after", "acts_dies", "noop"}, replace
+    assert any("give that read's Program an example_output" in line for line in replace["unchecked"])
     show = receipts["ck_note_show"]
     assert show["verdict"] == "FAIL"
     assert "missing: expected an error, got ok" in show["problems"], show["problems"]

@@ -1,5 +1,6 @@
 """Tools of a Python plugin for ``rungctl check``'s plugin fixtures: a write whose act comes
-first (so hang_after and acts_dies reach it), and a read that swallows its program's absence.
+first (so hang_after, acts_dies and noop reach it), one whose read before its act has no
+example output (so they cannot), and a read that swallows its program's absence.
 
 Their program does not exist: only the check's stand-in can run in its place.
 """
@@ -46,6 +47,15 @@ async def note_add(ctx: CallContext, inputs: NoteInputs) -> Result:
     return Result(fields={"notes": int(found[1])}, effect="changed", verified_by="notes count after")
 
 
+async def note_replace(ctx: CallContext, inputs: NoteInputs) -> Result:
+    # Reads before it acts, and gives that read no example_output: the act is out of reach.
+    before = await run(ctx, Program(argv=(REAL, "show"), commits=False))
+    if not before.stdout.startswith("note: "):
+        raise SurfaceChanged("the note is not where it was", hint=f"saw {before.stdout[:80]!r}", outcome="not_started")
+    check_exit(await run(ctx, Program(argv=(REAL, "replace", inputs.note))), {})
+    return Result(fields={}, effect="changed", verified_by="nothing: never reached by the check")
+
+
 async def swallowing_show(ctx: CallContext, inputs: NoteInputs) -> Result:
     try:
         done = await run(ctx, Program(argv=(REAL, "show", inputs.note)))
@@ -64,5 +74,7 @@ def rungd_register_tools(register: Any) -> None:
     register(Tool(name="ck_note_add", description=_describe("Adds a note. A write."), inputs=NoteInputs,
                   outputs={"notes": "count"}, handler=note_add, side_effect="reversible",
                   timing=Timing(deadline_s=20, commit_point="confirmation")))
+    register(Tool(name="ck_note_replace", description=_describe("Replaces the note. A write."), inputs=NoteInputs,
+                  outputs={}, handler=note_replace, side_effect="reversible", timing=Timing(deadline_s=20)))
     register(Tool(name="ck_note_show", description=_describe("Shows a note. Changes nothing."), inputs=NoteInputs,
                   outputs={"note": "text"}, handler=swallowing_show, timing=Timing(deadline_s=20)))

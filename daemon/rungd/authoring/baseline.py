@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rungd.authoring.definitions import Format, export
-from rungd.authoring.evalharness import Model, Report, Task
+from rungd.authoring.evalharness import Model, Report, Task, converse
 from rungd.authoring.plugin_check import StandIn
 from rungd.authoring.standins import ROLE_ENV
 from rungd.client import Client
@@ -121,34 +121,19 @@ def _definition(name: str, path: str) -> ToolDefinition:
 def _run_task(task: Task, model: Model, exported: list[dict[str, Any]], programs: dict[str, str],
               expected: tuple[str, ...], standin: Path, fmt: Format, max_turns: int) -> BaselineRecord:
     record = BaselineRecord(task.id)
-    messages: list[dict[str, Any]] = [{"role": "user", "content": task.prompt}]
-    for _turn in range(max_turns):
-        request = {"task": task.id, "format": fmt, "tools": exported, "messages": messages, "arm": "baseline"}
-        record.request_bytes += len(json.dumps(request, separators=(",", ":")).encode())
-        reply = model(request)
-        calls = reply.get("tool_calls") or []
-        messages.append({"role": "assistant", "content": reply.get("text") or "", **({"tool_calls": calls} if calls else {})})
-        if not calls:
-            break
-        for call in calls:
-            name, arguments = str(call.get("name", "")), call.get("arguments") or {}
-            if isinstance(arguments, str):
-                try:
-                    arguments = json.loads(arguments)
-                except ValueError:
-                    arguments = {}
-            line = arguments.get("arguments", "") if isinstance(arguments, dict) else ""
-            record.calls += 1
-            record.tools.append(name)
-            result = _run(programs.get(name), str(line), standin)
-            words = result.pop("words", None)
-            if programs.get(name) == expected[0] and words == list(expected[1:]):
-                record.passed = True
-            record.outcome = f"exit {result['exit_status']}" if "exit_status" in result else str(result["error"])[:60]
-            content = json.dumps(result, separators=(",", ":"), ensure_ascii=False)
-            record.result_bytes += len(content.encode())
-            messages.append({"role": "tool", "tool_call_id": str(call.get("id", "")), "name": name,
-                             "content": content, "is_error": "error" in result})
+
+    def answer(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        record.calls += 1
+        record.tools.append(name)
+        result = _run(programs.get(name), str(arguments.get("arguments", "")), standin)
+        words = result.pop("words", None)
+        if programs.get(name) == expected[0] and words == list(expected[1:]):
+            record.passed = True
+        record.outcome = f"exit {result['exit_status']}" if "exit_status" in result else str(result["error"])[:60]
+        return result
+
+    talk = converse(task, model, {"format": fmt, "tools": exported, "arm": "baseline"}, max_turns, answer)
+    record.request_bytes, record.result_bytes = talk.request_bytes, talk.result_bytes
     return record
 
 

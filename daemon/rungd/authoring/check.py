@@ -39,6 +39,7 @@ why: ``SKIP`` (none ran) or ``PART`` (some did not), and the CLI exits 5.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -48,7 +49,7 @@ import shutil
 import tempfile
 import time
 import tomllib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -57,9 +58,9 @@ import trio
 
 from rungd.core import expectations
 from rungd.client import ClientError
-from rungd.config import load_config
+from rungd.config import Config, load_config
 from rungd.core.envelope import Envelope
-from rungd.core.errors import ConfigError
+from rungd.core.errors import ConfigError, PluginError
 from rungd.redact import Redactor
 from rungd.runner.program import credential_files_named
 from rungd.authoring.standins import (
@@ -294,36 +295,47 @@ async def _check_group(path: Path, raw: dict[str, Any], names: list[str], hangs:
     """The fixtures that hang (``hangs``) or all the others, in one throw-away daemon."""
     # A short path: the socket's path must fit in 107 bytes (sun_path).
     folder = Path(tempfile.mkdtemp(prefix="rungd-"))
+    what = f"{path}: the checked copy"
     try:
         plan = _Plan(path, raw, folder, hangs)
         try:
             config = load_config(plan.write_config())
         except (ConfigError, TypeError, ValueError) as exc:
-            raise CheckError(f"{path}: the checked copy does not load: {exc}; "
+            raise CheckError(f"{what} does not load: {exc}; "
                              "hint: `rungd check-config` shows the same problem on the real file") from None
-        receipts = []
-        logs = LogCapture()
-        logging.getLogger().addHandler(logs)
-        try:
-            async with trio.open_nursery() as nursery:
-                try:
-                    running = await start_daemon(nursery, config)
-                except ConfigError as exc:
-                    raise CheckError(f"{path}: the checked copy does not load: {exc}; "
-                                     "hint: `rungd check-config` shows the same problem on the real file") from None
-                try:
-                    for name in names:
-                        receipts.append(await plan.check_tool(running, name, logs))
-                except ClientError as exc:
-                    raise CheckError(f"{path}: the throw-away daemon stopped answering: {exc}; "
-                                     "hint: its log above says why; rerun with RUNGD_DEBUG=1") from None
-                finally:
-                    running.daemon.stop()
-        finally:
-            logging.getLogger().removeHandler(logs)
-        return receipts
+        async with throwaway_daemon(config, what) as (running, logs):
+            return [await plan.check_tool(running, name, logs) for name in names]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def throwaway_daemon(config: Config, what: str, *, stand_in: Any = None
+                           ) -> AsyncIterator[tuple[RunningDaemon, LogCapture]]:
+    """A check's daemon for ``config`` (``what`` names it in errors), serving while the body
+    runs, and every line it logs meanwhile (to look for secrets in).
+
+    Raises:
+        CheckError: it does not load, or stopped answering; with a hint.
+    """
+    logs = LogCapture()
+    logging.getLogger().addHandler(logs)
+    try:
+        async with trio.open_nursery() as nursery:
+            try:
+                running = await start_daemon(nursery, config, stand_in=stand_in)
+            except (ConfigError, PluginError) as exc:
+                raise CheckError(f"{what} does not load: {exc}; "
+                                 "hint: `rungd check-config` shows the same problem on the real file") from None
+            try:
+                yield running, logs
+            except ClientError as exc:
+                raise CheckError(f"{what}: the throw-away daemon stopped answering: {exc}; "
+                                 "hint: its log above says why; rerun with RUNGD_DEBUG=1") from None
+            finally:
+                running.daemon.stop()
+    finally:
+        logging.getLogger().removeHandler(logs)
 
 
 class LogCapture(logging.Handler):

@@ -5,9 +5,10 @@ The daemon loads the config's plugins and tool files with their settings, as the
 would, so the model is handed the same definitions and the daemon validates, admits and
 records each call the same way; only the program each call starts is replaced
 (``CallContext.stand_in``, as ``rungctl check`` does for Python plugins). The stand-in asks
-what a write's confirmation recognises, exits 0 and prints nothing, so a read that parses
-its output answers SURFACE_CHANGED: what it answers says nothing about the model, and a task
-is scored on the tool and arguments it chose. Gates are none, credentials are random values,
+what a write's confirmation recognises, exits 0 and prints the program's ``example_output``
+(nothing, when it has none: a read that parses its output then answers SURFACE_CHANGED).
+What it answers says nothing about the model: a task is scored on the tool and arguments it
+chose. Gates are none, credentials are random values,
 deadlines at most ``SLOW_DEADLINE_S``, and everything is removed afterwards.
 """
 

@@ -214,16 +214,43 @@ def _run_task(client: Client, task: Task, model: Model, definitions: dict[str, T
               exported: list[dict[str, Any]], fmt: Format, max_turns: int, wait_s: float,
               dry_run: bool) -> TaskRecord:
     record = TaskRecord(task.id)
-    messages: list[dict[str, Any]] = [{"role": "user", "content": task.prompt}]
     seen: list[str] = []
     last_bad: set[str] = set()  # tools whose last call was BAD_INPUT: a later good call repairs it
+
+    def answer(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return _one_call(client, name, arguments, definitions, record, task, seen, last_bad, wait_s, dry_run)
+
+    talk = converse(task, model, {"format": fmt, "tools": exported}, max_turns, answer)
+    record.request_bytes, record.result_bytes, record.text = talk.request_bytes, talk.result_bytes, talk.text
+    record.over_budget = record.calls > task.max_calls
+    return record
+
+
+@dataclasses.dataclass
+class Conversation:
+    request_bytes: int = 0
+    result_bytes: int = 0
+    text: str | None = None  # the model's last words, when it stopped calling
+
+
+def converse(task: Task, model: Model, request: dict[str, Any], max_turns: int,
+             answer: Callable[[str, dict[str, Any]], dict[str, Any]]) -> Conversation:
+    """One task's conversation: the model's turns (at most ``max_turns``), each tool call it
+    asks for answered by ``answer(name, arguments)`` (arguments that are not a JSON object
+    come as ``{"<not JSON>": text}``), until it answers in text.
+
+    Args:
+        request: what every request carries besides the task and the messages (the tools, ...).
+    """
+    talk = Conversation()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": task.prompt}]
     for _turn in range(max_turns):
-        request = {"task": task.id, "format": fmt, "tools": exported, "messages": messages}
-        record.request_bytes += len(json.dumps(request, separators=(",", ":")).encode())
-        reply = model(request)
+        asked = {"task": task.id, **request, "messages": messages}
+        talk.request_bytes += len(json.dumps(asked, separators=(",", ":")).encode())
+        reply = model(asked)
         calls = reply.get("tool_calls") or []
         if not calls:
-            record.text = reply.get("text")
+            talk.text = reply.get("text")
             messages.append({"role": "assistant", "content": reply.get("text") or ""})
             break
         messages.append({"role": "assistant", "content": reply.get("text") or "", "tool_calls": calls})
@@ -234,14 +261,13 @@ def _run_task(client: Client, task: Task, model: Model, definitions: dict[str, T
                     arguments = json.loads(arguments)
                 except ValueError:
                     arguments = {"<not JSON>": arguments}
-            result = _one_call(client, name, arguments, definitions, record, task, seen, last_bad, wait_s,
-                               dry_run)
+            result = answer(name, arguments if isinstance(arguments, dict) else {"<not JSON>": arguments})
             content = json.dumps(result, separators=(",", ":"), ensure_ascii=False)
-            record.result_bytes += len(content.encode())
+            talk.result_bytes += len(content.encode())
             messages.append({"role": "tool", "tool_call_id": str(call.get("id", "")), "name": name,
-                             "content": content, "is_error": result.get("status") == "error"})
-    record.over_budget = record.calls > task.max_calls
-    return record
+                             "content": content,
+                             "is_error": result.get("status") == "error" or isinstance(result.get("error"), str)})
+    return talk
 
 
 def _one_call(client: Client, name: str, arguments: Any, definitions: dict[str, ToolDefinition],
@@ -249,8 +275,6 @@ def _one_call(client: Client, name: str, arguments: Any, definitions: dict[str, 
               dry_run: bool) -> dict[str, Any]:
     record.calls += 1
     record.tools.append(name)
-    if not isinstance(arguments, dict):
-        arguments = {}
     if record.arguments is None:
         record.arguments = arguments
     key = json.dumps([name, arguments], sort_keys=True)

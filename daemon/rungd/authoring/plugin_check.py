@@ -11,25 +11,28 @@ it was started as the act (a write's ``Program.commits``) or as a read, the ques
 program's first confirmation recognises, and the names of the variables and files that carry
 its credentials; the real program never runs.
 
-What a plugin's program prints when it works is known only to the plugin's code, so:
+What a plugin's program prints when it works is known only to the plugin's code, unless
+the plugin says it: a ``Program(example_output=...)`` is printed by the stand-in wherever a
+read plays no fixture, so a handler that parses a read before its act reaches the act.
 
-    read tools    missing  hang  question  flood  secret                       not run: empty
-    write tools   missing  hang_before  hang_after  question  flood  secret  acts_dies
-                                                                        not run: noop  already
+    read tools    missing  hang  question  flood  secret                 not run: empty
+    write tools   missing  hang_before  hang_after  question  flood  secret
+                  acts_dies  noop                                        not run: already
 
-A read the stand-in answers prints nothing. A write whose handler reads before it acts
-therefore usually ends there (SURFACE_CHANGED): hang_after and acts_dies then never reach the
-act, and the receipt says so (``PART``) rather than counting them as passed. Every result is
-still held to what no result may be (its cap, a hint, never pending, never ``not_started``
-after an act), and every seeded secret is looked for in envelopes, the ledger, evidence and
-the log.
+missing, hang(_before), question, flood and secret play their part in every program the call
+starts, so they are met at the first, a read before the act included. hang_after, acts_dies
+and noop aim at the act (the program started with ``commits``); a read before it with no
+example prints nothing, the handler usually stops there (SURFACE_CHANGED), and the receipt
+says the fixture did not reach the act (``PART``) rather than counting it as passed. Every
+result is still held to what no result may be (its cap, a hint, never pending, never
+``not_started`` after an act), and every seeded secret is looked for in envelopes, the
+ledger, evidence and the log.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import secrets
 import shutil
@@ -44,7 +47,6 @@ from rungd.authoring.check import (
     CHECK_SECRET_ENV,
     HANGS,
     SLOW_DEADLINE_S,
-    CheckError,
     FixtureResult,
     LogCapture,
     Receipt,
@@ -52,9 +54,11 @@ from rungd.authoring.check import (
     judged_always,
     merged,
     secret_hits,
+    throwaway_daemon,
 )
 from rungd.authoring.standins import (
     CONFIRM_ENV,
+    EXAMPLE_ENV,
     ROLE_ENV,
     SECRET_FILES_ENV,
     SECRET_VARS_ENV,
@@ -62,21 +66,20 @@ from rungd.authoring.standins import (
     confirmation_text,
     write_plugin_standin,
 )
-from rungd.client import ClientError
 from rungd.config import Config, CredentialsConfig, GatesConfig, ServerConfig, StateConfig
 from rungd.core.contract import CallContext, Tool
 from rungd.core.envelope import Envelope
-from rungd.core.errors import ConfigError, PluginError, RungdError
+from rungd.core.errors import RungdError
 from rungd.runner.program import Program
-from rungd.service.inprocess import RunningDaemon, start_daemon
+from rungd.service.inprocess import RunningDaemon
 
 READ_FIXTURES = ("missing", "hang", "question", "flood", "secret")
-WRITE_FIXTURES = ("missing", "hang_before", "hang_after", "question", "flood", "secret", "acts_dies")
+WRITE_FIXTURES = ("missing", "hang_before", "hang_after", "question", "flood", "secret", "acts_dies", "noop")
 # Fixtures that aim at the act: the reads before it may end the call first.
-NEEDS_ACT = ("hang_after", "acts_dies")
-_UNKNOWABLE = "what its program prints when it worked is known only to the plugin's code"
-NOT_RUN = {False: (f"empty: {_UNKNOWABLE}",),
-           True: (f"noop: {_UNKNOWABLE}", f"already: {_UNKNOWABLE}")}
+NEEDS_ACT = ("hang_after", "acts_dies", "noop")
+NOT_RUN = {False: ("empty: whether an empty output is an answer is known only to the plugin's code",),
+           True: ("already: what its reads show once the state it aims at holds is known only to the "
+                  "plugin's code",)}
 EXPECTED = {"hang": "TIMEOUT", "hang_before": "TIMEOUT", "hang_after": "TIMEOUT", "question": "PROMPT_UNEXPECTED"}
 
 
@@ -117,6 +120,8 @@ class StandIn:
                 env[CONFIRM_ENV] = confirmation_text(program.confirmations[0].pattern.pattern)
             except CannotSynthesize:
                 pass  # it acts without asking: the commit point is then its start
+        if program.example_output is not None:
+            env[EXAMPLE_ENV] = program.example_output
         return dataclasses.replace(program, argv=(str(self.path), *program.argv[1:]), user=None, env=env,
                                    env_credentials={**program.env_credentials, CHECK_SECRET_ENV: CHECK_SECRET})
 
@@ -148,24 +153,9 @@ async def _check_group(config: Config, tools: list[Tool], hangs: bool) -> list[R
     folder = Path(tempfile.mkdtemp(prefix="rungd-"))  # short: the socket's path must fit sun_path
     try:
         plan = _Plan(folder, tools, hangs)
-        logs = LogCapture()
-        logging.getLogger().addHandler(logs)
-        try:
-            async with trio.open_nursery() as nursery:
-                try:
-                    running = await start_daemon(nursery, plan.config(config), stand_in=plan.stand_in)
-                except (ConfigError, PluginError) as exc:
-                    raise CheckError(f"the config's plugins do not load in the check's daemon: {exc}; "
-                                     "hint: `rungd check-config` shows the same problem") from None
-                try:
-                    return [await plan.check_tool(running, tool, logs) for tool in tools]
-                except ClientError as exc:
-                    raise CheckError(f"the throw-away daemon stopped answering: {exc}; "
-                                     "hint: its log above says why; rerun with RUNGD_DEBUG=1") from None
-                finally:
-                    running.daemon.stop()
-        finally:
-            logging.getLogger().removeHandler(logs)
+        async with throwaway_daemon(plan.config(config), "the check's daemon for the config's plugins",
+                                    stand_in=plan.stand_in) as (running, logs):
+            return [await plan.check_tool(running, tool, logs) for tool in tools]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -242,8 +232,8 @@ class _Plan:
             result.problems += judged_always(env, tool.cap_bytes, acted)
             if fixture in NEEDS_ACT and "act" not in roles:
                 code = env.error.code if env.error is not None else env.status
-                result.unreached = (f"the call ended {code} before its act: the reads before it need output "
-                                    "a stand-in cannot know")
+                result.unreached = (f"the call ended {code} before its act: a read before it printed nothing "
+                                    "its handler could use; give that read's Program an example_output")
             else:
                 result.problems += self._judge(tool, fixture, env)
             if env.effect == "changed" and (not env.verified_by or not acted):
@@ -269,6 +259,8 @@ class _Plan:
             return [f"expected an error, got {env.status}"]
         if fixture == "acts_dies" and env.status == "ok" and env.effect != "changed":
             return [f"the program acted and was killed, yet the call is ok with effect {env.effect}"]
+        if fixture == "noop" and env.effect == "changed":
+            return ["the program did nothing and its reads showed the same before and after, yet effect is changed"]
         return []
 
 

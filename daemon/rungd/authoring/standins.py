@@ -35,6 +35,8 @@ ROLE_ENV = "RUNGD_CHECK_ROLE"
 CONFIRM_ENV = "RUNGD_CHECK_CONFIRM"
 SECRET_VARS_ENV = "RUNGD_CHECK_SECRET_VARS"
 SECRET_FILES_ENV = "RUNGD_CHECK_SECRET_FILES"
+# What the program prints when it works (``Program.example_output``), printed in its place.
+EXAMPLE_ENV = "RUNGD_CHECK_EXAMPLE"
 QUESTION = "Enter the name of your first pet: "
 
 # Characters tried, in order, when a pattern asks for "one character of this class".
@@ -286,6 +288,7 @@ ACTED = HERE / "acted"
 with open(HERE / "runs.log", "a", encoding="utf-8") as log:
     log.write(f"{{SCRIPT['fixture']}} {{ROLE}}\\n")
 me = SCRIPT["roles"].get(ROLE, {{}})
+EXAMPLE = os.environ.get("{example_env}", "")
 
 
 def say(text):
@@ -466,24 +469,30 @@ def write_standin(folder: Path, fixture: str, script: dict[str, Any]) -> Path:
 
 def _prologue(script: dict[str, Any]) -> str:
     return _PROLOGUE.format(script=json.dumps(script), role_env=ROLE_ENV, confirm_env=CONFIRM_ENV,
-                            secret_vars_env=SECRET_VARS_ENV, secret_files_env=SECRET_FILES_ENV)
+                            secret_vars_env=SECRET_VARS_ENV, secret_files_env=SECRET_FILES_ENV,
+                            example_env=EXAMPLE_ENV)
 
 
 # A Python plugin's program, stood in for where it is started: its role is "act" (a program
-# the plugin starts as its act, ``Program.commits``) or "read". What a read prints is known
-# only to the plugin's code, so a read that is not the fixture's target prints nothing: a
-# fixture that needs the act (hang_after, acts_dies) may end at the reads before it.
+# the plugin starts as its act, ``Program.commits``) or "read". A read that is not the
+# fixture's target prints its ``example_output`` (nothing, when the plugin gave none: a
+# fixture aimed at the act may then end at the reads before it), and nothing once the act
+# has acted: what the reads show then is not known, and a state that did not move would be a
+# lie a settle read believes. The fixtures that do not aim at the act play their part in every
+# run, the first one included.
+_READS_THEN = "if ROLE != 'act':\n    say('' if ACTED.exists() else EXAMPLE)\n    sys.exit(0)\nconfirm()\n"
 PLUGIN_BEHAVIOUR: dict[str, str] = {
     "hang": "hang()",
     "hang_before": "hang()",
-    "hang_after": "if ROLE != 'act':\n    sys.exit(0)\nconfirm()\nACTED.touch()\nhang()",
+    "hang_after": _READS_THEN + "ACTED.touch()\nhang()",
     "question": f"say({QUESTION!r})\nsys.stdin.readline()\nsys.exit(0)",
     "flood": BEHAVIOUR["flood"],
     "secret": BEHAVIOUR["secret"],
-    "acts_dies": "if ROLE != 'act':\n    sys.exit(0)\nconfirm()\nACTED.touch()\nos.kill(os.getpid(), signal.SIGKILL)",
-    # rungctl eval's dry run: asks what the act's confirmation recognises, then does nothing
-    # and says nothing, successfully.
-    "success": "if ROLE == 'act':\n    confirm()\n    ACTED.touch()\nsys.exit(0)",
+    "acts_dies": _READS_THEN + "ACTED.touch()\nos.kill(os.getpid(), signal.SIGKILL)",
+    # Does nothing and says what it says when it worked: the reads after show no change.
+    "noop": _READS_THEN + "say(EXAMPLE)\nsys.exit(0)",
+    # rungctl eval's dry run: does nothing, successfully, saying what the program says.
+    "success": "if ROLE == 'act':\n    confirm()\n    ACTED.touch()\nsay(EXAMPLE)\nsys.exit(0)",
 }
 
 

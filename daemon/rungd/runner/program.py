@@ -51,6 +51,9 @@ def credential_files_named(word: str) -> list[str]:
     return _MARKER.findall(word)
 
 
+EXAMPLE_BYTES = 16 * 1024
+
+
 @dataclasses.dataclass(frozen=True)
 class Program:
     """How to run the program for one call. ``argv`` is complete: no shell will see it."""
@@ -95,8 +98,14 @@ class Program:
     # driven through ``screen``'s steps (rungd.runner.screen).
     terminal: Literal["line", "none", "screen"] = "line"
     screen: Screen | None = None
+    # What this program prints when it works, with this argv: never used by a real call.
+    # ``rungctl check``'s and ``rungctl eval``'s stand-ins print it in the program's place, so
+    # a handler that parses a read before its act reaches the act (at most EXAMPLE_BYTES).
+    example_output: str | None = None
 
     def __post_init__(self) -> None:
+        if self.example_output is not None and len(self.example_output.encode()) > EXAMPLE_BYTES:
+            raise ValueError(f"example_output is over {EXAMPLE_BYTES} bytes: an example, not a recording")
         if (self.terminal == "screen") != (self.screen is not None):
             raise ValueError('terminal = "screen" and a screen (its steps) go together')
 

@@ -99,7 +99,9 @@ class Inventory:
 
     async def read(self, ctx: CallContext, item: str) -> dict[str, Any]:
         self.db.parent.mkdir(parents=True, exist_ok=True)  # the program keeps its file there
-        done = await run(ctx, Program(argv=_argv(self.db, "show", item), commits=False))
+        # The example is what rungctl check's and eval's stand-ins print in its place.
+        done = await run(ctx, Program(argv=_argv(self.db, "show", item), commits=False,
+                                      example_output=f"item: {item}\ncount: 12\nlocation: A-01\n"))
         check_exit(done, {3: NOT_FOUND})
         return parse_show(done.stdout)
 

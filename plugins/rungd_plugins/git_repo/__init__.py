@@ -45,6 +45,7 @@ from rungd.sdk import (
     run,
 )
 
+EXAMPLE_COMMIT = "5d41402abc4b2a76b9719d911017c592ae4f1e6b\n"
 NOT_A_REPO = ErrorRule("NOT_A_REPOSITORY", "no", "stop", "the operator must fix plugins.settings.git_repo.repos",
                        "the configured folder is not a git work tree")
 DIVERGED = ErrorRule("NOT_FAST_FORWARD", "no", "stop", "someone must merge or rebase by hand; nothing was changed",
@@ -72,12 +73,18 @@ class Git:
             if settings.askpass_credential else ()
         )
 
-    async def run(self, ctx: CallContext, repo: str, *args: str, table: dict[int, ErrorRule] | None = None) -> str:
+    async def run(self, ctx: CallContext, repo: str, *args: str, table: dict[int, ErrorRule] | None = None,
+                  commits: bool = False, example: str | None = None) -> str:
+        """Run git; ``commits`` only for the one command that may change the work tree (a
+        timeout in a read before it is then ``not_started``, not ``unknown``); ``example``:
+        what it prints when it works, for rungctl check's and eval's stand-ins."""
         path = self.settings.repos[repo]
         program = Program(
             argv=(self.command, "-C", str(path), "-c", "credential.helper=", "-c", "core.pager=cat", *args),
             askpass=self.askpass,
             stdin="eof",  # git never needs stdin here; EOF makes any stray read fail at once
+            commits=commits,
+            example_output=example,
         )
         done = await run(ctx, program)
         if done.exit_status == 128 and "not a git repository" in done.stderr:
@@ -86,7 +93,7 @@ class Git:
         return done.stdout
 
     async def head(self, ctx: CallContext, repo: str) -> str:
-        out = (await self.run(ctx, repo, "rev-parse", "--verify", "HEAD")).strip()
+        out = (await self.run(ctx, repo, "rev-parse", "--verify", "HEAD", example=EXAMPLE_COMMIT)).strip()
         if not re.fullmatch(r"[0-9a-f]{40,64}", out):
             raise SurfaceChanged("git rev-parse printed something that is not a commit id",
                                  hint=f"saw {out[:80]!r}", outcome="done")
@@ -153,9 +160,10 @@ def _tools(settings: Settings, command: str) -> list[Tool]:
         before = await git.head(ctx, inputs.repo)
         await git.run(ctx, inputs.repo, "fetch", "--quiet")
         upstream = await git.run(ctx, inputs.repo, "rev-parse", "--verify", "--quiet", "@{upstream}",
-                                 table={1: NO_UPSTREAM, 128: NO_UPSTREAM})
+                                 table={1: NO_UPSTREAM, 128: NO_UPSTREAM}, example=EXAMPLE_COMMIT)
         ctx.mark_committed()  # the merge below is the moment the work tree may change
-        await git.run(ctx, inputs.repo, "merge", "--ff-only", "--quiet", "@{upstream}", table={128: DIVERGED})
+        await git.run(ctx, inputs.repo, "merge", "--ff-only", "--quiet", "@{upstream}", table={128: DIVERGED},
+                      commits=True)
         after = await git.head(ctx, inputs.repo)
         fields = {"repo": inputs.repo, "commit_before": before, "commit_after": after,
                   "upstream": upstream.strip()}

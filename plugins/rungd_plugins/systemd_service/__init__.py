@@ -88,13 +88,15 @@ class Systemctl:
         self.settings = settings
         self.command = command
 
-    async def run(self, ctx: CallContext, *args: str, commits: bool = True) -> Completed:
-        program = Program(argv=(self.command, *args), env=self.settings.env, stdin="eof", commits=commits)
+    async def run(self, ctx: CallContext, *args: str, commits: bool = True, example: str | None = None) -> Completed:
+        program = Program(argv=(self.command, *args), env=self.settings.env, stdin="eof", commits=commits,
+                          example_output=example)
         return await run(ctx, program)
 
     async def show(self, ctx: CallContext, service: str) -> dict[str, Any]:
         done = await self.run(ctx, "show", "--no-pager", "-p", ",".join(PROPERTIES), f"{service}.service",
-                              commits=False)
+                              commits=False, example=f"Id={service}.service\nLoadState=loaded\nActiveState=active\n"
+                              "SubState=running\nMainPID=4242\nActiveEnterTimestampMonotonic=1000000\n")
         check_exit(done, {})
         fields = parse_show(done.stdout)
         if fields["load_state"] == "not-found":
