@@ -1,6 +1,7 @@
 """Tools of a Python plugin for ``rungctl check``'s plugin fixtures: a write whose act comes
 first (so hang_after, acts_dies and noop reach it), one whose read before its act has no
-example output (so they cannot), and a read that swallows its program's absence.
+example output (so they cannot), a read that swallows its program's absence, and one that
+crashes on output it did not expect.
 
 Their program does not exist: only the check's stand-in can run in its place.
 """
@@ -64,6 +65,11 @@ async def swallowing_show(ctx: CallContext, inputs: NoteInputs) -> Result:
     return Result(fields={"note": done.stdout.strip()[:20]})
 
 
+async def crashing_show(ctx: CallContext, inputs: NoteInputs) -> Result:
+    done = await run(ctx, Program(argv=(REAL, "show", inputs.note), example_output="note: hello\n"))
+    return Result(fields={"count": int(done.stdout.split()[-1])})  # ValueError on what it did not expect
+
+
 def _describe(does: str) -> Description:
     return Description(does=does, use_when="testing the check.", do_not_use_when="not testing.",
                        returns="a field.", on_error="codes.", if_unknown="ask.")
@@ -76,5 +82,8 @@ def rungd_register_tools(register: Any) -> None:
                   timing=Timing(deadline_s=20, commit_point="confirmation")))
     register(Tool(name="ck_note_replace", description=_describe("Replaces the note. A write."), inputs=NoteInputs,
                   outputs={}, handler=note_replace, side_effect="reversible", timing=Timing(deadline_s=20)))
+    register(Tool(name="ck_note_crash", description=_describe("Shows a note, badly. Changes nothing."),
+                  inputs=NoteInputs, outputs={"count": "number"}, handler=crashing_show,
+                  timing=Timing(deadline_s=20)))
     register(Tool(name="ck_note_show", description=_describe("Shows a note. Changes nothing."), inputs=NoteInputs,
                   outputs={"note": "text"}, handler=swallowing_show, timing=Timing(deadline_s=20)))

@@ -13,6 +13,7 @@ import ast
 import inspect
 import logging
 import os
+import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 
 from rungd.core import hookspecs
 from rungd.config import load_config
+from rungd.core.errors import PluginError
 from rungd.service.plugins import Hooks, make_plugin_manager
 from rungd.sdk import Caller, hookimpl
 from rungd.testing import write_config
@@ -122,6 +124,22 @@ def test_rungd_register_tools_settings_errors_name_the_file_and_key(short_tmp: P
     with pytest.raises(Exception, match=r"key plugins\.settings\.settings_probe\.greet") as caught:
         Hooks.load(config).collect_tools(config)
     assert str(path) in str(caught.value) and 'example: greeting = "hello"' in str(caught.value)
+
+
+def test_a_plugin_that_raises_while_registering_is_one_error_naming_it(short_tmp: Path) -> None:
+    # It once came out as "unexpected failure ... report it", blaming rungd, with exit status 1.
+    plugin = short_tmp / "boom.py"
+    plugin.write_text("from rungd.sdk import hookimpl\n\n@hookimpl\ndef rungd_register_tools(register):\n"
+                      "    raise RuntimeError('boom in register')\n")
+    path = write_config(short_tmp, f'[plugins]\nfiles = ["{plugin}"]\n')
+    config = load_config(path)
+    with pytest.raises(PluginError, match=r"plugin 'file:boom' failed while registering its tools: "
+                                          r"RuntimeError: boom in register; hint: .*plugins\.disable"):
+        Hooks.load(config).collect_tools(config)
+    done = subprocess.run([sys.executable, "-m", "rungd.main", "check-config", "--config", str(path)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "failed while registering its tools" in done.stderr, done.stderr
+    assert "report it" not in done.stderr
 
 
 def test_a_plugin_still_asking_for_config_works_and_is_warned(short_tmp: Path) -> None:

@@ -31,9 +31,9 @@ from typing import Any
 
 from rungd.authoring.definitions import Format, export
 from rungd.authoring.evalharness import Model, Report, Task, converse
-from rungd.authoring.plugin_check import StandIn
-from rungd.authoring.standins import ROLE_ENV
-from rungd.client import Client
+from rungd.authoring.plugin_check import StandIn, Started
+from rungd.authoring.standins import EXAMPLE_ENV, ROLE_ENV
+from rungd.client import Client, ClientError
 from rungd.protocol import ToolDefinition
 
 RUN_S = 10.0  # a stand-in that does nothing is done long before
@@ -44,6 +44,7 @@ class BaselineRecord:
     """What the model did on one task with free-text tools only."""
 
     task: str
+    expected: str = ""  # the command line the task needs, after the program's name
     tools: list[str] = dataclasses.field(default_factory=list)
     calls: int = 0
     result_bytes: int = 0
@@ -68,29 +69,32 @@ class Baseline:
                 "tasks": [dataclasses.asdict(r) for r in self.records]}
 
 
-def expected_commands(client: Client, stand_in: StandIn, tasks: list[Task], wait_s: float) -> dict[str, tuple[str, ...]]:
-    """Per task, the argv its expected tool started when called with the task's arguments
-    (its act, for a write): what a free-text call must reproduce."""
+def expected_commands(client: Client, stand_in: StandIn, tasks: list[Task], wait_s: float) -> dict[str, Started]:
+    """Per task, the program its expected tool started when called with the task's arguments
+    (its act, for a write): the command line a free-text call must reproduce."""
     found = {}
     for task in tasks:
-        definition = client.describe(task.expect_tool)
+        try:
+            definition = client.describe(task.expect_tool)
+        except ClientError:  # no such tool: the task fails in the tools arm, and has no baseline
+            continue
         request_id = f"baseline-{secrets.token_hex(6)}" if definition.requires_request_id else None
         before = len(stand_in.started.get(task.expect_tool, []))
         client.call(task.expect_tool, task.expect_arguments, request_id=request_id, wait_s=wait_s)
         started = stand_in.started.get(task.expect_tool, [])[before:]
         # A write's command is its act's; when the reads before it ended the call (a stand-in
         # prints nothing they can parse), that command is not known, and not guessed.
-        ran = [argv for role, argv in started if role == "act" or not definition.requires_request_id]
+        ran = [run for run in started if run.role == "act" or not definition.requires_request_id]
         if ran:
             found[task.id] = ran[0]
     return found
 
 
-def run_baseline(tasks: list[Task], model: Model, expected: dict[str, tuple[str, ...]], standin: Path,
+def run_baseline(tasks: list[Task], model: Model, expected: dict[str, Started], standin: Path,
                  fmt: Format, max_turns: int) -> Baseline:
     """Run the tasks that have an expected command through ``model`` with one free-text tool
     per program those commands name."""
-    programs = {_tool_name(argv[0]): argv[0] for argv in expected.values()}
+    programs = {_tool_name(run.argv[0]): run.argv[0] for run in expected.values()}
     exported = export([_definition(name, path) for name, path in sorted(programs.items())], fmt)
     definition_bytes = len(json.dumps(exported, separators=(",", ":")).encode())
     records = []
@@ -119,16 +123,22 @@ def _definition(name: str, path: str) -> ToolDefinition:
 
 
 def _run_task(task: Task, model: Model, exported: list[dict[str, Any]], programs: dict[str, str],
-              expected: tuple[str, ...], standin: Path, fmt: Format, max_turns: int) -> BaselineRecord:
-    record = BaselineRecord(task.id)
+              expected: Started, standin: Path, fmt: Format, max_turns: int) -> BaselineRecord:
+    record = BaselineRecord(task.id, expected=shlex.join(expected.argv[1:]))
 
     def answer(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         record.calls += 1
         record.tools.append(name)
-        result = _run(programs.get(name), str(arguments.get("arguments", "")), standin)
-        words = result.pop("words", None)
-        if programs.get(name) == expected[0] and words == list(expected[1:]):
-            record.passed = True
+        line = str(arguments.get("arguments", ""))
+        try:
+            right = programs.get(name) == expected.argv[0] and shlex.split(line) == list(expected.argv[1:])
+        except ValueError:
+            right = False
+        # The right command line gets what the tool's own program would have printed (its
+        # example_output), as the tools arm did; any other, the stand-in's silence.
+        result = _run(programs.get(name), line, standin, expected.example if right else None)
+        result.pop("words", None)
+        record.passed |= right
         record.outcome = f"exit {result['exit_status']}" if "exit_status" in result else str(result["error"])[:60]
         return result
 
@@ -137,7 +147,7 @@ def _run_task(task: Task, model: Model, exported: list[dict[str, Any]], programs
     return record
 
 
-def _run(program: str | None, line: str, standin: Path) -> dict[str, Any]:
+def _run(program: str | None, line: str, standin: Path, example: str | None) -> dict[str, Any]:
     """The pass-through call: split ``line`` without a shell and run the stand-in with it."""
     if program is None:
         return {"error": "no such tool"}
@@ -146,7 +156,8 @@ def _run(program: str | None, line: str, standin: Path) -> dict[str, Any]:
     except ValueError as exc:
         return {"error": f"cannot split the arguments: {exc}"}
     try:
-        done = subprocess.run([str(standin), *words], env={**os.environ, ROLE_ENV: "act"}, stdin=subprocess.DEVNULL,
+        env = {**os.environ, ROLE_ENV: "act", **({EXAMPLE_ENV: example} if example is not None else {})}
+        done = subprocess.run([str(standin), *words], env=env, stdin=subprocess.DEVNULL,
                               capture_output=True, timeout=RUN_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"error": f"cannot run: {exc}"}
@@ -156,18 +167,19 @@ def _run(program: str | None, line: str, standin: Path) -> dict[str, Any]:
 
 def format_side_by_side(report: Report, baseline: Baseline) -> str:
     """Both arms, task by task: tools chosen, calls, payload bytes, outcome."""
-    lines = [f"{'task':<20} {'arm':<9} {'calls':>5} {'tools':<40} {'bytes':>7}  outcome"]
+    lines = [f"{'task':<20} {'arm':<9} {'calls':>5} {'tools':<40} {'bytes':>7}  outcome (bytes: of results)"]
     by_task = {r.task: r for r in baseline.records}
     for r in report.records:
         lines.append(f"{r.task:<20} {'tools':<9} {r.calls:>5} {','.join(r.tools) or '-':<40} "
-                     f"{r.result_bytes + r.request_bytes:>7}  {'PASS' if r.passed else 'FAIL'} {r.outcome}")
+                     f"{r.result_bytes:>7}  {'PASS' if r.passed else 'FAIL'} {r.outcome}")
         b = by_task.get(r.task)
         if b is None:
             lines.append(f"{r.task:<20} {'baseline':<9} {'-':>5} {'-':<40} {'-':>7}  not run: the command its tool "
                          "runs is not known (it started none, or a write's reads before it ended the call)")
             continue
         lines.append(f"{b.task:<20} {'baseline':<9} {b.calls:>5} {','.join(b.tools) or '-':<40} "
-                     f"{b.result_bytes + b.request_bytes:>7}  {'PASS' if b.passed else 'FAIL'} {b.outcome}")
+                     f"{b.result_bytes:>7}  {'PASS' if b.passed else 'FAIL'} {b.outcome}"
+                     + ("" if b.passed else f" (needed: {b.expected[:80]})"))
     tools, base = report.totals(), baseline.totals()
     lines.append(f"tools:    passed {tools['passed']}/{tools['tasks']}  calls={tools['calls']} "
                  f"definitionBytes={report.definition_bytes}")

@@ -129,8 +129,11 @@ class Receipt:
     unknown_write_retries: int = 0
     verified_from_skipped: bool = False
     skipped: str | None = None
-    # Fixtures not run, each with why ("empty: what ... is known only to the plugin's code").
+    # Fixtures not run, each with why: the check could not run them for this tool.
     not_run: list[str] = dataclasses.field(default_factory=list)
+    # Fixtures a tool of its kind is never given (a Python tool's empty or already), with why:
+    # said on the receipt, not counted against it.
+    outside: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -184,7 +187,7 @@ class Receipt:
     def as_dict(self) -> dict[str, Any]:
         return {"tool": self.tool, "source": self.source, "verdict": self.verdict, "passed": self.passed,
                 "skipped": self.skipped, "line": self.line(), "problems": self.problems, "notes": self.notes,
-                "unchecked": self.unchecked,
+                "unchecked": self.unchecked, "outside": self.outside,
                 "fixtures": [{"fixture": f.fixture, "runs": f.runs, "stable": f.stable, "problems": f.problems,
                               "unreached": f.unreached}
                              for f in self.fixtures]}
@@ -287,6 +290,7 @@ def merged(hangs: list[Receipt], others: list[Receipt]) -> list[Receipt]:
         slow.verified_from_skipped |= fast.verified_from_skipped
         slow.skipped = slow.skipped or fast.skipped
         slow.not_run = list(dict.fromkeys(fast.not_run + slow.not_run))
+        slow.outside = list(dict.fromkeys(fast.outside + slow.outside))
         receipts.append(slow)
     return receipts
 
@@ -344,8 +348,11 @@ class LogCapture(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.lines: list[str] = []
+        self.crashed: set[str] = set()  # calls whose handler raised what is not a RungdError
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "crashed", False):
+            self.crashed.add(str(getattr(record, "call_id", "")))
         try:
             self.lines.append(record.getMessage())
         except Exception:  # a malformed record must not stop the check; it has nothing to leak

@@ -53,9 +53,11 @@ from rungd.protocol import ToolDefinition
 Model = Callable[[dict[str, Any]], dict[str, Any]]
 REQUEST_ID = "request_id"
 MODEL_TIMEOUT_S = 300.0
-DRY_RUN_LINE = ("dry run: a throw-away daemon on this config, every program a stand-in that does nothing "
-                "(nothing real ran); a task passes on the tool and arguments the model chose, the stand-ins' "
-                "answers are shown, not judged; --live runs the tools for real")
+DRY_RUN_LINE = ("dry run: a throw-away daemon on this config, every program a tool starts through run() a "
+                "stand-in that does nothing (a handler that starts one itself, by subprocess, is not stood in "
+                "for); a task passes on the tool and arguments the model chose, the stand-ins' answers are shown, "
+                "not judged; --live runs the tools for real")
+TASK_KEYS = {"id", "prompt", "expect_tool", "expect_arguments", "max_calls"}
 
 
 class EvalError(Exception):
@@ -126,6 +128,10 @@ def load_tasks(path: Path) -> list[Task]:
                         "hint: examples/tasks/demo.toml shows the format") from None
     tasks, seen = [], set()
     for index, entry in enumerate(raw.get("tasks", [])):
+        unknown = sorted(set(entry) - TASK_KEYS) if isinstance(entry, dict) else []
+        if unknown:
+            raise EvalError(f"{path}: tasks[{index}] has {', '.join(map(repr, unknown))}, which no task has; "
+                            f"hint: a task's keys are {', '.join(sorted(TASK_KEYS))}")
         try:
             task = Task(id=str(entry["id"]), prompt=str(entry["prompt"]), expect_tool=str(entry["expect_tool"]),
                         expect_arguments=dict(entry.get("expect_arguments", {})),

@@ -70,17 +70,33 @@ from rungd.config import Config, CredentialsConfig, GatesConfig, ServerConfig, S
 from rungd.core.contract import CallContext, Tool
 from rungd.core.envelope import Envelope
 from rungd.core.errors import RungdError
-from rungd.runner.program import Program
+from rungd.runner.program import EXAMPLE_BYTES, Program
 from rungd.service.inprocess import RunningDaemon
+from rungd.service.plugins import RegisteredTool
 
 READ_FIXTURES = ("missing", "hang", "question", "flood", "secret")
 WRITE_FIXTURES = ("missing", "hang_before", "hang_after", "question", "flood", "secret", "acts_dies", "noop")
 # Fixtures that aim at the act: the reads before it may end the call first.
 NEEDS_ACT = ("hang_after", "acts_dies", "noop")
-NOT_RUN = {False: ("empty: whether an empty output is an answer is known only to the plugin's code",),
+# What a Python tool is never given (as a read tool never gets acts_dies): said on its receipt,
+# not counted against it.
+OUTSIDE = {False: ("empty: whether an empty output is an answer is known only to the plugin's code",),
            True: ("already: what its reads show once the state it aims at holds is known only to the "
                   "plugin's code",)}
-EXPECTED = {"hang": "TIMEOUT", "hang_before": "TIMEOUT", "hang_after": "TIMEOUT", "question": "PROMPT_UNEXPECTED"}
+EXPECTED = {"hang": {"TIMEOUT"}, "hang_before": {"TIMEOUT"}, "hang_after": {"TIMEOUT"},
+            "question": {"PROMPT_UNEXPECTED"}}
+# A screen program's: a step's wait that no screen answers ends SURFACE_CHANGED (or TIMEOUT).
+SCREEN_EXPECTED = {"hang": {"TIMEOUT", "SURFACE_CHANGED"}, "hang_before": {"TIMEOUT", "SURFACE_CHANGED"},
+                   "hang_after": {"TIMEOUT", "SURFACE_CHANGED"}, "question": {"SURFACE_CHANGED", "TIMEOUT"}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Started:
+    """A program a tool's handler started, as the stand-in saw it."""
+
+    role: str  # "act" or "read"
+    argv: tuple[str, ...]
+    example: str | None
 
 
 class StandIn:
@@ -98,8 +114,12 @@ class StandIn:
         # Tools a program of which was given its stdin (bytes, or an end at once): a question
         # it asks reads that, never waits, so no PROMPT_UNEXPECTED can come.
         self.fed: set[str] = set()
-        # Per tool, each program it started: its role ("act" or "read") and its own argv.
-        self.started: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+        # Tools that started a screen program: a question there is text on a screen no step
+        # waits for, not a read of a line.
+        self.screens: set[str] = set()
+        # Per tool, each program it started: its role ("act" or "read"), its own argv, and
+        # the example_output the stand-in prints for it (None: none given).
+        self.started: dict[str, list[Started]] = {}
 
     def tool(self, tool: Tool) -> Tool:
         """The tool with its deadline cut and no gate of its own (the check is about results)."""
@@ -110,8 +130,13 @@ class StandIn:
         """``program`` with the stand-in for argv[0], told its role and what to ask and print."""
         if program.stdin != "none":
             self.fed.add(ctx.tool.name)
+        if program.terminal == "screen":
+            self.screens.add(ctx.tool.name)
         role = "act" if ctx.tool.side_effect != "read" and program.commits else "read"
-        self.started.setdefault(ctx.tool.name, []).append((role, program.argv))
+        example = None
+        if program.example_output is not None:  # its first EXAMPLE_BYTES: an example, not a recording
+            example = program.example_output.encode()[:EXAMPLE_BYTES].decode(errors="ignore")
+        self.started.setdefault(ctx.tool.name, []).append(Started(role, program.argv, example))
         env = {**program.env, ROLE_ENV: role,
                SECRET_VARS_ENV: ",".join([CHECK_SECRET_ENV, *program.env_credentials]),
                SECRET_FILES_ENV: ",".join(program.file_credentials)}
@@ -120,13 +145,13 @@ class StandIn:
                 env[CONFIRM_ENV] = confirmation_text(program.confirmations[0].pattern.pattern)
             except CannotSynthesize:
                 pass  # it acts without asking: the commit point is then its start
-        if program.example_output is not None:
-            env[EXAMPLE_ENV] = program.example_output
+        if example is not None:
+            env[EXAMPLE_ENV] = example
         return dataclasses.replace(program, argv=(str(self.path), *program.argv[1:]), user=None, env=env,
                                    env_credentials={**program.env_credentials, CHECK_SECRET_ENV: CHECK_SECRET})
 
 
-async def check_plugin_tools(config: Config, tools: list[Tool]) -> list[Receipt]:
+async def check_plugin_tools(config: Config, tools: list[RegisteredTool]) -> list[Receipt]:
     """Run the fixtures against ``tools`` (of the config's Python plugins), in two
     throw-away daemons side by side: one for the fixtures that hang, one for the rest.
 
@@ -149,7 +174,7 @@ async def check_plugin_tools(config: Config, tools: list[Tool]) -> list[Receipt]
     return merged(parts[True], parts[False])
 
 
-async def _check_group(config: Config, tools: list[Tool], hangs: bool) -> list[Receipt]:
+async def _check_group(config: Config, tools: list[RegisteredTool], hangs: bool) -> list[Receipt]:
     folder = Path(tempfile.mkdtemp(prefix="rungd-"))  # short: the socket's path must fit sun_path
     try:
         plan = _Plan(folder, tools, hangs)
@@ -163,12 +188,12 @@ async def _check_group(config: Config, tools: list[Tool], hangs: bool) -> list[R
 class _Plan:
     """The throw-away folder of one daemon: its stand-ins, credentials and config."""
 
-    def __init__(self, folder: Path, tools: list[Tool], hangs: bool) -> None:
+    def __init__(self, folder: Path, tools: list[RegisteredTool], hangs: bool) -> None:
         self.folder = folder
         self.hangs = hangs  # this daemon runs only the fixtures that hang, with short deadlines
         self.program = folder / "program"  # a symlink: pointed at each fixture's stand-in in turn
         self.stand_in = StandIn(self.program, CHECK_DEADLINE_S if hangs else SLOW_DEADLINE_S)
-        names = {CHECK_SECRET, *(name for tool in tools for name in tool.credentials)}
+        names = {CHECK_SECRET, *(name for registered in tools for name in registered.tool.credentials)}
         self.secrets = {name: "rungdck" + secrets.token_hex(16) for name in sorted(names)}
         self.seen_hits: set[str] = set()
 
@@ -178,33 +203,39 @@ class _Plan:
         return standin_config(config.model_copy(update={"plugins": config.plugins.model_copy(
             update={"tool_dirs": []})}), self.folder, self.secrets)
 
-    async def check_tool(self, running: RunningDaemon, tool: Tool, logs: LogCapture) -> Receipt:
-        receipt = Receipt(tool.name, "")
+    async def check_tool(self, running: RunningDaemon, registered: RegisteredTool, logs: LogCapture) -> Receipt:
+        tool = registered.tool
+        receipt = Receipt(tool.name, f"plugin {registered.plugin}")
         write = tool.side_effect != "read"
         inputs = tool.example_inputs()
         try:
             tool.validate(inputs)
         except RungdError as exc:
-            receipt.skipped = (f"its inputs' examples do not make a valid call ({exc}); hint: give every "
-                               "required input examples=[...] (rungctl lint names each)")
+            missing = [name for name in tool.inputs.model_fields if inputs.get(name) == f"<{name}>"]
+            why = (f"{', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no examples" if missing
+                   else f"its inputs' examples do not make a valid call ({exc})")
+            receipt.skipped = (f"not called: {why}; hint: give every required input examples=[...] "
+                               "(rungctl lint names each)")
             return receipt
-        receipt.not_run = list(NOT_RUN[write])
+        receipt.outside = list(OUTSIDE[write])
         envelopes: list[Envelope] = []
         started = False
         for fixture in WRITE_FIXTURES if write else READ_FIXTURES:
             if (fixture in HANGS) != self.hangs:
                 continue
-            result, ran = await self._fixture(running, tool, fixture, inputs, receipt, envelopes)
+            result, ran = await self._fixture(running, tool, fixture, inputs, receipt, envelopes, logs)
             receipt.fixtures.append(result)
             started |= ran
         if not started and receipt.fixtures:
-            receipt.skipped = ("its handler started no program with its example inputs, so there is nothing "
-                               "to stand in for; test it with rungd.testing (plugins/README.md, section 6)")
+            receipt.skipped = ("its handler started no program through run() with its example inputs, so "
+                               "there is nothing to stand in for; a program it starts another way (subprocess, "
+                               "os.system) is not stood in for: it ran for real. Test it with rungd.testing "
+                               "(plugins/README.md, section 6)")
         receipt.secret_hits = secret_hits(self.secrets.values(), self.folder, envelopes, logs, self.seen_hits)
         return receipt
 
     async def _fixture(self, running: RunningDaemon, tool: Tool, fixture: str, inputs: dict,
-                       receipt: Receipt, envelopes: list[Envelope]) -> tuple[FixtureResult, bool]:
+                       receipt: Receipt, envelopes: list[Envelope], logs: LogCapture) -> tuple[FixtureResult, bool]:
         """Run one fixture twice; also whether the tool started any program under it."""
         folder = self.folder / "standins" / tool.name
         folder.mkdir(parents=True, exist_ok=True)
@@ -223,19 +254,29 @@ class _Plan:
             (folder / "acted").unlink(missing_ok=True)
             (folder / "runs.log").unlink(missing_ok=True)
             request_id = f"check-{fixture}-{attempt}-{secrets.token_hex(4)}" if write else None
+            seen = len(self.stand_in.started.get(tool.name, []))
             env = await running.call(tool.name, inputs, request_id=request_id, wait_s=SLOW_DEADLINE_S * 3 + 10)
             envelopes.append(env)
             acted = (folder / "acted").exists()
             roles = _roles(folder)
             ran |= bool(roles)
+            started = self.stand_in.started.get(tool.name, [])[seen:]
             result.runs.append(codes(env))
             result.problems += judged_always(env, tool.cap_bytes, acted)
+            if env.call_id in logs.crashed:
+                result.problems.append(f"{codes(env)}: the handler raised an exception (a bug in the plugin; the "
+                                       "daemon's log has the traceback)")
             if fixture in NEEDS_ACT and "act" not in roles:
                 code = env.error.code if env.error is not None else env.status
-                result.unreached = (f"the call ended {code} before its act: a read before it printed nothing "
-                                    "its handler could use; give that read's Program an example_output")
+                if any(run.example is not None for run in started):
+                    result.unreached = (f"the call ended {code} before its act: its handler did not act on what its "
+                                        "reads' example_output showed; an example of the state before the change "
+                                        "would reach the act")
+                else:
+                    result.unreached = (f"the call ended {code} before its act: a read before it printed nothing "
+                                        "its handler could use; give that read's Program an example_output")
             else:
-                result.problems += self._judge(tool, fixture, env)
+                result.problems += self._judge(tool, fixture, env, started)
             if env.effect == "changed" and (not env.verified_by or not acted):
                 receipt.verified_from_skipped = True
             if write and attempt == 1 and env.outcome != "not_started" and env.status != "pending":
@@ -247,19 +288,23 @@ class _Plan:
         result.problems = sorted(set(result.problems))
         return result, ran
 
-    def _judge(self, tool: Tool, fixture: str, env: Envelope) -> list[str]:
-        """What the fixture rules out of a Python tool's result."""
+    def _judge(self, tool: Tool, fixture: str, env: Envelope, started: list[Started]) -> list[str]:
+        """What the fixture rules out of a Python tool's result (``started``: what the call ran)."""
         code = env.error.code if env.error is not None else None
-        expected = EXPECTED.get(fixture)
+        expected = (SCREEN_EXPECTED if tool.name in self.stand_in.screens else EXPECTED).get(fixture)
         if fixture == "question" and tool.name in self.stand_in.fed:
             expected = None  # its stdin carries what the plugin gave it, then ends: nothing waits
-        if expected is not None and code != expected:
-            return [f"expected {expected}, got {code or env.status}"]
+        if expected is not None and code not in expected:
+            return [f"expected {' or '.join(sorted(expected))}, got {code or env.status}"]
         if fixture == "missing" and env.status != "error":
             return [f"expected an error, got {env.status}"]
         if fixture == "acts_dies" and env.status == "ok" and env.effect != "changed":
             return [f"the program acted and was killed, yet the call is ok with effect {env.effect}"]
-        if fixture == "noop" and env.effect == "changed":
+        # Only where every read printed the same: reads given other examples after the act
+        # than before it show a change the stand-in never made, as the plugin's examples say.
+        same = len({(run.argv, run.example) for run in started if run.role == "read"}) <= len(
+            {run.argv for run in started if run.role == "read"})
+        if fixture == "noop" and env.effect == "changed" and same:
             return ["the program did nothing and its reads showed the same before and after, yet effect is changed"]
         return []
 

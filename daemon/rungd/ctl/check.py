@@ -11,10 +11,9 @@ import trio
 from rungd.authoring.check import CheckError, Receipt, blocking, check_files
 from rungd.authoring.plugin_check import check_plugin_tools
 from rungd.config import Config
-from rungd.core.contract import Tool
 from rungd.ctl.registry import EXIT_ERROR_RESULT, EXIT_INCOMPLETE, EXIT_OK, Context, UsageError, arg, command
 from rungd.core.errors import ConfigError, PluginError
-from rungd.service.plugins import Hooks
+from rungd.service.plugins import Hooks, RegisteredTool
 
 
 @command(
@@ -58,6 +57,8 @@ def check(ctx: Context) -> int:
                 print(f"  ! {problem}")
             for line in receipt.unchecked if receipt.skipped is None else ():
                 print(f"  not checked: {line}")
+            for line in receipt.outside if ctx.args.verbose and receipt.skipped is None else ():
+                print(f"  outside the check: {line}")
             for note in receipt.notes:
                 print(f"  note: {note}")
     verdicts = {r.verdict for r in receipts}
@@ -66,7 +67,8 @@ def check(ctx: Context) -> int:
     return EXIT_INCOMPLETE if verdicts & {"SKIP", "PART"} else EXIT_OK
 
 
-async def _check_all(files: list[Path], tools: set[str] | None, config: Config, plugin_tools: list[Tool]) -> list[Receipt]:
+async def _check_all(files: list[Path], tools: set[str] | None, config: Config,
+                     plugin_tools: list[RegisteredTool]) -> list[Receipt]:
     """The tool files' receipts, then the Python plugins' tools', checked side by side."""
     found: dict[str, list[Receipt]] = {"files": [], "plugins": []}
 
@@ -82,7 +84,7 @@ async def _check_all(files: list[Path], tools: set[str] | None, config: Config, 
     return found["files"] + found["plugins"]
 
 
-def _targets(ctx: Context) -> tuple[list[Path], set[str] | None, list[Tool]]:
+def _targets(ctx: Context) -> tuple[list[Path], set[str] | None, list[RegisteredTool]]:
     """The tool files to check, the tool names to keep (None: all), and the Python plugins'
     tools to check.
 
@@ -101,12 +103,12 @@ def _targets(ctx: Context) -> tuple[list[Path], set[str] | None, list[Tool]]:
         served = Hooks.load(config).collect_tools(config)
     except (PluginError, ConfigError) as exc:
         raise UsageError(f"the config's plugins do not load: {exc}") from None
-    in_code = {name: reg.tool for name, reg in sorted(served.items()) if name not in in_files}
+    in_code = {name: reg for name, reg in sorted(served.items()) if name not in in_files}
     if not ctx.args.targets:
         return files, None, list(in_code.values())
     chosen: dict[Path, None] = {}
     names: set[str] = set()
-    plugin_tools: dict[str, Tool] = {}
+    plugin_tools: dict[str, RegisteredTool] = {}
     for target in ctx.args.targets:
         path = Path(target)
         if target.endswith(".toml") or path.is_file():
@@ -120,8 +122,8 @@ def _targets(ctx: Context) -> tuple[list[Path], set[str] | None, list[Tool]]:
         elif target in in_code:
             plugin_tools[target] = in_code[target]
         else:
-            raise UsageError(f"{target}: no such tool in this config; "
-                             "hint: `rungctl tools` lists them, or give a tool file's path")
+            raise UsageError(f"{target}: no such tool in this config; hint: `rungd check-config` lists "
+                             "the tools it loads, or give a tool file's path")
     return list(chosen), names, list(plugin_tools.values())
 
 

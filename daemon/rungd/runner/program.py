@@ -100,12 +100,10 @@ class Program:
     screen: Screen | None = None
     # What this program prints when it works, with this argv: never used by a real call.
     # ``rungctl check``'s and ``rungctl eval``'s stand-ins print it in the program's place, so
-    # a handler that parses a read before its act reaches the act (at most EXAMPLE_BYTES).
+    # a handler that parses a read before its act reaches the act (the first EXAMPLE_BYTES).
     example_output: str | None = None
 
     def __post_init__(self) -> None:
-        if self.example_output is not None and len(self.example_output.encode()) > EXAMPLE_BYTES:
-            raise ValueError(f"example_output is over {EXAMPLE_BYTES} bytes: an example, not a recording")
         if (self.terminal == "screen") != (self.screen is not None):
             raise ValueError('terminal = "screen" and a screen (its steps) go together')
 

@@ -368,6 +368,12 @@ class Hooks:
                 for name in set(tools) - before:
                     del tools[name]
                 settings.refuse(f"{exc}; the tools of plugin {plugin_name!r} are not loaded")
+            except (PluginError, ConfigError):
+                raise
+            except Exception as exc:  # a bug in the plugin's own code: say whose, never "report it to rungd"
+                raise PluginError(f"plugin {plugin_name!r} failed while registering its tools: "
+                                  f"{type(exc).__name__}: {exc}; hint: this is a bug in the plugin (or its "
+                                  f"settings); fix it, or list {plugin_name!r} in plugins.disable") from exc
             self.refused.extend(settings.refused)
         return tools
 

@@ -473,7 +473,8 @@ class Dispatcher:
             # The traceback may quote an input or a credential (a handler's f-string): it
             # reaches the journal redacted, like everything else the call produced.
             told = "".join(traceback.format_exception(exc)).rstrip("\n")
-            log.error("tool %s crashed in call %s\n%s", tool.name, call.call_id, Redactor(ctx.secrets).text(told))
+            log.error("tool %s crashed in call %s\n%s", tool.name, call.call_id, Redactor(ctx.secrets).text(told),
+                      extra={"call_id": call.call_id, "tool": tool.name, "crashed": True})
             crash = outcomes.crash_error(tool, ctx, settle, exc)
             return outcomes.error_envelope(call, crash, tool=tool, ctx=ctx, settle=settle)
 
