@@ -65,6 +65,7 @@ from rungd.redact import Redactor
 from rungd.runner.program import credential_files_named
 from rungd.authoring.standins import (
     ROLE_ENV,
+    SHEBANG,
     CannotSynthesize,
     confirmation_text,
     sample_text,
@@ -83,7 +84,7 @@ SCREEN_READ_FIXTURES = ("missing", "hang", "never", "dialog", "dies", "flood", "
 SCREEN_WRITE_FIXTURES = ("missing", "hang_before", "hang_after", "never", "dialog", "dies", "flood", "secret",
                          "acts_dies", "noop", "already")
 # How long a checked copy's screen step waits: a screen that does not come, does not come.
-SCREEN_STEP_S = 2.0
+SCREEN_STEP_S = 4.0
 CHECK_DEADLINE_S = 2.0
 SLOW_DEADLINE_S = 10.0
 HANGS = ("hang", "hang_before", "hang_after")
@@ -373,7 +374,7 @@ class _Plan:
         self.seen_hits: set[str] = set()
         (folder / "standins").mkdir()
         healthy = folder / "standins" / "healthy"
-        healthy.write_text("#!/usr/bin/env python3\nprint('ok')\n", encoding="utf-8")
+        healthy.write_text(SHEBANG + "print('ok')\n", encoding="utf-8")
         healthy.chmod(0o755)
         self.program.symlink_to(healthy)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,9 @@ except ImportError:  # pragma: no cover - older Pythons
     import sre_parse  # type: ignore[no-redef]
 
 ROLE_ENV = "RUNGD_CHECK_ROLE"
+# The interpreter running rungd: a stand-in runs whatever PATH its tool gives it.
+SHEBANG = (f"#!{sys.executable}\n" if sys.executable and not any(c.isspace() for c in sys.executable)
+           else "#!/usr/bin/env python3\n")
 # For a Python plugin's programs (rungd.authoring.plugin_check), set where the program is
 # started: the question its first confirmation recognises, and the names (never the values)
 # of the variables and files that carry its credentials.
@@ -462,7 +466,7 @@ def write_standin(folder: Path, fixture: str, script: dict[str, Any]) -> Path:
     screen = "screen" in script["roles"].get(script["target"], {})
     body += (SCREEN_BEHAVIOUR if screen else BEHAVIOUR)[fixture] + "\n"
     path = folder / fixture
-    path.write_text("#!/usr/bin/env python3\n" + textwrap.dedent(body), encoding="utf-8")
+    path.write_text(SHEBANG + textwrap.dedent(body), encoding="utf-8")
     path.chmod(0o755)
     return path
 
@@ -501,6 +505,6 @@ def write_plugin_standin(folder: Path, fixture: str) -> Path:
     ``PLUGIN_BEHAVIOUR``); ``runs.log`` beside it gets one line per run, ``FIXTURE ROLE``."""
     body = _prologue({"fixture": fixture, "target": "act", "roles": {}}) + PLUGIN_BEHAVIOUR[fixture] + "\n"
     path = folder / fixture
-    path.write_text("#!/usr/bin/env python3\n" + textwrap.dedent(body), encoding="utf-8")
+    path.write_text(SHEBANG + textwrap.dedent(body), encoding="utf-8")
     path.chmod(0o755)
     return path
