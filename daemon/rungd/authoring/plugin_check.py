@@ -9,15 +9,19 @@ Program)``) through ``CallContext.stand_in``: argv[0] becomes the fixture's stan
 stay as the plugin built them, and it runs as the daemon's user. The stand-in is told whether
 it was started as the act (a write's ``Program.commits``) or as a read, the question the
 program's first confirmation recognises, and the names of the variables and files that carry
-its credentials; the real program never runs.
+its credentials; the real program never runs. A program a handler starts another way
+(``subprocess``) is out of rungd's reach: it runs for real, and the receipt cannot know.
 
 What a plugin's program prints when it works is known only to the plugin's code, unless
 the plugin says it: a ``Program(example_output=...)`` is printed by the stand-in wherever a
 read plays no fixture, so a handler that parses a read before its act reaches the act.
 
-    read tools    missing  hang  question  flood  secret                 not run: empty
+    read tools    missing  hang  question  flood  secret                 outside: empty
     write tools   missing  hang_before  hang_after  question  flood  secret
-                  acts_dies  noop                                        not run: already
+                  acts_dies  noop                                        outside: already
+
+(What a tool of its kind is never given is listed as outside the check, as acts_dies is for
+a read: it does not make a receipt ``PART``.)
 
 missing, hang(_before), question, flood and secret play their part in every program the call
 starts, so they are met at the first, a read before the act included. hang_after, acts_dies
