@@ -172,3 +172,23 @@ async def test_rungctl_eval_is_a_dry_run_unless_live(short_tmp: Path) -> None:
                                       "eval", str(TASKS), "--model", str(MODEL)],
                                      capture_stdout=True, capture_stderr=True, check=False)
     assert refused.returncode == 2 and "add --live" in refused.stderr.decode()
+
+
+def test_a_reply_whose_tool_calls_are_not_objects_is_one_error() -> None:
+    task = Task("t", "p", "x", {})
+    with pytest.raises(EvalError, match=r"tool_calls that are not a list of objects; hint:"):
+        evaluate_client_free(task, lambda request: {"tool_calls": ["oops"]})
+    with pytest.raises(EvalError, match=r"17 tool calls in one reply"):
+        evaluate_client_free(task, lambda request: {"tool_calls": [{"name": "x"}] * 17})
+
+
+def evaluate_client_free(task: Task, model: Any) -> None:
+    from rungd.authoring.evalharness import converse
+
+    converse(task, model, {"tools": []}, 3, lambda name, arguments: {})
+
+
+def test_a_baseline_command_line_with_a_nul_is_an_error_result_not_a_crash(short_tmp: Path) -> None:
+    from rungd.authoring.baseline import _run
+
+    assert _run("/bin/true", "show a\x00b", Path("/bin/true"), None)["error"].startswith("cannot run")

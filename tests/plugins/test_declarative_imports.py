@@ -148,3 +148,23 @@ def test_an_import_must_count_through_a_read_of_its_file(setup) -> None:
                                              'count = { tool = "stock_records_import" }'))
     with pytest.raises(ConfigError, match="must be a read tool"):
         read_tool_file(path)
+
+
+def test_a_dry_run_writes_nothing_into_a_real_import_folder(short_tmp, setup) -> None:
+    # Found by an attack: eval's dry run stood in for programs, but an import whose count read
+    # answered went on to write the model's rows into the real watched folder, for the real
+    # importer to take. Now an import refuses before anything, whatever its reads say.
+    from rungd.authoring.dryrun import evaluate_dry
+    from rungd.authoring.evalharness import Task
+
+    def model(request):
+        if any(m["role"] == "tool" for m in request["messages"]):
+            return {"text": "done"}
+        return {"tool_calls": [{"id": "t1", "name": "stock_records_import",
+                                "arguments": {"batch": "b7", "records": RECORDS, "request_id": "dry-7"}}]}
+
+    config = load_config(write_config(short_tmp, f'[plugins]\ntool_dirs = ["{setup["tools"]}"]\n'))
+    report, _ = evaluate_dry(config, [Task("imp", "Record these", "stock_records_import", {"batch": "b7"})], model)
+    [record] = report.records
+    assert record.outcome.startswith("error not_started FAILED"), record.outcome
+    assert list(setup["inbox"].iterdir()) == []

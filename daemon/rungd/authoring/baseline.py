@@ -94,7 +94,7 @@ def run_baseline(tasks: list[Task], model: Model, expected: dict[str, Started], 
                  fmt: Format, max_turns: int) -> Baseline:
     """Run the tasks that have an expected command through ``model`` with one free-text tool
     per program those commands name."""
-    programs = {_tool_name(run.argv[0]): run.argv[0] for run in expected.values()}
+    programs = _tool_names([run.argv[0] for run in expected.values()])
     exported = export([_definition(name, path) for name, path in sorted(programs.items())], fmt)
     definition_bytes = len(json.dumps(exported, separators=(",", ":")).encode())
     records = []
@@ -105,9 +105,17 @@ def run_baseline(tasks: list[Task], model: Model, expected: dict[str, Started], 
     return Baseline(definition_bytes, records, [t.id for t in tasks if t.id not in expected])
 
 
-def _tool_name(path: str) -> str:
-    word = re.sub(r"[^a-z0-9_]", "_", os.path.basename(path).lower()).strip("_") or "program"
-    return f"{word[:40]}_run"
+def _tool_names(paths: list[str]) -> dict[str, str]:
+    """A tool name per program path (``PROGRAM_run``), the same base name numbered apart."""
+    names: dict[str, str] = {}
+    for path in dict.fromkeys(paths):
+        word = re.sub(r"[^a-z0-9_]", "_", os.path.basename(path).lower()).strip("_")[:40] or "program"
+        name, n = f"{word}_run", 1
+        while name in names:
+            n += 1
+            name = f"{word}_{n}_run"
+        names[name] = path
+    return names
 
 
 def _definition(name: str, path: str) -> ToolDefinition:
@@ -137,7 +145,6 @@ def _run_task(task: Task, model: Model, exported: list[dict[str, Any]], programs
         # The right command line gets what the tool's own program would have printed (its
         # example_output), as the tools arm did; any other, the stand-in's silence.
         result = _run(programs.get(name), line, standin, expected.example if right else None)
-        result.pop("words", None)
         record.passed |= right
         record.outcome = f"exit {result['exit_status']}" if "exit_status" in result else str(result["error"])[:60]
         return result
@@ -159,10 +166,10 @@ def _run(program: str | None, line: str, standin: Path, example: str | None) -> 
         env = {**os.environ, ROLE_ENV: "act", **({EXAMPLE_ENV: example} if example is not None else {})}
         done = subprocess.run([str(standin), *words], env=env, stdin=subprocess.DEVNULL,
                               capture_output=True, timeout=RUN_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:  # ValueError: a NUL in a word
         return {"error": f"cannot run: {exc}"}
     return {"exit_status": done.returncode, "stdout": done.stdout.decode(errors="replace")[-2000:],
-            "stderr": done.stderr.decode(errors="replace")[-2000:], "words": words}
+            "stderr": done.stderr.decode(errors="replace")[-2000:]}
 
 
 def format_side_by_side(report: Report, baseline: Baseline) -> str:

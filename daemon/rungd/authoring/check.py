@@ -130,8 +130,6 @@ class Receipt:
     unknown_write_retries: int = 0
     verified_from_skipped: bool = False
     skipped: str | None = None
-    # Fixtures not run, each with why: the check could not run them for this tool.
-    not_run: list[str] = dataclasses.field(default_factory=list)
     # Fixtures a tool of its kind is never given (a Python tool's empty or already), with why:
     # said on the receipt, not counted against it.
     outside: list[str] = dataclasses.field(default_factory=list)
@@ -158,9 +156,9 @@ class Receipt:
 
     @property
     def unchecked(self) -> list[str]:
-        """What the check could not show of this tool, one line each: fixtures not run and
-        fixtures that never reached what they aim at."""
-        return [*self.not_run, *(f"{f.fixture}: {f.unreached}" for f in self.fixtures if f.unreached)]
+        """What the check could not show of this tool, one line each: the fixtures that never
+        reached what they aim at."""
+        return [f"{f.fixture}: {f.unreached}" for f in self.fixtures if f.unreached]
 
     @property
     def verdict(self) -> str:
@@ -290,7 +288,6 @@ def merged(hangs: list[Receipt], others: list[Receipt]) -> list[Receipt]:
         slow.unknown_write_retries += fast.unknown_write_retries
         slow.verified_from_skipped |= fast.verified_from_skipped
         slow.skipped = slow.skipped or fast.skipped
-        slow.not_run = list(dict.fromkeys(fast.not_run + slow.not_run))
         slow.outside = list(dict.fromkeys(fast.outside + slow.outside))
         receipts.append(slow)
     return receipts
@@ -332,6 +329,9 @@ async def throwaway_daemon(config: Config, what: str, *, stand_in: Any = None
             except (ConfigError, PluginError) as exc:
                 raise CheckError(f"{what} does not load: {exc}; "
                                  "hint: `rungd check-config` shows the same problem on the real file") from None
+            except OSError as exc:  # its socket's path too long under $TMPDIR, a full disk...
+                raise CheckError(f"{what}: the throw-away daemon cannot start: {exc}; hint: point TMPDIR at a "
+                                 "short, writable folder (a socket's path must fit in 107 bytes)") from None
             try:
                 yield running, logs
             except ClientError as exc:

@@ -62,14 +62,17 @@ async def _serve_and_evaluate(config: Config, values: dict[str, str], tasks: lis
     logging.getLogger().addHandler(quiet)
     try:
         (folder / "standins").mkdir()
-        standin = write_plugin_standin(folder / "standins", "success")
-        stand_in = StandIn(standin, SLOW_DEADLINE_S)
+        script = write_plugin_standin(folder / "standins", "success")
+        stand_in = StandIn(script, SLOW_DEADLINE_S)
         async with trio.open_nursery() as nursery:
             try:
                 running = await start_daemon(nursery, standin_config(config, folder, values), stand_in=stand_in)
             except (PluginError, ConfigError) as exc:
                 raise EvalError(f"the dry run's daemon does not start: {exc}; "
                                 "hint: `rungd check-config` names the problem") from None
+            except OSError as exc:  # its socket's path too long under $TMPDIR, a full disk...
+                raise EvalError(f"the dry run's daemon cannot start: {exc}; hint: point TMPDIR at a short, "
+                                "writable folder (a socket's path must fit in 107 bytes)") from None
             wait_s = SLOW_DEADLINE_S * 2 + 10
 
             def both(client: Client) -> tuple[Report, Baseline | None]:
@@ -77,7 +80,7 @@ async def _serve_and_evaluate(config: Config, values: dict[str, str], tasks: lis
                 report = evaluate(client, tasks, model, fmt=fmt, max_turns=max_turns, wait_s=wait_s, dry_run=True)
                 if not baseline:
                     return report, None
-                return report, run_baseline(tasks, model, expected, standin, fmt, max_turns)
+                return report, run_baseline(tasks, model, expected, script, fmt, max_turns)
 
             try:
                 return await running.run(both)

@@ -53,6 +53,7 @@ from rungd.protocol import ToolDefinition
 Model = Callable[[dict[str, Any]], dict[str, Any]]
 REQUEST_ID = "request_id"
 MODEL_TIMEOUT_S = 300.0
+MAX_CALLS_PER_REPLY = 16
 DRY_RUN_LINE = ("dry run: a throw-away daemon on this config, every program a tool starts through run() a "
                 "stand-in that does nothing (a handler that starts one itself, by subprocess, is not stood in "
                 "for); a task passes on the tool and arguments the model chose, the stand-ins' answers are shown, "
@@ -259,6 +260,12 @@ def converse(task: Task, model: Model, request: dict[str, Any], max_turns: int,
             talk.text = reply.get("text")
             messages.append({"role": "assistant", "content": reply.get("text") or ""})
             break
+        if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
+            raise EvalError(f"the model's reply in task {task.id!r} has tool_calls that are not a list of objects; "
+                            'hint: {"tool_calls": [{"id": "t1", "name": "...", "arguments": {...}}]}')
+        if len(calls) > MAX_CALLS_PER_REPLY:
+            raise EvalError(f"the model asked for {len(calls)} tool calls in one reply in task {task.id!r}, over "
+                            f"{MAX_CALLS_PER_REPLY}; hint: a task needs a few calls, not a flood")
         messages.append({"role": "assistant", "content": reply.get("text") or "", "tool_calls": calls})
         for call in calls:
             name, arguments = str(call.get("name", "")), call.get("arguments") or {}

@@ -502,9 +502,10 @@ class CallContext:
     # Reads the handler made before acting: (read tool, its inputs, its fields). The settle
     # read judges by the one with its own tool and inputs (``read_before``).
     reads_before: list[tuple[str, dict[str, Any], dict[str, Any]]] = dataclasses.field(default_factory=list)
-    # ``rungctl check``'s throw-away daemon only (rungd.authoring.plugin_check): what every
-    # program of the call runs instead, ``stand_in.program(ctx, program) -> Program``. None in
-    # any daemon a config starts: nothing on the wire or in a file can set it.
+    # The throw-away daemon of ``rungctl check`` or eval's dry run only (``Daemon(stand_in=)``,
+    # rungd.authoring.plugin_check): what every program of the call runs instead,
+    # ``stand_in.program(ctx, program) -> Program``. None under ``rungd serve``: nothing on
+    # the wire or in a file can set it.
     stand_in: Any = None
 
     def mark_committed(self) -> None:

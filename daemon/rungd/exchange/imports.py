@@ -49,7 +49,7 @@ import trio
 from pydantic import BaseModel, TypeAdapter
 
 from rungd.core.contract import CallContext, Result
-from rungd.core.errors import BadInput, ImportPartial, Locked, UnexpectedState
+from rungd.core.errors import BadInput, Failed, ImportPartial, Locked, UnexpectedState
 from rungd.exchange import locks, patterns, safe
 from rungd.exchange.formats import Csv, Format, render
 from rungd.exchange.paths import Roots, checked_name
@@ -222,6 +222,13 @@ class Importer:
         ``not_started``. After it, the file stays for the program (it may be half taken),
         and the daemon reports ``unknown`` with the tool's settle read.
         """
+        if ctx.stand_in is not None:
+            # rungctl check or eval's dry run: its programs are stand-ins, and a file written
+            # here would be imported for real by the real program watching the folder.
+            raise Failed(f"{ctx.tool.name} writes into the real import folder {self.spec.folder}, which a check "
+                         "or a dry run must not; nothing was written",
+                         hint="import tools are not run against stand-ins; test them with rungd.testing and a "
+                         "folder of your own (plugins/README.md, section 6)", outcome="not_started")
         spec = self.spec
         checked_name(name, self.pattern, field="name")
         if not rows:

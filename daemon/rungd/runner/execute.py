@@ -391,7 +391,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
                      hint="this is a bug in the plugin: a read answers no confirmation; a tool whose program "
                      "acts on an answer is a write (side_effect other than read) with a read-back",
                      outcome=None if ctx.may_have_acted() else "not_started")
-    if ctx.stand_in is not None:  # rungctl check: the program is never the real one
+    if ctx.stand_in is not None:  # rungctl check, eval's dry run: the program is never the real one
         program = ctx.stand_in.program(ctx, program)
     _check_trusted(ctx, program)
     # Every credential the program gets from the start is looked up before anything starts:

@@ -51,9 +51,10 @@ class Daemon:
 
     Args:
         config: the validated configuration.
-        stand_in: ``rungctl check``'s throw-away daemon only (rungd.authoring.plugin_check):
-            every tool as ``stand_in.tool(tool)`` makes it (deadlines cut, no gate of its
-            own), every program a call starts replaced by ``stand_in.program``.
+        stand_in: the throw-away daemon of ``rungctl check`` or ``rungctl eval``'s dry run
+            only (rungd.authoring.plugin_check): every tool as ``stand_in.tool(tool)`` makes
+            it (deadlines cut, no gate of its own), every program a call starts through
+            ``run()`` replaced by ``stand_in.program``, no import written, no observer told.
 
     Raises:
         PluginError: a plugin failed to load, misspelled a hook, or two plugins registered
@@ -202,8 +203,11 @@ class Daemon:
             self._limits.leave(uid)
 
     def _observe(self, tool: str, envelope: Envelope, caller: Caller) -> None:
-        # Through self.hooks at call time: a reload swaps them.
-        self.hooks.observe_result(tool, envelope, caller)
+        # Through self.hooks at call time: a reload swaps them. A check's or a dry run's
+        # results are not the host's: the plugins' observers (a pager, a metrics push) never
+        # see them.
+        if self._stand_in is None:
+            self.hooks.observe_result(tool, envelope, caller)
         if self.step_downs is not None:
             try:
                 self.step_downs.observe(tool, envelope)

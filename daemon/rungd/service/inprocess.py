@@ -93,7 +93,8 @@ class RunningDaemon:
 async def start_daemon(nursery: trio.Nursery, config: Config, *, stand_in: Any = None) -> RunningDaemon:
     """Start a daemon for ``config`` in ``nursery``; returns once its socket listens.
 
-    ``stand_in``: ``rungctl check``'s substitute for every program (``Daemon``'s argument).
+    ``stand_in``: the substitute for every program in ``rungctl check`` and eval's dry run
+    (``Daemon``'s argument).
     """
     daemon = Daemon(config, stand_in=stand_in)
     await nursery.start(daemon.serve)

@@ -87,8 +87,8 @@ class Dispatcher:
             a call keeps running when the client that started it goes away.
         reaper: the daemon's reaper of adopted orphans, handed to the runner.
         askpass: the daemon's askpass endpoint, handed to the runner.
-        stand_in: ``rungctl check``'s substitute for every program a call starts
-            (``CallContext.stand_in``); None in a real daemon.
+        stand_in: the substitute for every program a call starts in ``rungctl check``'s
+            or eval's dry run's daemon (``CallContext.stand_in``); None under ``rungd serve``.
     """
 
     def __init__(
