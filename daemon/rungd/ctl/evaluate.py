@@ -33,7 +33,8 @@ def eval_tasks(ctx: Context) -> int:
 
     The dry run starts a throw-away daemon on this config (its plugins, tool files and
     settings) whose every program is a stand-in that does nothing (rungd.authoring.dryrun):
-    nothing real runs, and a task passes on the tool and arguments the model chose. With
+    no program started through run() runs for real and no import is written (a handler's
+    own subprocess is out of reach), and a task passes on the tool and arguments the model chose. With
     --live the calls go to the running daemon and its real programs, and a task passes only
     on an ok result. The model gets the exported definitions and the conversation; every
     call it asks for runs once, as asked. Per task: the tools chosen, arguments, call count, payload bytes,
