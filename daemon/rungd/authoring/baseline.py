@@ -157,17 +157,17 @@ def _run_task(task: Task, model: Model, exported: list[dict[str, Any]], programs
 def _run(program: str | None, line: str, standin: Path, example: str | None) -> dict[str, Any]:
     """The pass-through call: split ``line`` without a shell and run the stand-in with it."""
     if program is None:
-        return {"error": "no such tool"}
+        return {"status": "error", "error": "no such tool"}
     try:
         words = shlex.split(line)
     except ValueError as exc:
-        return {"error": f"cannot split the arguments: {exc}"}
+        return {"status": "error", "error": f"cannot split the arguments: {exc}"}
     try:
         env = {**os.environ, ROLE_ENV: "act", **({EXAMPLE_ENV: example} if example is not None else {})}
         done = subprocess.run([str(standin), *words], env=env, stdin=subprocess.DEVNULL,
                               capture_output=True, timeout=RUN_S, check=False)
     except (OSError, ValueError, subprocess.TimeoutExpired) as exc:  # ValueError: a NUL in a word
-        return {"error": f"cannot run: {exc}"}
+        return {"status": "error", "error": f"cannot run: {exc}"}
     return {"exit_status": done.returncode, "stdout": done.stdout.decode(errors="replace")[-2000:],
             "stderr": done.stderr.decode(errors="replace")[-2000:]}
 

@@ -176,7 +176,7 @@ class Receipt:
             return f"SKIP {self.tool}  {self.skipped}"
         reached = [f for f in self.fixtures if not f.unreached]
         stable = sum(1 for f in reached if f.stable)
-        unchecked = [line.split(":", 1)[0] for line in self.unchecked]
+        unchecked = [f.fixture for f in self.fixtures if f.unreached]
         return (f"{self.verdict} {self.tool}  fixtures={len(reached)} "
                 f"stableCodes={stable} secretHits={len(self.secret_hits)} "
                 f"unknownWriteRetries={self.unknown_write_retries} "
@@ -312,13 +312,14 @@ async def _check_group(path: Path, raw: dict[str, Any], names: list[str], hangs:
 
 
 @contextlib.asynccontextmanager
-async def throwaway_daemon(config: Config, what: str, *, stand_in: Any = None
+async def throwaway_daemon(config: Config, what: str, *, stand_in: Any = None, error: type[Exception] = CheckError
                            ) -> AsyncIterator[tuple[RunningDaemon, LogCapture]]:
-    """A check's daemon for ``config`` (``what`` names it in errors), serving while the body
-    runs, and every line it logs meanwhile (to look for secrets in).
+    """A check's (or a dry run's) daemon for ``config`` (``what`` names it in errors), serving
+    while the body runs, and every line it logs meanwhile: kept off the terminal, to look for
+    secrets in.
 
     Raises:
-        CheckError: it does not load, or stopped answering; with a hint.
+        error: it does not load, cannot start, or stopped answering; with a hint.
     """
     logs = LogCapture()
     logging.getLogger().addHandler(logs)
@@ -327,16 +328,16 @@ async def throwaway_daemon(config: Config, what: str, *, stand_in: Any = None
             try:
                 running = await start_daemon(nursery, config, stand_in=stand_in)
             except (ConfigError, PluginError) as exc:
-                raise CheckError(f"{what} does not load: {exc}; "
-                                 "hint: `rungd check-config` shows the same problem on the real file") from None
+                raise error(f"{what} does not load: {exc}; "
+                            "hint: `rungd check-config` shows the same problem on the real config") from None
             except OSError as exc:  # its socket's path too long under $TMPDIR, a full disk...
-                raise CheckError(f"{what}: the throw-away daemon cannot start: {exc}; hint: point TMPDIR at a "
-                                 "short, writable folder (a socket's path must fit in 107 bytes)") from None
+                raise error(f"{what}: the throw-away daemon cannot start: {exc}; hint: point TMPDIR at a "
+                            "short, writable folder (a socket's path must fit in 107 bytes)") from None
             try:
                 yield running, logs
             except ClientError as exc:
-                raise CheckError(f"{what}: the throw-away daemon stopped answering: {exc}; "
-                                 "hint: its log above says why; rerun with RUNGD_DEBUG=1") from None
+                raise error(f"{what}: the throw-away daemon stopped answering: {exc}; "
+                            "hint: rerun with RUNGD_DEBUG=1") from None
             finally:
                 running.daemon.stop()
     finally:

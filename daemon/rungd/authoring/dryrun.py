@@ -14,24 +14,19 @@ deadlines at most ``SLOW_DEADLINE_S``, and everything is removed afterwards.
 
 from __future__ import annotations
 
-import logging
-import secrets
 import shutil
 import tempfile
 from pathlib import Path
 
-import trio
-
 from rungd.authoring.baseline import Baseline, expected_commands, run_baseline
-from rungd.authoring.check import CHECK_SECRET, SLOW_DEADLINE_S, blocking
+from rungd.authoring.check import SLOW_DEADLINE_S, blocking, throwaway_daemon
 from rungd.authoring.evalharness import EvalError, Model, Report, Task, evaluate
-from rungd.authoring.plugin_check import StandIn, standin_config
+from rungd.authoring.plugin_check import StandIn, seeded_secrets, standin_config
 from rungd.authoring.standins import write_plugin_standin
 from rungd.authoring.definitions import Format
 from rungd.client import Client
 from rungd.config import Config
 from rungd.core.errors import ConfigError, PluginError
-from rungd.service.inprocess import start_daemon
 from rungd.service.plugins import Hooks
 
 
@@ -48,44 +43,28 @@ def evaluate_dry(config: Config, tasks: list[Task], model: Model, *, fmt: Format
         tools = Hooks.load(config).collect_tools(config)
     except (PluginError, ConfigError) as exc:
         raise EvalError(f"the config's plugins do not load: {exc}; hint: `rungd check-config` names the problem") from None
-    names = {CHECK_SECRET, *(name for reg in tools.values() for name in reg.tool.credentials)}
-    values = {name: "rungdeval" + secrets.token_hex(16) for name in sorted(names)}
-    return blocking(_serve_and_evaluate, config, values, tasks, model, fmt, max_turns, baseline, error=EvalError)
+    return blocking(_serve_and_evaluate, config, seeded_secrets(tools.values()), tasks, model, fmt, max_turns,
+                    baseline, error=EvalError)
 
 
 async def _serve_and_evaluate(config: Config, values: dict[str, str], tasks: list[Task], model: Model,
                               fmt: Format, max_turns: int, baseline: bool) -> tuple[Report, Baseline | None]:
     folder = Path(tempfile.mkdtemp(prefix="rungd-"))  # short: the socket's path must fit sun_path
-    # The throw-away daemon's log (a line per call) is not the user's business: kept off the
-    # terminal, as Python prints warnings of a process that configured no logging.
-    quiet = logging.NullHandler()
-    logging.getLogger().addHandler(quiet)
     try:
         (folder / "standins").mkdir()
         script = write_plugin_standin(folder / "standins", "success")
         stand_in = StandIn(script, SLOW_DEADLINE_S)
-        async with trio.open_nursery() as nursery:
-            try:
-                running = await start_daemon(nursery, standin_config(config, folder, values), stand_in=stand_in)
-            except (PluginError, ConfigError) as exc:
-                raise EvalError(f"the dry run's daemon does not start: {exc}; "
-                                "hint: `rungd check-config` names the problem") from None
-            except OSError as exc:  # its socket's path too long under $TMPDIR, a full disk...
-                raise EvalError(f"the dry run's daemon cannot start: {exc}; hint: point TMPDIR at a short, "
-                                "writable folder (a socket's path must fit in 107 bytes)") from None
-            wait_s = SLOW_DEADLINE_S * 2 + 10
+        wait_s = SLOW_DEADLINE_S * 2 + 10
 
-            def both(client: Client) -> tuple[Report, Baseline | None]:
-                expected = expected_commands(client, stand_in, tasks, wait_s) if baseline else {}
-                report = evaluate(client, tasks, model, fmt=fmt, max_turns=max_turns, wait_s=wait_s, dry_run=True)
-                if not baseline:
-                    return report, None
-                return report, run_baseline(tasks, model, expected, script, fmt, max_turns)
+        def both(client: Client) -> tuple[Report, Baseline | None]:
+            expected = expected_commands(client, stand_in, tasks, wait_s) if baseline else {}
+            report = evaluate(client, tasks, model, fmt=fmt, max_turns=max_turns, wait_s=wait_s, dry_run=True)
+            if not baseline:
+                return report, None
+            return report, run_baseline(tasks, model, expected, script, fmt, max_turns)
 
-            try:
-                return await running.run(both)
-            finally:
-                running.daemon.stop()
+        async with throwaway_daemon(standin_config(config, folder, values), "the dry run's daemon",
+                                    stand_in=stand_in, error=EvalError) as (running, _logs):
+            return await running.run(both)
     finally:
-        logging.getLogger().removeHandler(quiet)
         shutil.rmtree(folder, ignore_errors=True)

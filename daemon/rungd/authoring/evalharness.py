@@ -279,7 +279,7 @@ def converse(task: Task, model: Model, request: dict[str, Any], max_turns: int,
             talk.result_bytes += len(content.encode())
             messages.append({"role": "tool", "tool_call_id": str(call.get("id", "")), "name": name,
                              "content": content,
-                             "is_error": result.get("status") == "error" or isinstance(result.get("error"), str)})
+                             "is_error": result.get("status") == "error"})
     return talk
 
 

@@ -41,6 +41,7 @@ import os
 import secrets
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import trio
@@ -197,8 +198,7 @@ class _Plan:
         self.hangs = hangs  # this daemon runs only the fixtures that hang, with short deadlines
         self.program = folder / "program"  # a symlink: pointed at each fixture's stand-in in turn
         self.stand_in = StandIn(self.program, CHECK_DEADLINE_S if hangs else SLOW_DEADLINE_S)
-        names = {CHECK_SECRET, *(name for registered in tools for name in registered.tool.credentials)}
-        self.secrets = {name: "rungdck" + secrets.token_hex(16) for name in sorted(names)}
+        self.secrets = seeded_secrets(tools)
         self.seen_hits: set[str] = set()
 
     def config(self, config: Config) -> Config:
@@ -240,7 +240,7 @@ class _Plan:
 
     async def _fixture(self, running: RunningDaemon, tool: Tool, fixture: str, inputs: dict,
                        receipt: Receipt, envelopes: list[Envelope], logs: LogCapture) -> tuple[FixtureResult, bool]:
-        """Run one fixture twice; also whether the tool started any program under it."""
+        """Run one fixture twice; also whether the tool started any program through run()."""
         folder = self.folder / "standins" / tool.name
         folder.mkdir(parents=True, exist_ok=True)
         if fixture == "missing":
@@ -256,21 +256,19 @@ class _Plan:
         ran = False
         for attempt in (1, 2):
             (folder / "acted").unlink(missing_ok=True)
-            (folder / "runs.log").unlink(missing_ok=True)
             request_id = f"check-{fixture}-{attempt}-{secrets.token_hex(4)}" if write else None
             seen = len(self.stand_in.started.get(tool.name, []))
             env = await running.call(tool.name, inputs, request_id=request_id, wait_s=SLOW_DEADLINE_S * 3 + 10)
             envelopes.append(env)
             acted = (folder / "acted").exists()
-            roles = _roles(folder)
-            ran |= bool(roles)
             started = self.stand_in.started.get(tool.name, [])[seen:]
+            ran |= bool(started)
             result.runs.append(codes(env))
             result.problems += judged_always(env, tool.cap_bytes, acted)
             if env.call_id in logs.crashed:
                 result.problems.append(f"{codes(env)}: the handler raised an exception (a bug in the plugin; the "
                                        "daemon's log has the traceback)")
-            if fixture in NEEDS_ACT and "act" not in roles:
+            if fixture in NEEDS_ACT and all(run.role != "act" for run in started):
                 code = env.error.code if env.error is not None else env.status
                 if any(run.example is not None for run in started):
                     result.unreached = (f"the call ended {code} before its act: its handler did not act on what its "
@@ -284,10 +282,10 @@ class _Plan:
             if env.effect == "changed" and (not env.verified_by or not acted):
                 receipt.verified_from_skipped = True
             if write and attempt == 1 and env.outcome != "not_started" and env.status != "pending":
-                before = len(_roles(folder))
+                before = len(self.stand_in.started.get(tool.name, []))
                 envelopes.append(await running.call(tool.name, inputs, request_id=request_id,
                                                     wait_s=SLOW_DEADLINE_S * 3 + 10))
-                if len(_roles(folder)) > before:
+                if len(self.stand_in.started.get(tool.name, [])) > before:
                     receipt.unknown_write_retries += 1
         result.problems = sorted(set(result.problems))
         return result, ran
@@ -304,13 +302,23 @@ class _Plan:
             return [f"expected an error, got {env.status}"]
         if fixture == "acts_dies" and env.status == "ok" and env.effect != "changed":
             return [f"the program acted and was killed, yet the call is ok with effect {env.effect}"]
-        # Only where every read printed the same: reads given other examples after the act
-        # than before it show a change the stand-in never made, as the plugin's examples say.
-        same = len({(run.argv, run.example) for run in started if run.role == "read"}) <= len(
-            {run.argv for run in started if run.role == "read"})
+        # Only where each read printed the same every time: a read given another example after
+        # the act than before it shows a change the stand-in never made, as the plugin says.
+        shown: dict[tuple[str, ...], set[str | None]] = {}
+        for run in started:
+            if run.role == "read":
+                shown.setdefault(run.argv, set()).add(run.example)
+        same = all(len(examples) == 1 for examples in shown.values())
         if fixture == "noop" and env.effect == "changed" and same:
             return ["the program did nothing and its reads showed the same before and after, yet effect is changed"]
         return []
+
+
+def seeded_secrets(tools: Iterable[RegisteredTool]) -> dict[str, str]:
+    """A random value for every credential the tools may obtain, and the check's own (which
+    every stand-in is given): the credentials of a throw-away daemon, never real ones."""
+    names = {CHECK_SECRET, *(name for registered in tools for name in registered.tool.credentials)}
+    return {name: "rungdck" + secrets.token_hex(16) for name in sorted(names)}
 
 
 def standin_config(config: Config, folder: Path, secrets: dict[str, str]) -> Config:
@@ -325,11 +333,3 @@ def standin_config(config: Config, folder: Path, secrets: dict[str, str]) -> Con
                   state=StateConfig(dir=folder / "state"), plugins=config.plugins,
                   credentials=CredentialsConfig(file=creds), limits=config.limits,
                   gates=GatesConfig(read="none", reversible="none", visible="none", irreversible="none"))
-
-
-def _roles(folder: Path) -> list[str]:
-    """The role of each run of the stand-in since the log was last removed."""
-    try:
-        return [line.split(" ")[-1] for line in (folder / "runs.log").read_text(encoding="utf-8").splitlines()]
-    except FileNotFoundError:
-        return []
