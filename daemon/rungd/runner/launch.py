@@ -653,9 +653,7 @@ class Launcher:
                     fds.append(terminal)
                     targets.append(_launcher.TERMINAL)
                 if cgroup is not None:
-                    cgroup_fd = os.open(cgroup.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                    made.append(cgroup_fd)
-                    fds.append(cgroup_fd)
+                    fds.append(cgroup.fd())  # held by the cgroup, which serves call after call
                 try:
                     body = _launcher.encode_start(
                         [_encode(arg) for arg in argv],

@@ -96,17 +96,20 @@ class Stat(NamedTuple):
     session: int
 
 
-def read_file(path: str | os.PathLike[str]) -> bytes:
+def read_file(path: str | os.PathLike[str], dir_fd: int | None = None) -> bytes:
     """The whole of a small kernel file (``/proc``, cgroupfs) in four system calls.
 
     ``open()`` adds a stat, a terminal check and two seeks to each, and the call path reads
     a dozen such files. Read to end of file: a file made line by line (cgroup.procs, a
     process's children) comes a page at a time, and a short read is not its end.
 
+    Args:
+        dir_fd: a folder's descriptor, which a relative ``path`` starts from.
+
     Raises:
         OSError: as ``os.open`` and ``os.read`` (the file is gone, or not ours to read).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         chunks = []
         while chunk := os.read(fd, 65536):
@@ -634,7 +637,11 @@ class CallCgroup:
         # As strings, made once: a call reads and writes these a few times, and a spare
         # cgroup serves many calls.
         self._dir = str(path)
-        self._events, self._procs = f"{path}/cgroup.events", f"{path}/cgroup.procs"
+        # Its folder and its cgroup.events, opened at first use and held until it is removed
+        # (:meth:`close`): a spare cgroup serves many calls, and each call reads its files
+        # and has a program made in it; a walk of the long cgroupfs path each time cost a
+        # call tens of microseconds on the loop.
+        self._fd = self._events_fd = -1
         # Written to cgroup.kill once: the kernel (6.18 here) then kills every process born into
         # it with CLONE_INTO_CGROUP, so such a cgroup is never given to another call.
         self.killed = False
@@ -675,6 +682,28 @@ class CallCgroup:
             return None
         return cls(path)
 
+    def fd(self) -> int:
+        """A descriptor of its folder (close-on-exec), held until :meth:`close`: the launcher
+        makes a program in the cgroup through it (``CLONE_INTO_CGROUP``).
+
+        Raises:
+            OSError: it is gone, or the daemon is out of descriptors.
+        """
+        if self._fd < 0:
+            self._fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return self._fd
+
+    def close(self) -> None:
+        """Let go of the descriptors it holds (when removed, or no longer kept); safe twice."""
+        for fd in (self._fd, self._events_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._events_fd = -1
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
     @classmethod
     def spare(cls, tag: str | None = None) -> CallCgroup | None:
         """A cgroup for a call not known yet, ``rungd-s<random>`` (the launcher labels it with
@@ -693,11 +722,11 @@ class CallCgroup:
         try:
             # A cgroup's folder links its children's (as any folder its subfolders): 2 links
             # means none, where cgroup.stat's nr_descendants would cost a file's read.
-            if os.lstat(self._dir).st_nlink != 2:
+            if os.fstat(self.fd()).st_nlink != 2:
                 return False
             if events is None:
-                events = read_file(self._events)
-            controllers = read_file(f"{self._dir}/cgroup.subtree_control")
+                events = self._read_events()
+            controllers = read_file("cgroup.subtree_control", dir_fd=self.fd())
         except OSError:
             return False
         return b"populated 0" in events and b"frozen 0" in events and not controllers.strip()
@@ -724,7 +753,7 @@ class CallCgroup:
     def pids(self) -> list[int]:
         """The processes in the cgroup now; exited ones are not listed, even unreaped."""
         try:
-            return [int(pid) for pid in read_file(self._procs).split()]
+            return [int(pid) for pid in read_file("cgroup.procs", dir_fd=self.fd()).split()]
         except OSError:  # removed
             return []
 
@@ -752,11 +781,18 @@ class CallCgroup:
             OSError: they cannot be read now (the daemon is out of descriptors, say).
         """
         try:
-            return read_file(self._events)
+            return self._read_events()
         except OSError as exc:
             if isinstance(exc, (FileNotFoundError, NotADirectoryError)) or exc.errno == errno.ENODEV:
                 return b""  # removed: nothing lives in it
             raise
+
+    def _read_events(self) -> bytes:
+        """cgroup.events, read again from its start through the descriptor held (cgroupfs
+        makes the text anew at each read from offset 0)."""
+        if self._events_fd < 0:
+            self._events_fd = os.open("cgroup.events", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.fd())
+        return os.pread(self._events_fd, 4096, 0)
 
     def kill(self) -> bool:
         """SIGKILL every process in the cgroup, including those forked while it happens.
@@ -781,6 +817,7 @@ class CallCgroup:
             self.path.rmdir()
         except OSError:
             return False
+        self.close()
         return True
 
     async def remove_when_empty(self, timeout_s: float = _KILL_WAIT_S) -> bool:
