@@ -2,13 +2,15 @@
 
     python bench/cost_bench.py [--quick] [--dir DIR]
 
-Starts ``rungd serve`` with bench/bench_tools.py and bench/mini_daemon.py twice (a minimal Trio
-spawn-and-reply daemon; and the same through rungd's launcher with a terminal the daemon owns:
-the floor daemon, what rungd's design costs at the least), then measures, with the same argv
-(/bin/true) everywhere, against the goals of issue 32:
+Starts ``rungd serve`` with bench/bench_tools.py and bench/mini_daemon.py three times: a minimal
+Trio spawn-and-reply daemon; the same spawning through rungd's launcher with a terminal the
+daemon owns (the spawn-only daemon); and the floor daemon, what every rungd read costs by design
+as issue 32 defines it (rungd's wire, the launcher and the terminal, a cgroup per call, two
+batches of hash-chained ledger records: ``mini_daemon.py --floor``). Then it measures, with the
+same argv (/bin/true) everywhere, against the goals of issue 32:
 
   read round trip, back to back        vs subprocess.run and the floor daemon; also the mini
-                                       daemon and pexpect
+                                       daemon, the spawn-only daemon and pexpect
   read round trip, calls 100 ms apart  vs subprocess.run and the floor daemon, equally spaced
   50 concurrent clients, reads         calls/s vs 50 threads of subprocess.run and 50 clients of
                                        the floor daemon
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -45,6 +48,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
+
+from rungd.client import Client
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -88,7 +93,7 @@ class Mini:
         self.dir = Path(tempfile.mkdtemp(prefix="mb-"))
         self.path = self.dir / "s"
         self.process = subprocess.Popen([sys.executable, str(HERE / "mini_daemon.py"), str(self.path),
-                                         *(["--launcher"] if launcher else [])])
+                                         *self.mode(launcher)])
         self.ps = psutil.Process(self.process.pid)
         self.conn = socket.socket(socket.AF_UNIX)
         deadline = time.monotonic() + 30
@@ -101,6 +106,9 @@ class Mini:
                     self.stop()
                     raise SystemExit("the mini daemon did not start") from None
                 time.sleep(0.02)
+
+    def mode(self, launcher: bool) -> list[str]:
+        return ["--launcher"] if launcher else []
 
     def call(self, conn: socket.socket | None = None) -> None:
         conn = conn or self.conn
@@ -117,8 +125,28 @@ class Mini:
         self.conn.close()
         self.process.terminate()
         self.process.wait()
-        self.path.unlink(missing_ok=True)
-        self.dir.rmdir()
+        shutil.rmtree(self.dir)
+
+
+class Floor(Mini):
+    """The floor daemon (``mini_daemon.py --floor``), called as rungd is: through rungd.client."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client = Client(self.path)
+
+    def mode(self, launcher: bool) -> list[str]:
+        return ["--floor", str(self.dir / "ledger")]
+
+    def call(self, conn: Client | None = None) -> None:  # type: ignore[override]
+        assert (conn or self.client).call("true").status == "ok"
+
+    def connect(self) -> Client:  # type: ignore[override]
+        return Client(self.path)
+
+    def stop(self) -> None:
+        self.client.close()
+        super().stop()
 
 
 class ExtraProcesses:
@@ -192,7 +220,9 @@ def main() -> None:
     try:
         mini = Mini()
         minis.append(mini)
-        floor = Mini(launcher=True)
+        spawn_only = Mini(launcher=True)
+        minis.append(spawn_only)
+        floor = Floor()
         minis.append(floor)
         with daemon.client() as client:
             def read() -> None:
@@ -201,13 +231,14 @@ def main() -> None:
             def bare() -> None:
                 subprocess.run(["/bin/true"], check=True)
 
-            for warm_up in (read, mini.call, floor.call):  # each daemon's first calls start what it keeps
+            for warm_up in (read, mini.call, spawn_only.call, floor.call):  # each daemon's first calls start what it keeps
                 timed(warm_up, 10)
-            launchers = {"rungd": launcher_of(daemon.ps), "floor": launcher_of(floor.ps)}
+            launchers = {"rungd": launcher_of(daemon.ps), "floor": launcher_of(floor.ps),
+                         "spawn_only": launcher_of(spawn_only.ps)}
             # 1. back to back, interleaved in blocks so all see the same noise; 4a. the daemons'
             # own CPU over those blocks
-            r, b, m, f = [], [], [], []
-            daemon_cpu = launcher_cpu = mini_cpu = floor_cpu = 0.0
+            r, b, m, o, f = [], [], [], [], []
+            daemon_cpu = launcher_cpu = mini_cpu = spawn_only_cpu = floor_cpu = 0.0
             for _ in range(5):
                 times, (spent, spent_launcher) = measured(read, n // 5, daemon.ps, launchers["rungd"])
                 r += times
@@ -217,12 +248,16 @@ def main() -> None:
                 times, spent_all = measured(mini.call, n // 5, mini.ps)
                 m += times
                 mini_cpu += sum(spent_all)
+                times, spent_all = measured(spawn_only.call, n // 5, spawn_only.ps, launchers["spawn_only"])
+                o += times
+                spawn_only_cpu += sum(spent_all)
                 times, spent_all = measured(floor.call, n // 5, floor.ps, launchers["floor"])
                 f += times
                 floor_cpu += sum(spent_all)
             daemon_ms, launcher_ms = daemon_cpu / len(r) * 1000, launcher_cpu / len(r) * 1000
             alone_ms = daemon_ms + launcher_ms
             mini_ms, floor_ms = mini_cpu / len(m) * 1000, floor_cpu / len(f) * 1000
+            spawn_only_ms = spawn_only_cpu / len(o) * 1000
             pex = _pexpect()
             p = []
             if pex is not None:
@@ -234,7 +269,8 @@ def main() -> None:
             rt, bt = statistics.median(r), statistics.median(b)
             rows.append(("read round trip, back to back", f"{rt:.2f} ms",
                          f"subprocess.run {bt:.2f} ms ({rt / bt:.2f}x); mini Trio daemon {statistics.median(m):.2f} ms "
-                         f"({rt / statistics.median(m):.2f}x), the floor daemon {statistics.median(f):.2f} ms "
+                         f"({rt / statistics.median(m):.2f}x), the spawn-only daemon {statistics.median(o):.2f} ms "
+                         f"({rt / statistics.median(o):.2f}x), the floor daemon {statistics.median(f):.2f} ms "
                          f"({rt / statistics.median(f):.2f}x)"
                          + (f"; pexpect {statistics.median(p):.2f} ms ({rt / statistics.median(p):.1f}x)" if p else
                             "; pexpect not installable"), "<= 2.2x subprocess.run", verdict(rt / bt <= 2.2)))
@@ -295,7 +331,8 @@ def main() -> None:
                      f"{alone_ms:.2f} ms alone ({daemon_ms:.2f} + {launcher_ms:.2f}), "
                      f"{loaded_ms:.2f} ms under 50 clients",
                      f"the floor daemon {floor_ms:.2f} ms ({alone_ms / floor_ms:.2f}x; alone, its launcher included); "
-                     f"mini Trio daemon {mini_ms:.2f} ms", "<= 1.25x the floor", verdict(alone_ms / floor_ms <= 1.25)))
+                     f"mini Trio daemon {mini_ms:.2f} ms, the spawn-only daemon {spawn_only_ms:.2f} ms "
+                     f"({alone_ms / spawn_only_ms:.2f}x)", "<= 1.25x the floor", verdict(alone_ms / floor_ms <= 1.25)))
         # 5./6. a host with 3,000 extra idle processes
         with daemon.client() as client:
             def read2() -> None:
