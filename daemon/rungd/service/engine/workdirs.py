@@ -57,18 +57,26 @@ class WorkFolders:
             None when it is kept for a next call (empty and unchanged) or was never made;
             otherwise what removes it (and what was left in it), to await.
         """
-        if not os.path.lexists(folder):
+        try:
+            info = os.lstat(folder)
+        except FileNotFoundError:
             return None  # the program started elsewhere (its tool's own cwd)
-        if len(self._spares) < MAX_SPARES and self._as_made(folder):
+        except OSError:
+            info = None
+        if len(self._spares) < MAX_SPARES and info is not None and self._as_made(folder, info):
             self._spares.append(folder)
             return None
         return lambda: trio.to_thread.run_sync(_remove, folder, limiter=self._limiter)
 
-    def _as_made(self, folder: Path) -> bool:
+    def _as_made(self, folder: Path, info: os.stat_result | None = None) -> bool:
         """Whether ``folder`` is as a call's new process makes it: the daemon's own empty 0700
-        folder on the state folder's filesystem, with no user or trusted extended attribute."""
+        folder on the state folder's filesystem, with no user or trusted extended attribute.
+
+        Args:
+            info: its ``lstat``, if the caller made it just now.
+        """
         try:
-            info = os.lstat(folder)
+            info = info or os.lstat(folder)
             if not (stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
                     and info.st_uid == os.geteuid() and info.st_dev == self._device):
                 return False
