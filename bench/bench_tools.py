@@ -134,6 +134,11 @@ async def run_true(ctx: CallContext, inputs: NoInputs) -> Result:
     return await _run(ctx, runner.Program(argv=("/bin/true",)))
 
 
+async def run_true_without_terminal(ctx: CallContext, inputs: NoInputs) -> Result:
+    """/bin/true with no daemon-owned terminal: what the terminal costs a read, beside run_true."""
+    return await _run(ctx, runner.Program(argv=("/bin/true",), terminal="none"))
+
+
 async def run_tree(ctx: CallContext, inputs: TreeInputs) -> Result:
     return await _run(ctx, runner.Program(argv=tree_argv(inputs.pidfile), grace_s=TREE_GRACE_S))
 
@@ -193,6 +198,9 @@ def write_durably(path: Path, text: str) -> None:
 def rungd_register_tools(register: Any, config: Any) -> None:
     register(Tool(name="bench_true_run", description=describe("Runs /bin/true."), inputs=NoInputs,
                   outputs={"exit_status": "exit status"}, handler=run_true, timing=Timing(deadline_s=10)))
+    register(Tool(name="bench_true_noterm_run", description=describe("Runs /bin/true with no terminal."),
+                  inputs=NoInputs, outputs={"exit_status": "exit status"}, handler=run_true_without_terminal,
+                  timing=Timing(deadline_s=10)))
     register(Tool(name="bench_tree_run", description=describe("Runs a tree that resists being killed."),
                   inputs=TreeInputs, outputs={"exit_status": "exit status"}, handler=run_tree,
                   timing=Timing(deadline_s=TREE_DEADLINE_S)))

@@ -16,7 +16,8 @@ same argv (/bin/true) everywhere, against the goals of issue 32:
                                        the floor daemon
   CPU per read                         alone, and under 50 clients: the daemon's and its launcher's
                                        (their process CPU clocks), against the floor daemon's and
-                                       its launcher's, alone
+                                       its launcher's, alone; and the daemon-owned terminal's share
+                                       (the same read with none, interleaved)
   read with 3,000 extra idle processes vs the same read on the quiet host (made and removed here);
                                        beside it, subprocess.run's own slowdown on that host
   one silent long call on that host    the daemon's CPU share while it runs vs idle
@@ -254,6 +255,19 @@ def main() -> None:
                 times, spent_all = measured(floor.call, n // 5, floor.ps, launchers["floor"])
                 f += times
                 floor_cpu += sum(spent_all)
+            # 4b. what the daemon-owned terminal costs: the same read with none, interleaved
+            with_terminal = without_terminal = 0.0
+
+            def read_without_terminal() -> None:
+                assert client.call("bench_true_noterm_run", {}).status == "ok"
+
+            timed(read_without_terminal, 10)
+            for _ in range(5):
+                spent_all = measured(read, n // 5, daemon.ps, launchers["rungd"])[1]
+                with_terminal += sum(spent_all)
+                spent_all = measured(read_without_terminal, n // 5, daemon.ps, launchers["rungd"])[1]
+                without_terminal += sum(spent_all)
+            terminal_ms = (with_terminal - without_terminal) / (5 * (n // 5)) * 1000
             daemon_ms, launcher_ms = daemon_cpu / len(r) * 1000, launcher_cpu / len(r) * 1000
             alone_ms = daemon_ms + launcher_ms
             mini_ms, floor_ms = mini_cpu / len(m) * 1000, floor_cpu / len(f) * 1000
@@ -332,7 +346,8 @@ def main() -> None:
                      f"{loaded_ms:.2f} ms under 50 clients",
                      f"the floor daemon {floor_ms:.2f} ms ({alone_ms / floor_ms:.2f}x; alone, its launcher included); "
                      f"mini Trio daemon {mini_ms:.2f} ms, the spawn-only daemon {spawn_only_ms:.2f} ms "
-                     f"({alone_ms / spawn_only_ms:.2f}x)", "<= 1.25x the floor", verdict(alone_ms / floor_ms <= 1.25)))
+                     f"({alone_ms / spawn_only_ms:.2f}x); of rungd's, the daemon-owned terminal "
+                     f"{terminal_ms:.2f} ms (the same read with none, interleaved)", "<= 1.25x the floor", verdict(alone_ms / floor_ms <= 1.25)))
         # 5./6. a host with 3,000 extra idle processes
         with daemon.client() as client:
             def read2() -> None:
