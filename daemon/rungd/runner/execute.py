@@ -191,8 +191,9 @@ def _user_ids(user: str | None) -> tuple[int, int, list[int]] | None:
 
 
 async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, str],
-                 scratch: _Scratch) -> tuple[launch.Child, proctree.Tracker]:
-    """Start the program, born in the call's cgroup, with its tracker registered before it runs.
+                 scratch: _Scratch) -> tuple[launch.Started, proctree.Tracker]:
+    """Have the program made, born in the call's cgroup, with its tracker registered at once;
+    whether its ``exec`` worked is :func:`_running`'s to hear.
 
     Raises:
         Failed / ToolError: it could not be started (the codes of :func:`_spawn_error`); what
@@ -241,20 +242,37 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
         proctree.RUNNING[ctx.call_id] = tracker
         # Its askpass questions are this call's from now on, even before the watch listens.
         scratch.helper.claim(tracker.root)
-        try:
-            await started.exec_result()
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await _abandon(ctx, child, tracker)
-            raise
     except OSError as exc:
+        scratch.close()
+        raise _spawn_error(program, exc) from None
+    finally:
+        scratch.helper.release_secrets()  # the child holds its own copies now
+    return started, tracker
+
+
+async def _running(ctx: CallContext, program: Program, started: launch.Started, tracker: proctree.Tracker,
+                   scratch: _Scratch) -> None:
+    """Hear whether the program's ``exec`` worked. Awaited once the call has made ready what
+    watches the program: by then the exec is nearly always over, and its result is read
+    without a wait.
+
+    Raises:
+        Failed / ToolError: it could not be started (:func:`_spawn_error`); the process made
+            for it is killed and reaped, and what the call opened is closed.
+
+    Cancellation: the process is killed and reaped before it raises.
+    """
+    try:
+        await started.exec_result()
+    except BaseException as exc:
+        with trio.CancelScope(shield=True):
+            await _abandon(ctx, started.child, tracker)
+        if not isinstance(exc, OSError):
+            raise
         scratch.close()
         if isinstance(exc, launch.LostStart) and program.commits:
             ctx.mark_spawned()  # it was killed at once, but may have run its first instructions
         raise _spawn_error(program, exc) from None
-    finally:
-        scratch.helper.release_secrets()  # the child holds its own copies now
-    return child, tracker
 
 
 def _forget(ctx: CallContext, pid: int) -> None:
@@ -414,18 +432,16 @@ async def run(ctx: CallContext, program: Program) -> Completed:
             scratch.helper.env[var] = scratch.helper.secret_file(var, secret)
         if argv_files:
             program = _with_argv_files(program, argv_files, scratch.helper.secret_file)
-        proc, tracker = await _start(ctx, program, credentials, scratch)
+        started, tracker = await _start(ctx, program, credentials, scratch)
     except BaseException:
         # Cancelled while starting (the deadline, a stop) or a secret file failed: the
         # askpass socket and folder go now, not when the garbage collector finds them.
         scratch.close()
         raise
-    if program.commits:
-        # The program may act from its first instruction, whatever the declared commit point.
-        ctx.mark_spawned()
-        if ctx.tool.timing.commit_point == "spawn":
-            ctx.mark_committed()
+    proc = started.child
     if program.screen is not None:
+        await _running(ctx, program, started, tracker, scratch)
+        _spawned(ctx, program)
         return await _drive_screen(ctx, program, proc, tracker, scratch, secrets, fields)
     # Where the daemon may make cgroups (root, or systemd's Delegate=yes), the program was born
     # in the call's own, so the kill reaches every process of it however it detached.
@@ -441,15 +457,35 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     try:
         outputs = Outputs(scratch.poller, proc, (stdout, stderr), terminal)
     except OSError as exc:  # the kernel would not watch one more descriptor (ENOMEM, ENOSPC)
+        started.close()
         with trio.CancelScope(shield=True):
             await _abandon(ctx, proc, tracker)
         scratch.close()
+        if program.commits:
+            ctx.mark_spawned()  # its exec may have worked: it may have run its first instructions
         raise _spawn_error(program, exc) from None
     watch = Watch(ctx, program, proc, tracker, outputs, (stdout, stderr), Redactor(secrets), terminal)
+    # A write's program may act from its first instruction: its exec is heard of before it is
+    # watched. A read's is heard of at its exit (a failed exec ends at once, with its errno in
+    # the pipe): one wait on the loop fewer for the common call.
+    acts = _acts(ctx, program)
+    if acts:
+        await _running(ctx, program, started, tracker, scratch)
+        _spawned(ctx, program)
+    not_run: OSError | None = None
     try:
         question = await _supervise(watch, scratch.helper)
     finally:
+        if not acts:
+            verdict = started.verdict_now()
+            if verdict is True:
+                _spawned(ctx, program)
+            elif isinstance(verdict, OSError):
+                not_run = verdict
+        started.close()
         await _end(ctx, program, proc, tracker, watch.every_stream, scratch)
+    if not_run is not None:
+        raise _spawn_error(program, not_run)
     # What was answered on the caller's behalf goes on record (the ledger's answered
     # events), whatever the call ends in.
     ctx.answered.extend(watch.answered)
@@ -473,6 +509,21 @@ async def run(ctx: CallContext, program: Program) -> Completed:
     check_terminal(completed, program, watch.tty)
     check_limits(completed, limits.effective(program.limits))
     return completed
+
+
+def _acts(ctx: CallContext, program: Program) -> bool:
+    """Whether the program may act: a write's, unless it is a read the write makes. (A read's
+    start is noted when its end is heard: what it says then depends on no mark before.)"""
+    return program.commits and ctx.tool.side_effect != "read"
+
+
+def _spawned(ctx: CallContext, program: Program) -> None:
+    """Note that a write's program runs: it may act from its first instruction, whatever the
+    declared commit point."""
+    if program.commits:
+        ctx.mark_spawned()
+        if ctx.tool.timing.commit_point == "spawn":
+            ctx.mark_committed()
 
 
 def _check_screen(screen: Screen) -> None:

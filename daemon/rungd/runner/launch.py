@@ -338,9 +338,9 @@ def _readable(fd: int) -> bool:
 class Started:
     """A program the launcher made, until its ``exec`` is known to have succeeded or failed.
 
-    ``child`` is the daemon's own child from the start; :meth:`exec_result` says whether the
-    program is running. Whoever gets one must either see ``exec_result`` through or kill and
-    wait for ``child``.
+    ``child`` is the daemon's own child from the start; :meth:`exec_result` (or, once it has
+    exited, :meth:`verdict_now`) says whether the program ran. Whoever gets one must either
+    hear that or kill and wait for ``child``, and :meth:`close` it.
     """
 
     def __init__(self, child: Child, err_r: int, said: bytes) -> None:
@@ -376,13 +376,28 @@ class Started:
             if not ended:
                 data, _ = await _read_until(self._err_r, data, math.inf, lambda said: False)
         finally:
-            os.close(self._err_r)
-        lines = _lines(data)
-        data = _PID_LINE.sub(b"", data)
-        if data:
-            raise _error(data)
-        if b"C" not in lines:  # made, and killed before its first line (a killed cgroup kills newborns)
-            raise OSError(errno.EAGAIN, "the program's process was killed as it was made")
+            self.close()
+        if (failure := _exec_failure(data)) is not None:
+            raise failure
+
+    def verdict_now(self) -> bool | OSError:
+        """What the pipe says of the exec now, without a wait: True once it worked, the error
+        that kept the program from starting (as :meth:`exec_result` raises them), or False
+        while it does not say yet (the process has neither execed nor failed so far)."""
+        if self._err_r < 0:
+            return False
+        data, ended = _read_now(self._err_r, self._said, lambda said: False)
+        self._said = data
+        if not ended:
+            return False
+        self.close()
+        return _exec_failure(data) or True
+
+    def close(self) -> None:
+        """Close the error pipe, for a child killed before its verdict was heard; safe twice."""
+        if self._err_r >= 0:
+            fd, self._err_r = self._err_r, -1
+            os.close(fd)
 
 
 async def _read_until(fd: int, data: bytes, timeout: float, enough: Callable[[bytes], bool], *,
@@ -421,6 +436,16 @@ def _read_now(fd: int, data: bytes, enough: Callable[[bytes], bool]) -> tuple[by
             return data, True
         data += chunk
     return data, False
+
+
+def _exec_failure(said: bytes) -> OSError | None:
+    """What kept the program from running, by all the error pipe said up to its end; None
+    when its exec worked."""
+    if (failure := _PID_LINE.sub(b"", said)):
+        return _error(failure)
+    if b"C" not in _lines(said):  # made, and killed before its first line (a killed cgroup kills newborns)
+        return OSError(errno.EAGAIN, "the program's process was killed as it was made")
+    return None
 
 
 def _has_pid_line(said: bytes) -> bool:
@@ -611,7 +636,7 @@ class Launcher:
                     output_fd: int | None = None) -> Started:
         """Have the launcher make the program; returns once its pid is known.
 
-        The caller awaits :meth:`Started.exec_result` next. Descriptors are made here, so
+        The caller hears the exec's verdict next (:meth:`Started.exec_result`). Descriptors are made here, so
         EMFILE/ENFILE surface here as OSError; so does a launcher that could not make a
         process (EAGAIN, ENOMEM): then nothing was started. ``make_cwd``: the new process
         makes ``cwd`` (0700, and its parents) before it starts there; a failure says

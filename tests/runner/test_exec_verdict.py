@@ -1,0 +1,80 @@
+"""When the runner hears whether a program's exec worked (issue 32's one wait fewer per read).
+
+A write's program may act from its first instruction, so its exec is heard of before it is
+watched, as ever. A read's is heard of at its end, from what the launcher's error pipe holds
+by then: a read that could not start still ends ``not_started`` with the kernel's reason, a
+read that ran is marked as started (its errors are ``done``, not ``not_started``), and no
+descriptor outlives the call either way.
+
+Driven through ``rungd.runner.run`` directly, with real programs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from rungd import runner
+from rungd.core.errors import Failed, PromptUnexpected
+
+from tests.runner.test_runner_refusals import TOOL, make_ctx
+
+WRITE = dataclasses.replace(TOOL, side_effect="reversible")
+
+
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+async def _run(ctx, program: runner.Program):
+    with trio.fail_after(10):
+        return await runner.run(ctx, program)
+
+
+@pytest.mark.parametrize("tool", [TOOL, WRITE], ids=["read", "write"])
+@pytest.mark.parametrize("program, words", [
+    (runner.Program(argv=("/nonexistent/rungd-no-such-program",)), "No such file or directory"),
+    (runner.Program(argv=("/bin/true",), cwd=Path("/nonexistent/rungd-no-such-folder")),
+     "entering its working folder"),
+], ids=["exec", "chdir"])
+async def test_a_program_that_could_not_start_is_not_started_and_leaks_nothing(short_tmp, tool, program,
+                                                                              words) -> None:
+    ctx = make_ctx(short_tmp)
+    ctx.tool = tool
+    await _run(make_ctx(short_tmp), runner.Program(argv=("/bin/true",)))  # the launcher, started once
+    before = _fds()
+    with pytest.raises(Failed) as failure:
+        await _run(ctx, program)
+    assert words in failure.value.message
+    assert failure.value.outcome == "not_started"
+    assert not ctx.may_have_acted() and not ctx.committed
+    assert _fds() <= before
+
+
+async def test_a_read_that_ran_is_marked_started(short_tmp) -> None:
+    ctx = make_ctx(short_tmp)
+    done = await _run(ctx, runner.Program(argv=("/bin/echo", "hello")))
+    assert (done.exit_status, done.stdout) == (0, "hello\n")
+    assert ctx.committed  # its commit point is its spawn: its errors would be "done"
+
+
+async def test_a_read_stopped_at_a_question_is_marked_started(short_tmp) -> None:
+    ctx = make_ctx(short_tmp)
+    asks = (sys.executable, "-c", "import sys; print('Continue? [y/N] ', end='', flush=True); sys.stdin.readline()")
+    with pytest.raises(PromptUnexpected):
+        await _run(ctx, runner.Program(argv=asks))
+    assert ctx.committed
+
+
+async def test_a_read_cancelled_at_its_deadline_leaks_no_descriptor(short_tmp) -> None:
+    ctx = make_ctx(short_tmp)
+    await _run(make_ctx(short_tmp), runner.Program(argv=("/bin/true",)))
+    before = _fds()
+    with trio.move_on_after(0.3):
+        await runner.run(ctx, runner.Program(argv=("/bin/sleep", "30")))
+    assert _fds() <= before
