@@ -107,6 +107,27 @@ class Audit:
         if self._outage is not None:
             await self._record_outage()
 
+    def record_now(self, events: list[tuple[str, str, str, dict[str, Any]]]) -> bool:
+        """Append a read's events (no fsync: see :meth:`record_many`) on the loop, if the
+        writer can take them without a wait, and update the index.
+
+        Returns:
+            True once they are recorded; False when they must go through ``record_many``:
+            the writer is busy or due to rotate, an outage is to be written down first, or
+            the write failed (``record_many`` tries again, and says so).
+        """
+        if self._outage is not None:
+            return False
+        try:
+            records = self.ledger.append_now(events)
+        except LedgerWriteFailed:
+            return False
+        if records is None:
+            return False
+        for record in records:
+            self.index.apply(record)
+        return True
+
     async def _record_outage(self) -> None:
         """Write down the outage that just ended, now that the ledger takes records again (for
         ``rungctl health``, its counters and an auditor): when it began and how many appends it

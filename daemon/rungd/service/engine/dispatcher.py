@@ -433,18 +433,22 @@ class Dispatcher:
             if envelope.outcome == "unknown" and spec and spec.at_once and settle and settle["expect"] \
                     and not call.interrupted:
                 envelope = await self._settle_now(call, tool, envelope, settle, ctx)
-            with trio.CancelScope(shield=True):  # the end of a call is recorded even at shutdown
-                # The work folder is scratch for this call only: empty or gone before the
-                # caller hears; what the call left in it is removed (in a worker thread: an
-                # rmdir waits on the filesystem's journal) while the finished record is written.
-                if (remove := self.work.give_back(work_dir)) is None:
-                    await self._record_end(call, envelope, ctx)
-                else:
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(remove)
-                        await self._record_end(call, envelope, ctx)
-                self.requests.release(call)
-                self._finish(call, envelope)
+            # The work folder is scratch for this call only: empty or gone before the caller
+            # hears; what the call left in it is removed (in a worker thread: an rmdir waits on
+            # the filesystem's journal) while the finished record is written.
+            remove = self.work.give_back(work_dir)
+            events = _end_events(call, envelope, ctx)
+            if remove is not None or tool.side_effect != "read" or not self.audit.record_now(events):
+                with trio.CancelScope(shield=True):  # the end of a call is recorded even at shutdown
+                    if remove is None:
+                        await self._record_end(call, events, ctx)
+                    else:
+                        async with trio.open_nursery() as nursery:
+                            nursery.start_soon(remove)
+                            await self._record_end(call, events, ctx)
+            # (else a read's end was recorded on the loop, with no wait that a stop could cut)
+            self.requests.release(call)
+            self._finish(call, envelope)
         finally:
             # Released only once the caller can read the result, so a shutdown that waits
             # for idle never cuts off an answer.
@@ -506,22 +510,13 @@ class Dispatcher:
         return outcomes.settled(envelope, tool, read=read, expect=settle["expect"],
                                 before=ctx.read_before(settle["tool"], settle["inputs"]), acted=ctx.may_have_acted())
 
-    async def _record_end(self, call: Call, envelope: Envelope, ctx: CallContext) -> None:
-        """Record what the runner answered and how the call finished (the caller hears it next)."""
-        answered: list[_Event] = [("answered", call.call_id, call.tool, {"request_id": call.request_id, "note": what})
-                                  for what in ctx.answered]
-        finished: _Event = ("finished", call.call_id, call.tool, {
-            "request_id": call.request_id, "outcome": envelope.outcome, "effect": envelope.effect,
-            "code": envelope.error.code if envelope.error else None,
-            # The result is kept for what a repeat or reconcile answers: calls with a request_id.
-            # A read's result would only grow the ledger (its evidence stays on disk).
-            "result": msgspec.to_builtins(envelope) if call.request_id else None,
-        })
+    async def _record_end(self, call: Call, events: list[_Event], ctx: CallContext) -> None:
+        """Record a call's end (:func:`_end_events`; the caller hears it next)."""
         for delay in (0.1, 0.5, 1.0, 2.0, None):  # space may come back: try for a few seconds
             try:
                 # A read's finished record is synced within a second, not before the caller
                 # hears: a read has no effect to lose (the README says what a crash can lose).
-                await self.audit.record_many([*answered, finished], durable=ctx.tool.side_effect != "read")
+                await self.audit.record_many(events, durable=ctx.tool.side_effect != "read")
                 break
             except RungdError:
                 if delay is None:
@@ -551,8 +546,11 @@ class Dispatcher:
         # wrong (next_action repair), and so is an outcome nobody knows.
         quiet = envelope.status == "ok" and envelope.effect == "none"
         trouble = envelope.outcome == "unknown" or (envelope.status == "error" and envelope.next_action != "repair")
+        level = logging.DEBUG if quiet else logging.WARNING if trouble else logging.INFO
+        if not log.isEnabledFor(level):
+            return  # (the line's fields are not even gathered: the common read's case)
         log.log(
-            logging.DEBUG if quiet else logging.WARNING if trouble else logging.INFO,
+            level,
             "call finished",
             extra={**_journal_call(call), "status": envelope.status,
                    "code": envelope.error.code if envelope.error else None,
@@ -577,6 +575,20 @@ class Dispatcher:
             await self.audit.record_many(events)
         except RungdError:
             pass  # already logged by Audit; nothing was or will be run for this call
+
+
+def _end_events(call: Call, envelope: Envelope, ctx: CallContext) -> list[_Event]:
+    """What the runner answered for the call, and how it finished."""
+    answered: list[_Event] = [("answered", call.call_id, call.tool, {"request_id": call.request_id, "note": what})
+                              for what in ctx.answered]
+    finished: _Event = ("finished", call.call_id, call.tool, {
+        "request_id": call.request_id, "outcome": envelope.outcome, "effect": envelope.effect,
+        "code": envelope.error.code if envelope.error else None,
+        # The result is kept for what a repeat or reconcile answers: calls with a request_id.
+        # A read's result would only grow the ledger (its evidence stays on disk).
+        "result": msgspec.to_builtins(envelope) if call.request_id else None,
+    })
+    return [*answered, finished]
 
 
 def _plan(tool: Tool, shown: ToolInputs) -> tuple[str, ...]:
