@@ -11,15 +11,20 @@ Driven through ``rungd.runner.run`` directly, with real programs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import secrets
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 
 from rungd import runner
+from rungd.runner import launch
+from rungd.system import proctree
 from rungd.core.errors import Failed, PromptUnexpected
 
 from tests.runner.test_runner_refusals import TOOL, make_ctx
@@ -78,3 +83,57 @@ async def test_a_read_cancelled_at_its_deadline_leaks_no_descriptor(short_tmp) -
     with trio.move_on_after(0.3):
         await runner.run(ctx, runner.Program(argv=("/bin/sleep", "30")))
     assert _fds() <= before
+
+
+@contextlib.asynccontextmanager
+async def _reaper() -> AsyncIterator[proctree.Reaper]:
+    """A daemon's reaper, running: its own call cgroups, kept and removed as the daemon's."""
+    reaper = proctree.Reaper(set())
+    reaper.cgroup_tag = f"t{secrets.token_hex(6)}"
+    async with trio.open_nursery() as nursery:
+        await nursery.start(reaper.run)
+        try:
+            yield reaper
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+def _spare_of(reaper: proctree.Reaper) -> proctree.CallCgroup:
+    spares = launch.for_reaper(reaper)._spares
+    if not spares:
+        pytest.skip("this host gives rungd no cgroups to keep")
+    return spares[-1]
+
+
+@pytest.mark.parametrize("tool", [TOOL, WRITE], ids=["read", "write"])
+async def test_a_kept_cgroup_removed_under_the_daemon_is_replaced(short_tmp, tool) -> None:
+    # Another daemon's start-up sweep removes idle spares: the next call must get another
+    # cgroup, not the dead one's descriptor.
+    async with _reaper() as reaper:
+        first = make_ctx(short_tmp)
+        first.reaper = reaper
+        await _run(first, runner.Program(argv=("/bin/true",)))
+        _spare_of(reaper).path.rmdir()
+        ctx = make_ctx(short_tmp)
+        ctx.reaper, ctx.tool = reaper, tool
+        done = await _run(ctx, runner.Program(argv=("/bin/echo", "hi")))
+        assert (done.exit_status, done.stdout) == (0, "hi\n")
+
+
+@pytest.mark.parametrize("tool", [TOOL, WRITE], ids=["read", "write"])
+async def test_a_call_cancelled_before_its_program_could_exec_leaks_nothing(short_tmp, tool) -> None:
+    # The kept cgroup is frozen (by an operator, say): the program is made in it and never
+    # gets to its exec; the call is cancelled meanwhile.
+    async with _reaper() as reaper:
+        first = make_ctx(short_tmp)
+        first.reaper = reaper
+        await _run(first, runner.Program(argv=("/bin/true",)))
+        (_spare_of(reaper).path / "cgroup.freeze").write_text("1")
+        before = _fds()
+        ctx = make_ctx(short_tmp)
+        ctx.reaper, ctx.tool = reaper, tool
+        with trio.move_on_after(0.5) as scope:
+            await runner.run(ctx, runner.Program(argv=("/bin/true",)))
+        assert scope.cancelled_caught
+        assert _fds() <= before
+        assert ctx.call_id not in proctree.RUNNING

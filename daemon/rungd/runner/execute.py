@@ -244,6 +244,8 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
         scratch.helper.claim(tracker.root)
     except OSError as exc:
         scratch.close()
+        if isinstance(exc, launch.LostStart) and program.commits:
+            ctx.mark_spawned()  # it was killed at once, but may have run its first instructions
         raise _spawn_error(program, exc) from None
     finally:
         scratch.helper.release_secrets()  # the child holds its own copies now
@@ -252,24 +254,24 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
 
 async def _running(ctx: CallContext, program: Program, started: launch.Started, tracker: proctree.Tracker,
                    scratch: _Scratch) -> None:
-    """Hear whether the program's ``exec`` worked. Awaited once the call has made ready what
-    watches the program: by then the exec is nearly always over, and its result is read
-    without a wait.
+    """Hear whether the program's ``exec`` worked, waiting for it. Awaited once the call has
+    made ready what watches the program, so that the exec runs meanwhile.
 
     Raises:
         Failed / ToolError: it could not be started (:func:`_spawn_error`); the process made
             for it is killed and reaped, and what the call opened is closed.
 
-    Cancellation: the process is killed and reaped before it raises.
+    Cancellation: the process is killed and reaped, and what the call opened is closed,
+    before it raises.
     """
     try:
         await started.exec_result()
     except BaseException as exc:
         with trio.CancelScope(shield=True):
             await _abandon(ctx, started.child, tracker)
+        scratch.close()
         if not isinstance(exc, OSError):
             raise
-        scratch.close()
         if isinstance(exc, launch.LostStart) and program.commits:
             ctx.mark_spawned()  # it was killed at once, but may have run its first instructions
         raise _spawn_error(program, exc) from None
@@ -461,14 +463,17 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         with trio.CancelScope(shield=True):
             await _abandon(ctx, proc, tracker)
         scratch.close()
+        # Its exec may have worked, and it may have run its first instructions: not
+        # not_started for a write (the boundary decides from the mark), as for a lost start.
         if program.commits:
-            ctx.mark_spawned()  # its exec may have worked: it may have run its first instructions
-        raise _spawn_error(program, exc) from None
-    watch = Watch(ctx, program, proc, tracker, outputs, (stdout, stderr), Redactor(secrets), terminal)
+            ctx.mark_spawned()
+        raise _spawn_error(program, launch.LostStart(exc.errno, exc.strerror)) from None
     # A write's program may act from its first instruction: its exec is heard of before it is
-    # watched. A read's is heard of at its exit (a failed exec ends at once, with its errno in
-    # the pipe): one wait on the loop fewer for the common call.
+    # watched. A read's is heard of as the watch wakes (a failed exec ends at once, with its
+    # errno in the pipe): one wait on the loop fewer for the common call.
     acts = _acts(ctx, program)
+    watch = Watch(ctx, program, proc, tracker, outputs, (stdout, stderr), Redactor(secrets), terminal,
+                  started=None if acts else started)
     if acts:
         await _running(ctx, program, started, tracker, scratch)
         _spawned(ctx, program)
@@ -477,7 +482,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         question = await _supervise(watch, scratch.helper)
     finally:
         if not acts:
-            verdict = started.verdict_now()
+            verdict = watch.verdict or started.verdict_now(exited=proc.returncode is not None)
             if verdict is True:
                 _spawned(ctx, program)
             elif isinstance(verdict, OSError):

@@ -380,15 +380,21 @@ class Started:
         if (failure := _exec_failure(data)) is not None:
             raise failure
 
-    def verdict_now(self) -> bool | OSError:
+    def verdict_now(self, *, exited: bool = False) -> bool | OSError:
         """What the pipe says of the exec now, without a wait: True once it worked, the error
         that kept the program from starting (as :meth:`exec_result` raises them), or False
-        while it does not say yet (the process has neither execed nor failed so far)."""
+        while it does not say yet. The pipe is closed once it has said.
+
+        Args:
+            exited: the process has exited, so all it will ever write is there: what it
+                said decides, even before the end of file (which also waits for the
+                launcher to close its own copy of the pipe).
+        """
         if self._err_r < 0:
             return False
         data, ended = _read_now(self._err_r, self._said, lambda said: False)
         self._said = data
-        if not ended:
+        if not ended and not exited:
             return False
         self.close()
         return _exec_failure(data) or True
@@ -601,8 +607,18 @@ class Launcher:
     def cgroup(self) -> proctree.CallCgroup | None:
         """The cgroup for the next program: a spare one, else a new one (None where the
         daemon may not make cgroups)."""
-        if self._spares:
-            return self._spares.pop()
+        while self._spares:
+            spare = self._spares.pop()
+            try:
+                gone = spare.events() == b""  # read through the descriptor it holds: a moment
+            except OSError:
+                gone = False  # cannot tell now: the spawn will say
+            if not gone:
+                return spare
+            # Removed under the daemon (another daemon's start-up sweep takes every idle spare
+            # at once): the launcher would find no cgroup behind its descriptor.
+            spare.close()
+            self.drop_vanished()
         made = proctree.CallCgroup.spare(self._tag)
         if made is not None and self._reaper is not None:
             self._untold.append(made.path)  # told with this call's request

@@ -17,7 +17,7 @@ from rungd.core.errors import AuthRequired, Failed, PromptUnexpected, RungdError
 from rungd.redact import Redactor
 from rungd.runner.program import Confirmation, CredentialPrompt, Program
 from rungd.runner.questions import is_credential_question
-from rungd.runner.launch import Child
+from rungd.runner.launch import Child, Started
 from rungd.runner.streams import Outputs, Stream
 from rungd.runner.terminal import Terminal
 
@@ -42,7 +42,9 @@ class Watch:
 
     def __init__(self, ctx: CallContext, program: Program, proc: Child, tracker: proctree.Tracker,
                  outputs: Outputs, streams: tuple[Stream, Stream], redactor: Redactor,
-                 terminal: tuple[Terminal, Stream] | None = None) -> None:
+                 terminal: tuple[Terminal, Stream] | None = None, *, started: Started | None = None) -> None:
+        """``started``: the program's start, when whether its exec worked is to be heard as
+        the watch wakes (:attr:`verdict`), not before it."""
         self.ctx = ctx
         self.program = program
         self.proc = proc
@@ -62,6 +64,10 @@ class Watch:
         for stream in self.every_stream:
             stream.on_output = self.wake
         self.refused: RungdError | None = None
+        self.started = started
+        # What the program's start said once it said (Started.verdict_now): heard at the first
+        # wake that finds it, so the pipe is not held open the whole run.
+        self.verdict: bool | OSError = False
         self.decided = False  # the watch ended: no question is answered any more
         self._tty_words: str | None = None  # what the program said about /dev/tty
         self._tty_question = ""
@@ -219,6 +225,8 @@ class Watch:
                 interval = min(interval * 2, POLL_IDLE_MAX_S if idle else POLL_MAX_S)
             if self.proc.returncode is not None:
                 return
+            if self.started is not None and self.verdict is False:
+                self.verdict = self.started.verdict_now()
             if self.refused is not None:
                 raise self.refused
             # Without a cgroup the kill finds an orphan only if a snapshot saw it (or its tag);

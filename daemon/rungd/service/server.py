@@ -327,14 +327,9 @@ class FrameReader:
         self._per_uid = FRAMES_IN_FLIGHT_PER_UID * (protocol.HEADER.size + max_frame)
         self._uid = uid
         self._buf = bytearray()
-        # The idle timeout, for all of a connection's reads: its owner reads inside ``with
-        # reader.idle:`` and stops when the scope ends, and each wait for a frame's first
-        # byte moves its deadline (a scope per request cost every call one more set-up).
-        self.idle = trio.CancelScope()
 
     async def next(self) -> bytes | None:
-        """The next frame's body, or None at a clean end of stream; ``idle`` is cancelled
-        after the idle timeout.
+        """The next frame's body, or None at a clean end of stream or after the idle timeout.
 
         Raises:
             FrameTooLarge: the announced length exceeds the maximum, what this sender may
@@ -345,12 +340,14 @@ class FrameReader:
         """
         if self._buf:  # sent behind the last one: the other tasks' turn before it is answered
             await trio.lowlevel.checkpoint()
-        self.idle.deadline = trio.current_time() + self._idle_timeout_s
-        try:
-            if not await self._fill(1):
-                return None
-        finally:
-            self.idle.deadline = math.inf  # a frame has begun: answering it may take long
+        # A scope of its own per wait (made directly: move_on_after adds a generator). One
+        # scope for all of a connection's waits, its deadline moved, was tried: a deadline
+        # passing as a frame's bytes arrived left the scope cancelled around the answer.
+        started = False
+        with trio.CancelScope(deadline=trio.current_time() + self._idle_timeout_s):
+            started = await self._fill(1)
+        if not started:
+            return None
         body = self._take()  # nearly always whole already: no timeout to set up
         if body is not None:
             return body
@@ -559,13 +556,12 @@ class Connection:
                              frame_timeout_s=self.server.frame_timeout_s, small_only=self._may_do_nothing,
                              budget=self.frames if uid != 0 else None, uid=uid)
         try:
-            with reader.idle:  # ended by the idle timeout: the connection closes
-                while True:
-                    body = await self._next(reader)
-                    if body is None:
-                        return
-                    with self.replies:
-                        await self._send(await self._answer(body))
+            while True:
+                body = await self._next(reader)
+                if body is None:
+                    return
+                with self.replies:
+                    await self._send(await self._answer(body))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return  # the client went away; its calls keep running
         finally:
