@@ -204,12 +204,15 @@ class UnitDaemon:
         self.log = folder / "daemon.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, caps: str = CAPS) -> None:
+        """``caps``: the capabilities it holds; none for the unit without the run-as drop-in."""
+        held = ([f"--inh-caps={caps}", f"--ambient-caps={caps}", f"--bounding-set=-all,{caps}"] if caps
+                else ["--inh-caps=-all", "--bounding-set=-all"])
         with open(self.log, "wb") as output:
             self.proc = subprocess.Popen(
                 ["env", "-i", "PATH=/usr/bin:/bin", f"HOME={self.folder / 'state'}",
                  "setpriv", f"--reuid={self.unit.user}", f"--regid={self.unit.user}", "--init-groups",
-                 f"--inh-caps={CAPS}", f"--ambient-caps={CAPS}", f"--bounding-set=-all,{CAPS}", "--no-new-privs",
+                 *held, "--no-new-privs",
                  str(self.unit.venv / "bin" / "rungd"), "serve", "--config", str(self.config)],
                 stdout=output, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
@@ -317,6 +320,32 @@ def test_a_secret_asked_by_a_process_the_daemon_may_not_look_into_is_seen_by_the
         assert env.error is not None and env.error.code == "AUTH_REQUIRED", (env, daemon.log_tail())
         assert env.fields["question"] == "Token for the release vault:" and env.fields["echo"] == "off"
         assert env.elapsed_ms < 20_000, env  # seen, not a wait for its 60 s deadline
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_program_run_as_the_daemons_user_cannot_reach_into_the_daemon(unit: Unit) -> None:
+    # Without the run-as drop-in the daemon holds no capability, so only its being
+    # undumpable keeps a program of its own user out of /proc/<daemon>/fd: another call's
+    # stdin to write answers into, its output to read, a launcher's pipe to forge a start's
+    # verdict in (tests/fakes/daemon_peeker).
+    folder = Path(tempfile.mkdtemp(prefix="rungd-unit-"))
+    try:
+        folder.chmod(0o755)
+        programs = folder / "programs"
+        programs.mkdir(mode=0o755)
+        peeker = programs / "daemon_peeker"
+        peeker.write_text("#!/usr/bin/python3 -I\n" + (FAKES / "daemon_peeker").read_text().split("\n", 1)[1])
+        peeker.chmod(0o755)
+        daemon = _lay_out(unit, folder, _tool("peeker_fds_show", peeker, []))
+        daemon.start(caps="")
+        try:
+            with Client(daemon.socket, timeout=90) as client:
+                env = client.call("peeker_fds_show", {}, wait_s=60)
+        finally:
+            daemon.stop()
+        assert env.status == "ok", (env.error, daemon.log_tail()[-800:])
+        assert env.fields["lines"] == ["denied"], env.fields
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

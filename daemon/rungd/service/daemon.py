@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import gc
 import hashlib
@@ -105,6 +106,7 @@ class Daemon:
         state = self.config.state_dir
         _private_folders(state)
         _raise_descriptor_limit()
+        _out_of_reach()
         ledger = self.config.ledger
         self.audit = Audit(state / "ledger", retention_s=ledger.retention_days * 86400,
                            rotate_bytes=ledger.rotate_bytes, reserve_bytes=ledger.reserve_bytes)
@@ -301,6 +303,22 @@ def _private_folders(state: Path) -> None:
                          (state / "work", 0o700)):
         folder.mkdir(parents=True, exist_ok=True)
         os.chmod(folder, mode)
+
+
+def _out_of_reach() -> None:
+    """Make the daemon undumpable (``PR_SET_DUMPABLE`` 0), as sshd does: a program a call runs
+    as the daemon's own user could otherwise open the daemon's descriptors through
+    ``/proc/<pid>/fd`` (write into another call's stdin, read its output, forge what a
+    launcher's pipe says of a start) or read its memory; only a process with CAP_SYS_PTRACE
+    still can. No core dump can then hold a credential either. Each program a call runs is
+    dumpable again by its own exec."""
+    if _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        log.warning("cannot make the daemon undumpable (%s): programs running as its user could reach its "
+                    "descriptors through /proc", os.strerror(ctypes.get_errno()))
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_DUMPABLE = 4
 
 
 def _raise_descriptor_limit(wanted: int = 16384) -> None:
