@@ -32,14 +32,15 @@ async def run_process() -> int:
     return done.returncode
 
 
-async def through_launcher(launcher) -> int:
+async def through_launcher(launcher, cgroup=None, label: str | None = None) -> int:
+    """/bin/true through rungd's launcher (in ``cgroup``, labelled with the call's id)."""
     from rungd.runner.terminal import Terminal  # the other peer owes rungd nothing
 
     # The daemon-owned terminal every rungd call's program gets (issue 29) is part of the floor.
     terminal = Terminal()
     try:
-        started = await launcher.spawn(["/bin/true"], {"PATH": "/usr/bin:/bin"}, "/", None, [], None, None,
-                                       terminal=terminal.slave)
+        started = await launcher.spawn(["/bin/true"], {"PATH": "/usr/bin:/bin"}, "/", None, [], None, cgroup,
+                                       label=label, terminal=terminal.slave)
         await started.exec_result()
         child = started.child
         # The exit first, then the pipes, at end of file by then: /bin/true prints nothing (a
@@ -74,25 +75,12 @@ async def main(path: str, spawn) -> None:
 async def floor_call(tool: str, launcher, ledger) -> object:
     """One read as the design's floor: its ledger records around a spawn in a call cgroup."""
     from rungd.core.envelope import Envelope
-    from rungd.runner.terminal import Terminal
 
     call_id = f"c-{os.urandom(6).hex()}"
     await _record(ledger, [("received", call_id, tool, {"caller_uid": os.getuid()}),
                            ("dispatched", call_id, tool, {})], keep_reserve=True)
-    terminal = Terminal()
     cgroup = launcher.cgroup()
-    try:
-        started = await launcher.spawn(["/bin/true"], {"PATH": "/usr/bin:/bin"}, "/", None, [], None, cgroup,
-                                       label=call_id, terminal=terminal.slave)
-        await started.exec_result()
-        child = started.child
-        status = await child.wait()
-        for pipe in (child.stdout, child.stderr):
-            while await pipe.receive_some():
-                pass
-        child.close_pipes()
-    finally:
-        terminal.close()
+    status = await through_launcher(launcher, cgroup, call_id)
     if cgroup is not None:
         events = cgroup.events()
         if b"populated 1" in events:

@@ -98,11 +98,21 @@ async def _reaper() -> AsyncIterator[proctree.Reaper]:
             nursery.cancel_scope.cancel()
 
 
-def _spare_of(reaper: proctree.Reaper) -> proctree.CallCgroup:
+async def _kept_spare(folder: Path, reaper: proctree.Reaper) -> proctree.CallCgroup:
+    """The empty cgroup a first call leaves its daemon's launcher to keep."""
+    first = make_ctx(folder)
+    first.reaper = reaper
+    await _run(first, runner.Program(argv=("/bin/true",)))
     spares = launch.for_reaper(reaper)._spares
     if not spares:
         pytest.skip("this host gives rungd no cgroups to keep")
     return spares[-1]
+
+
+def _call_of(folder: Path, reaper: proctree.Reaper, tool):
+    ctx = make_ctx(folder)
+    ctx.reaper, ctx.tool = reaper, tool
+    return ctx
 
 
 @pytest.mark.parametrize("tool", [TOOL, WRITE], ids=["read", "write"])
@@ -110,13 +120,8 @@ async def test_a_kept_cgroup_removed_under_the_daemon_is_replaced(short_tmp, too
     # Another daemon's start-up sweep removes idle spares: the next call must get another
     # cgroup, not the dead one's descriptor.
     async with _reaper() as reaper:
-        first = make_ctx(short_tmp)
-        first.reaper = reaper
-        await _run(first, runner.Program(argv=("/bin/true",)))
-        _spare_of(reaper).path.rmdir()
-        ctx = make_ctx(short_tmp)
-        ctx.reaper, ctx.tool = reaper, tool
-        done = await _run(ctx, runner.Program(argv=("/bin/echo", "hi")))
+        (await _kept_spare(short_tmp, reaper)).path.rmdir()
+        done = await _run(_call_of(short_tmp, reaper, tool), runner.Program(argv=("/bin/echo", "hi")))
         assert (done.exit_status, done.stdout) == (0, "hi\n")
 
 
@@ -125,13 +130,9 @@ async def test_a_call_cancelled_before_its_program_could_exec_leaks_nothing(shor
     # The kept cgroup is frozen (by an operator, say): the program is made in it and never
     # gets to its exec; the call is cancelled meanwhile.
     async with _reaper() as reaper:
-        first = make_ctx(short_tmp)
-        first.reaper = reaper
-        await _run(first, runner.Program(argv=("/bin/true",)))
-        (_spare_of(reaper).path / "cgroup.freeze").write_text("1")
+        ((await _kept_spare(short_tmp, reaper)).path / "cgroup.freeze").write_text("1")
         before = _fds()
-        ctx = make_ctx(short_tmp)
-        ctx.reaper, ctx.tool = reaper, tool
+        ctx = _call_of(short_tmp, reaper, tool)
         with trio.move_on_after(0.5) as scope:
             await runner.run(ctx, runner.Program(argv=("/bin/true",)))
         assert scope.cancelled_caught

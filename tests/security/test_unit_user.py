@@ -301,27 +301,37 @@ os.read(tty, 100)
 """
 
 
-def test_a_secret_asked_by_a_process_the_daemon_may_not_look_into_is_seen_by_the_terminals_echo(unit: Unit) -> None:
+def _call_one(unit: Unit, name: str, program: str, extra: str = "", caps: str = CAPS) -> tuple[Envelope, str]:
+    """Run the daemon as the unit does (holding ``caps``) with one tool, ``name``, whose
+    program is the script ``program`` (a line of TOML ``extra`` beside it); call it once.
+
+    Returns:
+        Its envelope, and the daemon's log.
+    """
     folder = Path(tempfile.mkdtemp(prefix="rungd-unit-"))
     try:
         folder.chmod(0o755)
         programs = folder / "programs"
         programs.mkdir(mode=0o755)
-        asker = programs / "unseen"
-        asker.write_text(UNSEEN_ASKER)
-        asker.chmod(0o755)
-        daemon = _lay_out(unit, folder, _tool("vault_token_show", asker, [], f'user = "{NOBODY}"\n'))
-        daemon.start()
+        script = programs / name
+        script.write_text(program)
+        script.chmod(0o755)
+        daemon = _lay_out(unit, folder, _tool(name, script, [], extra))
+        daemon.start(caps)
         try:
             with Client(daemon.socket, timeout=90) as client:
-                env = client.call("vault_token_show", {}, wait_s=60)
+                return client.call(name, {}, wait_s=60), daemon.log_tail()
         finally:
             daemon.stop()
-        assert env.error is not None and env.error.code == "AUTH_REQUIRED", (env, daemon.log_tail())
-        assert env.fields["question"] == "Token for the release vault:" and env.fields["echo"] == "off"
-        assert env.elapsed_ms < 20_000, env  # seen, not a wait for its 60 s deadline
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_secret_asked_by_a_process_the_daemon_may_not_look_into_is_seen_by_the_terminals_echo(unit: Unit) -> None:
+    env, log = _call_one(unit, "vault_token_show", UNSEEN_ASKER, f'user = "{NOBODY}"\n')
+    assert env.error is not None and env.error.code == "AUTH_REQUIRED", (env, log)
+    assert env.fields["question"] == "Token for the release vault:" and env.fields["echo"] == "off"
+    assert env.elapsed_ms < 20_000, env  # seen, not a wait for its 60 s deadline
 
 
 def test_a_program_run_as_the_daemons_user_cannot_reach_into_the_daemon(unit: Unit) -> None:
@@ -329,25 +339,10 @@ def test_a_program_run_as_the_daemons_user_cannot_reach_into_the_daemon(unit: Un
     # undumpable keeps a program of its own user out of /proc/<daemon>/fd: another call's
     # stdin to write answers into, its output to read, a launcher's pipe to forge a start's
     # verdict in (tests/fakes/daemon_peeker).
-    folder = Path(tempfile.mkdtemp(prefix="rungd-unit-"))
-    try:
-        folder.chmod(0o755)
-        programs = folder / "programs"
-        programs.mkdir(mode=0o755)
-        peeker = programs / "daemon_peeker"
-        peeker.write_text("#!/usr/bin/python3 -I\n" + (FAKES / "daemon_peeker").read_text().split("\n", 1)[1])
-        peeker.chmod(0o755)
-        daemon = _lay_out(unit, folder, _tool("peeker_fds_show", peeker, []))
-        daemon.start(caps="")
-        try:
-            with Client(daemon.socket, timeout=90) as client:
-                env = client.call("peeker_fds_show", {}, wait_s=60)
-        finally:
-            daemon.stop()
-        assert env.status == "ok", (env.error, daemon.log_tail()[-800:])
-        assert env.fields["lines"] == ["denied"], env.fields
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    peeker = "#!/usr/bin/python3 -I\n" + (FAKES / "daemon_peeker").read_text().split("\n", 1)[1]
+    env, log = _call_one(unit, "peeker_fds_show", peeker, caps="")
+    assert env.status == "ok", (env.error, log[-800:])
+    assert env.fields["lines"] == ["denied"], env.fields
 
 
 def _wait_for(path: Path, seconds: float, what: str, daemon: UnitDaemon) -> None:

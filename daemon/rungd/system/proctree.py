@@ -694,7 +694,9 @@ class CallCgroup:
         return self._fd
 
     def close(self) -> None:
-        """Let go of the descriptors it holds (when removed, or no longer kept); safe twice."""
+        """Let go of the descriptors it holds (when removed, or no longer kept); safe twice.
+        Not locked: the reaper's worker thread touches only retired cgroups, which no call
+        holds any more."""
         for fd in (self._fd, self._events_fd):
             if fd >= 0:
                 os.close(fd)
