@@ -25,7 +25,10 @@ import trio
 from rungd import runner
 from rungd.runner import launch
 from rungd.system import proctree
+from rungd.core.contract import Caller
 from rungd.core.errors import Failed, PromptUnexpected
+from rungd.service.engine import outcomes
+from rungd.service.engine.calls import Call
 
 from tests.runner.test_runner_refusals import TOOL, make_ctx
 
@@ -138,3 +141,17 @@ async def test_a_call_cancelled_before_its_program_could_exec_leaks_nothing(shor
         assert scope.cancelled_caught
         assert _fds() <= before
         assert ctx.call_id not in proctree.RUNNING
+
+
+async def test_a_writes_read_back_that_cannot_start_after_its_act_leaves_the_outcome_unknown(short_tmp) -> None:
+    # The act ran; the read-back the write makes after it (commits=False) could not start.
+    # That program did not run, but the call may have acted: the envelope must not say
+    # not_started (a caller would retry an act that happened).
+    ctx = make_ctx(short_tmp)
+    ctx.tool = WRITE
+    await _run(ctx, runner.Program(argv=("/bin/true",)))
+    with pytest.raises(Failed) as failure:
+        await _run(ctx, runner.Program(argv=("/nonexistent/rungd-read-back",), commits=False))
+    call = Call.new(WRITE.name, "r-1", Caller(0, 0, 0))
+    envelope = outcomes.error_envelope(call, failure.value, tool=WRITE, ctx=ctx)
+    assert envelope.outcome == "unknown" and envelope.error.retry != "yes", envelope

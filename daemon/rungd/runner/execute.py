@@ -71,7 +71,7 @@ class _Scratch:
         try:
             poller = select.epoll()
         except OSError as exc:  # EMFILE, ENFILE, ENOMEM
-            raise _spawn_error(Program(argv=(ctx.tool.name,)), exc) from None
+            raise _spawn_error(ctx, Program(argv=(ctx.tool.name,)), exc) from None
         terminal = None
         if program.terminal != "none":
             try:
@@ -83,7 +83,7 @@ class _Scratch:
                     poller.close()
                     if exc.errno == errno.ENOSPC:
                         exc = OSError(errno.EAGAIN, "no pseudo-terminal is free on the host (kernel.pty.max)")
-                    raise _spawn_error(program, exc) from None
+                    raise _spawn_error(ctx, program, exc) from None
                 if program.screen is not None:  # a screen program has nothing else to run on
                     poller.close()
                     raise Failed(f"{ctx.tool.name} is a screen program, and no pseudo-terminal can be made on this "
@@ -107,14 +107,14 @@ class _Scratch:
             if terminal is not None:
                 terminal.close()
             if exc.errno in (errno.EMFILE, errno.ENFILE):
-                raise _spawn_error(Program(argv=(ctx.tool.name,)), exc) from None
+                raise _spawn_error(ctx, Program(argv=(ctx.tool.name,)), exc) from None
             if exc.errno == errno.EPERM and owner is not None:
                 # Not space: the right to give the program's user a folder of its own.
                 raise Failed(f"rungd may not give the account the tool runs as a working folder ({exc.strerror}); "
                              "nothing was run", retry="no", outcome="not_started",
                              hint="the operator must grant rungd CAP_CHOWN beside CAP_SETUID and CAP_SETGID (the "
                              "README's drop-in for user = tools), or run the tool as rungd's own user") from None
-            raise _no_folders(exc) from None
+            raise _for_call(ctx, _no_folders(exc)) from None
         return cls(helper, poller, terminal, ctx, [], [])
 
     def evidence_file(self, label: str) -> Callable[[], BinaryIO]:
@@ -246,7 +246,7 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
         scratch.close()
         if isinstance(exc, launch.LostStart) and program.commits:
             ctx.mark_spawned()  # it was killed at once, but may have run its first instructions
-        raise _spawn_error(program, exc) from None
+        raise _spawn_error(ctx, program, exc) from None
     finally:
         scratch.helper.release_secrets()  # the child holds its own copies now
     return started, tracker
@@ -274,7 +274,7 @@ async def _running(ctx: CallContext, program: Program, started: launch.Started, 
             raise
         if isinstance(exc, launch.LostStart) and program.commits:
             ctx.mark_spawned()  # it was killed at once, but may have run its first instructions
-        raise _spawn_error(program, exc) from None
+        raise _spawn_error(ctx, program, exc) from None
 
 
 def _forget(ctx: CallContext, pid: int) -> None:
@@ -301,8 +301,23 @@ def _no_folders(exc: OSError) -> Failed:
                   retry="yes", next_action="retry_later", outcome="not_started")
 
 
-def _spawn_error(program: Program, exc: OSError) -> RungdError:
-    """The honest error for a program that could not be started, by what the kernel said."""
+def _spawn_error(ctx: CallContext, program: Program, exc: OSError) -> RungdError:
+    """The honest error for a program that could not be started, by what the kernel said
+    (:func:`_for_call`)."""
+    return _for_call(ctx, _start_failure(program, exc))
+
+
+def _for_call(ctx: CallContext, error: RungdError) -> RungdError:
+    """``error`` of a program that did not start, as the call must tell it: ``not_started``
+    only while nothing of the call may have acted. After a write's act (its read-back
+    failing to start, say) the outcome is left to the boundary, which makes it ``unknown``."""
+    if ctx.may_have_acted():
+        error.outcome_declared = False
+    return error
+
+
+def _start_failure(program: Program, exc: OSError) -> RungdError:
+    """:func:`_spawn_error`'s error, as if nothing of the call had run before."""
     name = program.argv[0]
     if exc.filename == "workdir" and exc.errno not in (errno.EMFILE, errno.ENFILE):
         return _no_folders(exc)
@@ -467,7 +482,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         # not_started for a write (the boundary decides from the mark), as for a lost start.
         if program.commits:
             ctx.mark_spawned()
-        raise _spawn_error(program, launch.LostStart(exc.errno, exc.strerror)) from None
+        raise _spawn_error(ctx, program, launch.LostStart(exc.errno, exc.strerror)) from None
     # A write's program may act from its first instruction: its exec is heard of before it is
     # watched. A read's is heard of as the watch wakes (a failed exec ends at once, with its
     # errno in the pipe): one wait on the loop fewer for the common call.
@@ -490,7 +505,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         started.close()
         await _end(ctx, program, proc, tracker, watch.every_stream, scratch)
     if not_run is not None:
-        raise _spawn_error(program, not_run)
+        raise _spawn_error(ctx, program, not_run)
     # What was answered on the caller's behalf goes on record (the ledger's answered
     # events), whatever the call ends in.
     ctx.answered.extend(watch.answered)
@@ -582,7 +597,7 @@ async def _drive_screen(ctx: CallContext, program: Program, proc: launch.Child, 
             await _abandon(ctx, proc, tracker)
         session.close()
         scratch.close()
-        raise _spawn_error(program, exc) from None
+        raise _spawn_error(ctx, program, exc) from None
     try:
         drawn = await session.drive()
     finally:
