@@ -344,8 +344,10 @@ def at(row, column, text, sgr=""):
 
 
 def key():
+    # A step's text and keys come as one write; only what is queued with them now is
+    # theirs. (A pause here swallowed the next step's key when its wait was already met,
+    # an absent one, and the check then waited for a screen that never came.)
     got = os.read(0, 1024)
-    time.sleep(0.02)  # a key and the text typed with it come as one burst
     import select
     while select.select([0], [], [], 0)[0]:
         if not os.read(0, 1024):
