@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import re
 import time
 from collections.abc import Callable
@@ -63,6 +64,9 @@ MAX_ROWS, MAX_COLUMNS = 100, 300
 # How long output must pause before a program rungd may not look into counts as waiting,
 # and before any program's screen counts as drawn (it sleeps or works, reading no key).
 _QUIET_S = 0.05
+# What is typed reaches the program's side of the terminal a moment later (the kernel's work
+# queue moves it): until then the program still looks blocked in its read with nothing unread.
+_TYPED_S = 0.01
 _SETTLED_S = 0.3
 # The most of a screen an error quotes.
 QUOTE_CHARS = 1600
@@ -306,6 +310,7 @@ class Session:
         self.emulator = _Emulator(screen.columns, screen.rows, self._answer)
         self._stream = pyte.ByteStream(self.emulator)
         self._pending = bytearray()
+        self._typed_at = -math.inf  # when (time.monotonic) something was last typed
         self.drawn = 0
         self.last_output = time.monotonic()
         self.answered: list[str] = []
@@ -629,8 +634,9 @@ class Session:
         while trio.current_time() < until and self._exited() is None:
             await self._catch_up()
             reading, hidden = self._waiting()
-            if self.terminal.unread():
-                # Still blocked in the read that what we typed is about to end: not ready yet.
+            if self.terminal.unread() or time.monotonic() - self._typed_at < _TYPED_S:
+                # Still blocked in the read that what we typed is about to end (or will, once
+                # the kernel has moved it across): not ready yet.
                 reading = hidden = False
             quiet = time.monotonic() - self.last_output
             # Blocked reading its terminal; or, where rungd may not look, quiet a moment; or
@@ -695,6 +701,8 @@ class Session:
             taken = self.terminal.write_some(bytes(self._out))
             if taken < 0:
                 return False
+            if taken:
+                self._typed_at = time.monotonic()
             del self._out[:taken]
             if not self._out or until is None:
                 break
