@@ -212,3 +212,31 @@ def test_a_flood_of_made_up_names_is_counted_in_bounded_memory() -> None:
     summary = rejections.summary(1000)
     assert summary.startswith("5000 more refused calls of uid 1000") and "'(other names)' x4900" in summary
     assert rejections.summary(1000) is None  # said once
+
+
+async def test_a_call_whose_connection_is_cancelled_while_it_is_recorded_keeps_no_slot_or_request_id(
+        nursery, short_tmp) -> None:
+    # A shutdown cancels the connections after the calls end; a start cancelled while its
+    # records were written used to keep its slot (a shutdown waits for every slot) and its
+    # request_id (a retry of it would wait forever on a call that never runs).
+    import os
+
+    from rungd.config import load_config
+    from rungd.core.contract import Caller
+    from rungd.testing import start_daemon, write_config
+
+    daemon = await start_daemon(nursery, load_config(write_config(short_tmp)))
+    dispatcher = daemon.daemon.dispatcher
+    caller = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await dispatcher.start("inventory_count_set", {"item": "widget", "count": 7}, "cut-1", caller)
+    assert scope.cancelled_caught
+    (call,) = [call for call in dispatcher.calls if call.request_id == "cut-1"]
+    assert call.envelope is not None and call.envelope.error.code == "BUSY"
+    assert call.envelope.outcome == "not_started"
+    with trio.fail_after(2):
+        await dispatcher.slots.wait_idle()
+    env = await daemon.call("inventory_count_set", {"item": "widget", "count": 7}, request_id="cut-1")
+    assert env.status == "ok", env.error
+    daemon.daemon.stop()

@@ -292,7 +292,11 @@ class Dispatcher:
             call.joined = first
             state = f"held at its {first.gate} gate" if first.held is not None else "still running"
             received[3]["note"] = f"repeat of {first.call_id}, {state}"
-            await self._record_quietly([received])
+            try:
+                await self._record_quietly([received])
+            except BaseException:  # cancelled (a shutdown): this repeat waits for nothing now
+                self._finish(call, outcomes.error_envelope(call, _stopped(), tool=admitted.tool))
+                raise
             self._nursery.start_soon(self._join, call, first)
             return call
         if first is not None:
@@ -322,10 +326,16 @@ class Dispatcher:
             # crash can lose): a read has no effect to be unsure about.
             await self.audit.record_many([received, then], new_work=True,
                                          durable=held or tool.side_effect != "read")
-        except RungdError as failure:  # the ledger cannot be written: run nothing (fail closed)
+        except BaseException as failure:
+            # The ledger cannot be written: run nothing (fail closed). Or the connection was
+            # cancelled meanwhile (a shutdown): the call never runs, and must hold no slot
+            # (the shutdown waits for them) nor its request_id (a repeat would wait on it).
             if not held:
                 self.slots.release(tool, call.caller.uid)
             self.requests.release(call)
+            if not isinstance(failure, RungdError):
+                self._finish(call, outcomes.error_envelope(call, _stopped(), tool=tool))
+                raise
             self._finish(call, outcomes.error_envelope(call, failure, tool=tool))
             return
         if held:
@@ -350,8 +360,10 @@ class Dispatcher:
             "code": envelope.error.code if envelope.error else None,
             "note": f"repeat of {first['call_id']}; nothing was run",
         })
-        await self._record_quietly([received, finished] if received else [finished])
-        self._finish(call, envelope)
+        try:
+            await self._record_quietly([received, finished] if received else [finished])
+        finally:  # even if cancelled meanwhile (a shutdown): the call has its answer
+            self._finish(call, envelope)
 
     async def _join(self, call: Call, first: Call) -> None:
         """A repeat of a request still running: end with the first call's result, as a repeat
@@ -397,9 +409,11 @@ class Dispatcher:
                                   "code": error.code}
         if final == "finished":
             fields["result"] = msgspec.to_builtins(envelope)
-        await self._record_quietly([*before, (final, call.call_id, call.tool, fields)])
-        self.requests.release(call)
-        self._finish(call, envelope)
+        try:
+            await self._record_quietly([*before, (final, call.call_id, call.tool, fields)])
+        finally:  # even if cancelled meanwhile (a shutdown): nothing waits on this call
+            self.requests.release(call)
+            self._finish(call, envelope)
 
     # --- running one call ----------------------------------------------------------------------
 
@@ -589,6 +603,12 @@ def _end_events(call: Call, envelope: Envelope, ctx: CallContext) -> list[_Event
         "result": msgspec.to_builtins(envelope) if call.request_id else None,
     })
     return [*answered, finished]
+
+
+def _stopped() -> Busy:
+    """The error of a call whose connection was cancelled (a shutdown) before it was recorded."""
+    return Busy("rungd stopped before the call was recorded; nothing was started",
+                hint="retry the same call once rungd is back (the same request_id is safe)")
 
 
 def _plan(tool: Tool, shown: ToolInputs) -> tuple[str, ...]:
