@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import struct
 import termios
@@ -52,10 +53,15 @@ class Terminal:
                 attrs[1] &= ~termios.ONLCR
                 termios.tcsetattr(self.slave, termios.TCSANOW, attrs)
             self.device = os.fstat(self.slave).st_rdev
-            self.path = os.ttyname(self.slave)  # what /proc shows for a descriptor opened by this name
         except BaseException:
             self.close()
             raise
+
+    @functools.cached_property
+    def path(self) -> str:
+        """The slave's name: what /proc shows for a descriptor opened by it. Looked up when
+        first asked (a readlink and a stat), while the terminal is open: most calls end before."""
+        return os.ttyname(self.slave)
 
     def echo(self) -> tuple[bool, bool]:
         """Whether the terminal echoes what is typed, and whether it is in canonical (line)

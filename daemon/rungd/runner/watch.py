@@ -53,7 +53,6 @@ class Watch:
         self.streams = streams  # stdout and stderr, where a question on stdin is printed
         self.terminal = terminal  # the call's terminal, and what the program wrote on it
         self.every_stream = (*streams, terminal[1]) if terminal is not None else streams
-        self._terminal_id = (terminal[0].path, terminal[0].device) if terminal is not None else None
         self.redactor = redactor
         self.answered: list[str] = []
         self._left = {id(c): c.times for c in (*program.confirmations, *program.credential_prompts, *program.askpass)}
@@ -247,7 +246,9 @@ class Watch:
         cgroup = self.tracker.cgroup
         members = cgroup.pids() if cgroup is not None else [pid for pid, _ in self.tracker.members()]
         pids = [self.proc.pid, *(pid for pid in members if pid != self.proc.pid)]
-        waiting = procwatch.waiting_for_input(pids, self._stdin_ino if stdin_open else None, self._terminal_id)
+        # (The terminal's name is looked up here, the first time it is needed: most calls end before.)
+        terminal_id = (self.terminal[0].path, self.terminal[0].device) if self.terminal is not None else None
+        waiting = procwatch.waiting_for_input(pids, self._stdin_ino if stdin_open else None, terminal_id)
         where = waiting[1] if waiting is not None else None
         if where is None and self._typing_unseen(pids):
             where = "terminal"
