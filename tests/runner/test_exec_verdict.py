@@ -26,7 +26,7 @@ from rungd import runner
 from rungd.runner import launch
 from rungd.system import proctree
 from rungd.core.contract import Caller
-from rungd.core.errors import Failed, PromptUnexpected
+from rungd.core.errors import Failed, PromptUnexpected, RungdError
 from rungd.service.engine import outcomes
 from rungd.service.engine.calls import Call
 
@@ -139,6 +139,24 @@ async def test_a_call_cancelled_before_its_program_could_exec_leaks_nothing(shor
         with trio.move_on_after(0.5) as scope:
             await runner.run(ctx, runner.Program(argv=("/bin/true",)))
         assert scope.cancelled_caught
+        assert _fds() <= before
+        assert ctx.call_id not in proctree.RUNNING
+
+
+@pytest.mark.parametrize("tool", [TOOL, WRITE], ids=["read", "write"])
+async def test_a_program_that_never_runs_its_first_line_is_not_started_within_seconds(short_tmp, tool) -> None:
+    # Made in a frozen cgroup, it never gets to its exec: after a few seconds it is killed
+    # and said not to have run, for a read (whose exec is heard as it is watched) as for a
+    # write; not left to the call's deadline.
+    async with _reaper() as reaper:
+        ((await _kept_spare(short_tmp, reaper)).path / "cgroup.freeze").write_text("1")
+        before = _fds()
+        ctx = _call_of(short_tmp, reaper, tool)
+        with trio.fail_after(launch._PID_TIMEOUT_S + 5), pytest.raises(RungdError) as failure:
+            await runner.run(ctx, runner.Program(argv=("/bin/true",)))
+        assert failure.value.code == "RESOURCE_EXHAUSTED", failure.value
+        assert "did not start within" in failure.value.message
+        assert failure.value.outcome == "not_started" and not ctx.may_have_acted()
         assert _fds() <= before
         assert ctx.call_id not in proctree.RUNNING
 

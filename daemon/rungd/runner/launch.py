@@ -347,6 +347,8 @@ class Started:
         self.child = child
         self._err_r = err_r
         self._said = said  # all the pipe said so far, the pid's first line included
+        self._made_at = time.monotonic()
+        self._killed_unstarted = False  # by verdict_now: it never ran its first line in time
 
     async def exec_result(self) -> None:
         """Wait for the verdict: end of file (exec succeeded) or an errno.
@@ -368,11 +370,7 @@ class Started:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.child.pid, signal.SIGKILL)  # our unreaped child: the pid is its own
                 data, _ = await _read_until(self._err_r, data, 2.0, lambda said: False)
-                why = f"the program's process did not start within {_PID_TIMEOUT_S:g} s (its cgroup frozen, " \
-                      "or the host overloaded); it was killed"
-                if b"C" in _lines(data):
-                    raise LostStart(errno.EAGAIN, why)
-                raise OSError(errno.EAGAIN, why)
+                raise _unstarted(data)
             if not ended:
                 data, _ = await _read_until(self._err_r, data, math.inf, lambda said: False)
         finally:
@@ -395,8 +393,18 @@ class Started:
         data, ended = _read_now(self._err_r, self._said, lambda said: False)
         self._said = data
         if not ended and not exited:
+            if not self._killed_unstarted and not _began(data) and \
+                    time.monotonic() - self._made_at > _PID_TIMEOUT_S:
+                # As exec_result: a process that has not run its first line in a few seconds
+                # (its cgroup frozen, the host overloaded) is killed, and said not to have run
+                # once its exit is heard (verdict_now(exited=True)).
+                self._killed_unstarted = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.child.pid, signal.SIGKILL)  # our unreaped child: the pid is its own
             return False
         self.close()
+        if self._killed_unstarted:  # as exec_result says it, whatever came meanwhile
+            return _unstarted(data)
         return _exec_failure(data) or True
 
     def close(self) -> None:
@@ -442,6 +450,14 @@ def _read_now(fd: int, data: bytes, enough: Callable[[bytes], bool]) -> tuple[by
             return data, True
         data += chunk
     return data, False
+
+
+def _unstarted(said: bytes) -> OSError:
+    """The error of a process killed for not running its first line in time: a lost start
+    if it said it began meanwhile (it may have run its first instructions), else EAGAIN."""
+    why = f"the program's process did not start within {_PID_TIMEOUT_S:g} s (its cgroup frozen, " \
+          "or the host overloaded); it was killed"
+    return LostStart(errno.EAGAIN, why) if b"C" in _lines(said) else OSError(errno.EAGAIN, why)
 
 
 def _exec_failure(said: bytes) -> OSError | None:
