@@ -497,7 +497,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         question = await _supervise(watch, scratch.helper)
     finally:
         if not acts:
-            verdict = watch.verdict or started.verdict_now(exited=proc.returncode is not None)
+            verdict = watch.start_verdict()
             if verdict is True:
                 _spawned(ctx, program)
             elif isinstance(verdict, OSError):

@@ -194,6 +194,13 @@ class Watch:
         """Look at the program now: it printed something, or a question was refused."""
         self.outputs.wake()
 
+    def start_verdict(self) -> bool | OSError:
+        """Once the watch is over: what the program's start said (:meth:`Started.verdict_now`),
+        heard now if no wake heard it. Only for a watch given ``started``."""
+        if self.verdict is False and self.started is not None:
+            self.verdict = self.started.verdict_now(exited=self.proc.returncode is not None)
+        return self.verdict
+
     async def until_exit(self) -> None:
         """Return when the program exits; answer or raise when it asks.
 

@@ -452,14 +452,15 @@ class Dispatcher:
             # the filesystem's journal) while the finished record is written.
             remove = self.work.give_back(work_dir)
             events = _end_events(call, envelope, ctx)
-            if remove is not None or tool.side_effect != "read" or not self.audit.record_now(events):
+            durable = tool.side_effect != "read"  # a write's end is synced before its caller hears
+            if remove is not None or durable or not self.audit.record_now(events):
                 with trio.CancelScope(shield=True):  # the end of a call is recorded even at shutdown
                     if remove is None:
-                        await self._record_end(call, events, ctx)
+                        await self._record_end(call, events, durable=durable)
                     else:
                         async with trio.open_nursery() as nursery:
                             nursery.start_soon(remove)
-                            await self._record_end(call, events, ctx)
+                            await self._record_end(call, events, durable=durable)
             # (else a read's end was recorded on the loop, with no wait that a stop could cut)
             self.requests.release(call)
             self._finish(call, envelope)
@@ -524,13 +525,14 @@ class Dispatcher:
         return outcomes.settled(envelope, tool, read=read, expect=settle["expect"],
                                 before=ctx.read_before(settle["tool"], settle["inputs"]), acted=ctx.may_have_acted())
 
-    async def _record_end(self, call: Call, events: list[_Event], ctx: CallContext) -> None:
-        """Record a call's end (:func:`_end_events`; the caller hears it next)."""
+    async def _record_end(self, call: Call, events: list[_Event], *, durable: bool) -> None:
+        """Record a call's end (:func:`_end_events`; the caller hears it next); ``durable``: synced
+        before it returns (a write's), else within a second (a read's)."""
         for delay in (0.1, 0.5, 1.0, 2.0, None):  # space may come back: try for a few seconds
             try:
                 # A read's finished record is synced within a second, not before the caller
                 # hears: a read has no effect to lose (the README says what a crash can lose).
-                await self.audit.record_many(events, durable=ctx.tool.side_effect != "read")
+                await self.audit.record_many(events, durable=durable)
                 break
             except RungdError:
                 if delay is None:
