@@ -7,6 +7,7 @@ unlike every program the tests wrap elsewhere.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import time
 
@@ -200,3 +201,18 @@ async def test_a_host_with_no_pseudo_terminals_runs_programs_without_one(short_t
         assert done.stdout == "ENXIO\n"
     said = [r.getMessage() for r in caplog.records if "no pseudo-terminal" in r.getMessage()]
     assert len(said) == 1 and "PrivateDevices" in said[0]
+
+
+def test_a_terminals_name_is_what_proc_shows_for_it_and_never_fails() -> None:
+    # The prompt watch compares it with the links in /proc/PID/fd of the call's processes; it
+    # is read when first needed (after the program started), so it must not raise then.
+    from rungd.runner.terminal import Terminal
+
+    terminal = Terminal()
+    try:
+        assert terminal.path == os.ttyname(terminal.slave) == os.readlink(f"/proc/self/fd/{terminal.slave}")
+    finally:
+        terminal.close()
+    closed = Terminal()
+    closed.close()
+    assert closed.path == ""  # the device number alone identifies it then

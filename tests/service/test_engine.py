@@ -240,3 +240,60 @@ async def test_a_call_whose_connection_is_cancelled_while_it_is_recorded_keeps_n
     env = await daemon.call("inventory_count_set", {"item": "widget", "count": 7}, request_id="cut-1")
     assert env.status == "ok", env.error
     daemon.daemon.stop()
+
+
+async def test_a_start_cancelled_once_its_records_are_written_runs_and_says_so(nursery, short_tmp) -> None:
+    # A ledger outage had just ended, so writing the call's records also writes the outage's
+    # note; a cancellation then must not tell the caller that nothing was recorded or run.
+    import os
+    import time
+
+    import trio.testing
+
+    from rungd.config import load_config
+    from rungd.core.contract import Caller
+    from rungd.testing import start_daemon, write_config
+
+    daemon = await start_daemon(nursery, load_config(write_config(short_tmp)))
+    dispatcher = daemon.daemon.dispatcher
+    caller = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
+    dispatcher.audit._outage = (time.time() - 5, 1)  # the ledger refused appends until now
+    with trio.CancelScope() as scope:
+        async def cancel_while_recording() -> None:
+            await trio.testing.wait_all_tasks_blocked()  # start() waits on the ledger's thread
+            scope.cancel()
+
+        nursery.start_soon(cancel_while_recording)
+        call = await dispatcher.start("inventory_count_set", {"item": "widget", "count": 7}, "cut-2", caller)
+    with trio.fail_after(10):
+        await call.done.wait()
+    assert call.envelope is not None and call.envelope.status == "ok", call.envelope
+    env = await daemon.call("inventory_count_set", {"item": "widget", "count": 7}, request_id="cut-2")
+    assert env.status == "ok" and env.call_id != call.call_id  # answered as a repeat of the first
+    daemon.daemon.stop()
+
+
+async def test_repeats_cancelled_while_recorded_end_and_hold_nothing(rungd_daemon) -> None:
+    # A repeat joining a running call, and one refused after it, cancelled (a shutdown) while
+    # their records are written: each ends, holds no claim or slot, and the joined one does
+    # not say that nothing was started (its first call may act).
+    import os
+
+    from rungd.core.contract import Caller
+
+    dispatcher = rungd_daemon.daemon.dispatcher
+    caller = Caller(uid=os.getuid(), gid=os.getgid(), pid=os.getpid())
+    first = await dispatcher.start("probe_item_hang", {"item": "w"}, "r-1", caller)
+    for _ in ("joined", "refused"):
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await dispatcher.start("probe_item_hang", {"item": "w"}, "r-1", caller)
+        assert scope.cancelled_caught
+        if _ == "joined":
+            await first.done.wait()  # ends unknown at its deadline, so the next is refused
+    joined, refused = [call for call in dispatcher.calls if call.request_id == "r-1" and call is not first]
+    assert (joined.envelope.error.code, joined.envelope.outcome) == ("INTERRUPTED", "unknown")
+    assert (refused.envelope.error.code, refused.envelope.outcome) == ("RECONCILE_REQUIRED", "unknown")
+    assert not dispatcher.requests._running
+    with trio.fail_after(2):
+        await dispatcher.slots.wait_idle()

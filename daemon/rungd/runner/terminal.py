@@ -59,9 +59,13 @@ class Terminal:
 
     @functools.cached_property
     def path(self) -> str:
-        """The slave's name: what /proc shows for a descriptor opened by it. Looked up when
-        first asked (a readlink and a stat), while the terminal is open: most calls end before."""
-        return os.ttyname(self.slave)
+        """What /proc shows for a descriptor of the slave (``/dev/pts/N``), read from the
+        daemon's own descriptor when first asked (most calls end before anything asks); ""
+        once the terminal is closed, when the device number alone identifies it."""
+        try:
+            return os.readlink(f"/proc/self/fd/{self.slave}") if self.slave >= 0 else ""
+        except OSError:
+            return ""
 
     def echo(self) -> tuple[bool, bool]:
         """Whether the terminal echoes what is typed, and whether it is in canonical (line)

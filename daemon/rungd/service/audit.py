@@ -105,7 +105,10 @@ class Audit:
         for record in records:
             self.index.apply(record)
         if self._outage is not None:
-            await self._record_outage()
+            # Shielded: the events are recorded already; a cancellation now must not tell the
+            # caller they were not (and the outage's note is one bounded fsync).
+            with trio.CancelScope(shield=True):
+                await self._record_outage()
 
     def record_now(self, events: list[tuple[str, str, str, dict[str, Any]]]) -> bool:
         """Append a read's events (no fsync: see :meth:`record_many`) on the loop, if the

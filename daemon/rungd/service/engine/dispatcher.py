@@ -34,7 +34,7 @@ from rungd.config import Config
 from rungd.core.contract import CallContext, Caller, Tool, ToolInputs
 from rungd.service.credentials import CredentialStore
 from rungd.core.envelope import Envelope
-from rungd.core.errors import Busy, ReconcileRequired, RungdError
+from rungd.core.errors import Busy, Interrupted, ReconcileRequired, RungdError
 from rungd.service.gates import gate_for, is_operator
 from rungd.service.plugins import RegisteredTool
 from rungd.system.proctree import Reaper
@@ -295,7 +295,10 @@ class Dispatcher:
             try:
                 await self._record_quietly([received])
             except BaseException:  # cancelled (a shutdown): this repeat waits for nothing now
-                self._finish(call, outcomes.error_envelope(call, _stopped(), tool=admitted.tool))
+                self._finish(call, outcomes.error_envelope(call, Interrupted(
+                    f"rungd stopped while this repeat waited for the first call of its request ({first.call_id}), "
+                    "which may act", hint="send the same request_id again once rungd is back: it is answered "
+                    "with the first call's result, or told to reconcile", outcome="unknown"), tool=admitted.tool))
                 raise
             self._nursery.start_soon(self._join, call, first)
             return call
