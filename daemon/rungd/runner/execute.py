@@ -324,6 +324,14 @@ def _start_failure(program: Program, exc: OSError) -> RungdError:
     if isinstance(exc, launch.LostStart):
         return Failed(f"rungd lost hold of {name} as it started ({exc.strerror}); it was killed at once",
                       hint="retry later; if it persists the operator must find what holds rungd's descriptors")
+    if exc.errno == errno.EAGAIN and exc.strerror != os.strerror(errno.EAGAIN):
+        # rungd's own reason (a process that never ran its first line, a launcher that did not
+        # answer, no pseudo-terminal free): said as it is, not as the kernel's generic EAGAIN.
+        return ToolError(
+            "RESOURCE_EXHAUSTED", f"rungd could not start {name}: {exc.strerror}; nothing was run",
+            hint="retry later; if it persists the operator must look at what holds rungd's programs back "
+            "(the host's load, a frozen cgroup, the daemon's journal)",
+            outcome="not_started", retry="yes", next_action="retry_later")
     if exc.errno in (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM):
         return ToolError(
             "RESOURCE_EXHAUSTED",
