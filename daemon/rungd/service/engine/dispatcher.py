@@ -337,7 +337,9 @@ class Dispatcher:
                 self.slots.release(tool, call.caller.uid)
             self.requests.release(call)
             if not isinstance(failure, RungdError):
-                self._finish(call, outcomes.error_envelope(call, _stopped(), tool=tool))
+                self._finish(call, outcomes.error_envelope(call, Busy(
+                    "rungd stopped before the call was recorded; nothing was started",
+                    hint="retry the same call once rungd is back (the same request_id is safe)"), tool=tool))
                 raise
             self._finish(call, outcomes.error_envelope(call, failure, tool=tool))
             return
@@ -608,12 +610,6 @@ def _end_events(call: Call, envelope: Envelope, ctx: CallContext) -> list[_Event
         "result": msgspec.to_builtins(envelope) if call.request_id else None,
     })
     return [*answered, finished]
-
-
-def _stopped() -> Busy:
-    """The error of a call whose connection was cancelled (a shutdown) before it was recorded."""
-    return Busy("rungd stopped before the call was recorded; nothing was started",
-                hint="retry the same call once rungd is back (the same request_id is safe)")
 
 
 def _plan(tool: Tool, shown: ToolInputs) -> tuple[str, ...]:
