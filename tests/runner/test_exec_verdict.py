@@ -118,6 +118,13 @@ def _call_of(folder: Path, reaper: proctree.Reaper, tool):
     return ctx
 
 
+async def _in_a_frozen_cgroup(folder: Path, reaper: proctree.Reaper, tool):
+    """A call whose program is made in a kept cgroup that is frozen (by an operator, say): it
+    never gets to its exec."""
+    ((await _kept_spare(folder, reaper)).path / "cgroup.freeze").write_text("1")
+    return _call_of(folder, reaper, tool)
+
+
 @pytest.mark.parametrize("tool", [TOOL, WRITE], ids=["read", "write"])
 async def test_a_kept_cgroup_removed_under_the_daemon_is_replaced(short_tmp, tool) -> None:
     # Another daemon's start-up sweep removes idle spares: the next call must get another
@@ -133,14 +140,12 @@ async def test_a_call_cancelled_before_its_program_could_exec_leaks_nothing(shor
     # The kept cgroup is frozen (by an operator, say): the program is made in it and never
     # gets to its exec; the call is cancelled meanwhile.
     async with _reaper() as reaper:
-        ((await _kept_spare(short_tmp, reaper)).path / "cgroup.freeze").write_text("1")
+        ctx = await _in_a_frozen_cgroup(short_tmp, reaper, tool)
         before = _fds()
-        ctx = _call_of(short_tmp, reaper, tool)
         with trio.move_on_after(0.5) as scope:
             await runner.run(ctx, runner.Program(argv=("/bin/true",)))
         assert scope.cancelled_caught
-        assert _fds() <= before
-        assert ctx.call_id not in proctree.RUNNING
+        assert _fds() <= before and ctx.call_id not in proctree.RUNNING
 
 
 @pytest.mark.parametrize("tool", [TOOL, WRITE], ids=["read", "write"])
@@ -149,17 +154,15 @@ async def test_a_program_that_never_runs_its_first_line_is_not_started_within_se
     # and said not to have run, for a read (whose exec is heard as it is watched) as for a
     # write; not left to the call's deadline.
     async with _reaper() as reaper:
-        ((await _kept_spare(short_tmp, reaper)).path / "cgroup.freeze").write_text("1")
+        ctx = await _in_a_frozen_cgroup(short_tmp, reaper, tool)
         before = _fds()
-        ctx = _call_of(short_tmp, reaper, tool)
         with trio.fail_after(launch._PID_TIMEOUT_S + 5), pytest.raises(RungdError) as failure:
             await runner.run(ctx, runner.Program(argv=("/bin/true",)))
         assert failure.value.code == "RESOURCE_EXHAUSTED", failure.value
         assert "did not start within" in failure.value.message
         assert "out of descriptors" not in failure.value.message  # not the kernel's generic EAGAIN
         assert failure.value.outcome == "not_started" and not ctx.may_have_acted()
-        assert _fds() <= before
-        assert ctx.call_id not in proctree.RUNNING
+        assert _fds() <= before and ctx.call_id not in proctree.RUNNING
 
 
 async def test_a_writes_read_back_that_cannot_start_after_its_act_leaves_the_outcome_unknown(short_tmp) -> None:
