@@ -337,3 +337,15 @@ def test_output_cut_to_its_head_and_tail_is_whole_lines_with_no_words_of_rungds(
     numbers = [int(line) for line in stream.text().splitlines()]  # a note, or half a line, fails here
     [jump] = [i for i in range(1, len(numbers)) if numbers[i] != numbers[i - 1] + 1]
     assert numbers[0] == 1 and numbers[-1] == 1000 and numbers[jump] > numbers[jump - 1] + 1
+
+
+def test_what_a_program_said_last_is_quoted_from_a_line_or_word_start() -> None:
+    # A question or error quoted from stderr's end must not begin inside a word ("ted\ngpg:
+    # problem with the agent", as a 200-character cut of gpg's words once did).
+    from rungd.runner.program import tail
+
+    said = "gpg: signing failed: Inappropriate ioctl for device\ngpg: problem with the agent: No pinentry"
+    assert tail(said, 50) == "gpg: problem with the agent: No pinentry"
+    assert tail("x" * 10 + " the one long last line of it", 20) == "…last line of it"  # not "…ong"
+    assert tail("y" * 30, 20) == "…" + "y" * 19
+    assert tail("  short\n", 20) == "short"

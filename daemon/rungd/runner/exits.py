@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from rungd.core.contract import ErrorRule
 from rungd.core.errors import AuthRequired, Failed, PromptUnexpected, ToolError
 from rungd.runner.limits import Limits
-from rungd.runner.program import Completed, Program
+from rungd.runner.program import Completed, Program, tail
 from rungd.runner.questions import CREDENTIAL_NEEDED, TERMINAL_REQUIRED, is_credential_question
 
 
@@ -24,7 +24,7 @@ def check_exit(done: Completed, table: Mapping[int, ErrorRule], *, ok: tuple[int
     if done.exit_status in ok:
         return
     rule = table.get(done.exit_status)
-    detail = done.stderr_tail(300) or done.stdout[-300:].strip()
+    detail = done.stderr_tail(300) or tail(done.stdout, 300)
     if rule is not None:
         # No outcome is declared: a status names what the program says, not what happened.
         # A read ran: done. A write that may have begun is decided by its read-back or settle

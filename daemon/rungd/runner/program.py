@@ -141,4 +141,20 @@ class Completed:
         return self.stdout_cut or self.stderr_cut
 
     def stderr_tail(self, chars: int = 400) -> str:
-        return self.stderr[-chars:].strip()
+        """The end of stderr, at most about ``chars`` characters (:func:`tail`)."""
+        return tail(self.stderr, chars)
+
+
+def tail(text: str, chars: int) -> str:
+    """The end of ``text`` in at most ``chars`` characters, beginning where a line begins (or,
+    when its last line alone is longer, where a word does, after "…"): what a program said
+    last, quoted without a word cut in two."""
+    text = text.strip()
+    if len(text) <= chars:
+        return text
+    end = text[-chars:]
+    newline = end.find("\n")
+    if newline >= 0 and end[newline + 1:].strip():
+        return end[newline + 1:].strip()
+    space = end.find(" ", 0, len(end) - 1)
+    return "…" + (end[space + 1:] if space >= 0 else end[1:])
