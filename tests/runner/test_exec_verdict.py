@@ -177,3 +177,18 @@ async def test_a_writes_read_back_that_cannot_start_after_its_act_leaves_the_out
     call = Call.new(WRITE.name, "r-1", Caller(0, 0, 0))
     envelope = outcomes.error_envelope(call, failure.value, tool=WRITE, ctx=ctx)
     assert envelope.outcome == "unknown" and envelope.error.retry != "yes", envelope
+
+
+@pytest.mark.parametrize("commits", [True, False], ids=["program-that-may-act", "read-back"])
+async def test_a_lost_start_of_a_program_that_may_act_leaves_the_outcome_to_the_boundary(short_tmp, commits) -> None:
+    # Killed at once, but it may have run its first instructions: wherever a start is lost
+    # (no pidfd, no watch, no first line in time after saying it began), a write's program
+    # is marked spawned, so the boundary says unknown, not not_started.
+    from rungd.runner.execute import _spawn_error
+
+    ctx = make_ctx(short_tmp)
+    ctx.tool = WRITE
+    error = _spawn_error(ctx, runner.Program(argv=("/bin/true",), commits=commits),
+                         launch.LostStart(11, "lost"))
+    assert ctx.may_have_acted() is commits
+    assert not error.outcome_declared

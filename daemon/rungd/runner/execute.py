@@ -244,8 +244,6 @@ async def _start(ctx: CallContext, program: Program, credentials: Mapping[str, s
         scratch.helper.claim(tracker.root)
     except OSError as exc:
         scratch.close()
-        if isinstance(exc, launch.LostStart) and program.commits:
-            ctx.mark_spawned()  # it was killed at once, but may have run its first instructions
         raise _spawn_error(ctx, program, exc) from None
     finally:
         scratch.helper.release_secrets()  # the child holds its own copies now
@@ -272,8 +270,6 @@ async def _running(ctx: CallContext, program: Program, started: launch.Started, 
         scratch.close()
         if not isinstance(exc, OSError):
             raise
-        if isinstance(exc, launch.LostStart) and program.commits:
-            ctx.mark_spawned()  # it was killed at once, but may have run its first instructions
         raise _spawn_error(ctx, program, exc) from None
 
 
@@ -303,7 +299,10 @@ def _no_folders(exc: OSError) -> Failed:
 
 def _spawn_error(ctx: CallContext, program: Program, exc: OSError) -> RungdError:
     """The honest error for a program that could not be started, by what the kernel said
-    (:func:`_for_call`)."""
+    (:func:`_for_call`). A lost start was killed at once, but may have run its first
+    instructions: a write's is marked spawned, so the boundary decides its outcome."""
+    if isinstance(exc, launch.LostStart) and program.commits:
+        ctx.mark_spawned()
     return _for_call(ctx, _start_failure(program, exc))
 
 
@@ -486,10 +485,7 @@ async def run(ctx: CallContext, program: Program) -> Completed:
         with trio.CancelScope(shield=True):
             await _abandon(ctx, proc, tracker)
         scratch.close()
-        # Its exec may have worked, and it may have run its first instructions: not
-        # not_started for a write (the boundary decides from the mark), as for a lost start.
-        if program.commits:
-            ctx.mark_spawned()
+        # Its exec may have worked, and it may have run its first instructions: a lost start.
         raise _spawn_error(ctx, program, launch.LostStart(exc.errno, exc.strerror)) from None
     # A write's program may act from its first instruction: its exec is heard of before it is
     # watched. A read's is heard of as the watch wakes (a failed exec ends at once, with its
