@@ -336,12 +336,12 @@ class Dispatcher:
             if not held:
                 self.slots.release(tool, call.caller.uid)
             self.requests.release(call)
-            if not isinstance(failure, RungdError):
-                self._finish(call, outcomes.error_envelope(call, Busy(
-                    "rungd stopped before the call was recorded; nothing was started",
-                    hint="retry the same call once rungd is back (the same request_id is safe)"), tool=tool))
+            error = failure if isinstance(failure, RungdError) else Busy(
+                "rungd stopped before the call was recorded; nothing was started",
+                hint="retry the same call once rungd is back (the same request_id is safe)")
+            self._finish(call, outcomes.error_envelope(call, error, tool=tool))
+            if error is not failure:
                 raise
-            self._finish(call, outcomes.error_envelope(call, failure, tool=tool))
             return
         if held:
             # The held call keeps its inputs as shown (pending lists them to operators); the
