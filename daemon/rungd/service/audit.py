@@ -86,14 +86,14 @@ class Audit:
         Cancellation: not abandoned: once handed to the writer, a record is either durable
         or failed before this returns, so the index never disagrees with the file.
         """
+        # A read's records need no fsync: written on the loop when the writer is free, in a
+        # worker thread when it is busy (or the write on the loop failed: tried again there).
+        if not durable and self.record_now(events, keep_reserve=new_work):
+            return
         try:
-            # A read's records need no fsync: written on the loop when the writer is free, in
-            # a worker thread when it is busy.
-            records = None if durable else self.ledger.append_now(events, keep_reserve=new_work)
-            if records is None:
-                records = await trio.to_thread.run_sync(
-                    functools.partial(self.ledger.append_many, events, sync=durable, keep_reserve=new_work),
-                    abandon_on_cancel=False, limiter=self.limiter)
+            records = await trio.to_thread.run_sync(
+                functools.partial(self.ledger.append_many, events, sync=durable, keep_reserve=new_work),
+                abandon_on_cancel=False, limiter=self.limiter)
         except LedgerWriteFailed as exc:
             log.error("ledger write failed: %s", exc, extra={"call_id": events[0][1], "tool": events[0][2]})
             began, refused = self._outage or (time.time(), 0)
@@ -110,9 +110,10 @@ class Audit:
             with trio.CancelScope(shield=True):
                 await self._record_outage()
 
-    def record_now(self, events: list[tuple[str, str, str, dict[str, Any]]]) -> bool:
+    def record_now(self, events: list[tuple[str, str, str, dict[str, Any]]], *, keep_reserve: bool = False) -> bool:
         """Append a read's events (no fsync: see :meth:`record_many`) on the loop, if the
-        writer can take them without a wait, and update the index.
+        writer can take them without a wait, and update the index. ``keep_reserve``: refused
+        while the ledger cannot keep its reserve (``record_many``'s ``new_work``).
 
         Returns:
             True once they are recorded; False when they must go through ``record_many``:
@@ -122,7 +123,7 @@ class Audit:
         if self._outage is not None:
             return False
         try:
-            records = self.ledger.append_now(events)
+            records = self.ledger.append_now(events, keep_reserve=keep_reserve)
         except LedgerWriteFailed:
             return False
         if records is None:
