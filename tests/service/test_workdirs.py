@@ -8,7 +8,7 @@ from pathlib import Path
 
 import trio
 
-from rungd.service.engine.workdirs import MAX_SPARES, WorkFolders
+from rungd.service.engine.workdirs import MAX_SPARES, SETTLED_S, WorkFolders
 
 
 def folders(root: Path) -> WorkFolders:
@@ -68,3 +68,49 @@ async def test_no_more_folders_are_kept_than_calls_ran_at_once_up_to_the_cap(tmp
         assert remove is not None
         await remove()
     assert len(list((tmp_path / "work").iterdir())) == MAX_SPARES
+
+
+def _user_xattrs(path: Path) -> bool:
+    try:
+        os.setxattr(path, "user.probe", b"x")
+        os.removexattr(path, "user.probe")
+        return True
+    except OSError:
+        return False
+
+
+async def test_a_folder_judged_by_its_lstat_is_looked_at_again_after_any_change(tmp_path) -> None:
+    # Once a look counts (the folder's change time is old enough), a kept folder is judged by
+    # its lstat alone: every change after must still keep it from the next call.
+    work = folders(tmp_path / "work")
+    xattrs = _user_xattrs(tmp_path)
+    changes = {"a file": lambda p: (p / "out.txt").write_text("x"),
+               "a folder": lambda p: (p / "sub").mkdir(),
+               "its mode": lambda p: p.chmod(0o755),
+               "a symlink": lambda p: (p.rmdir(), p.symlink_to(tmp_path)),
+               # only its change time moves: the lstat is otherwise the same
+               **({"an attribute": lambda p: os.setxattr(p, "user.note", b"left by a call")} if xattrs else {})}
+    kept = [await work.take() for _ in range(len(changes) + 1)]
+    for folder in kept:
+        folder.mkdir(mode=0o700)
+        assert work.give_back(folder) is None
+    await trio.sleep(SETTLED_S + 0.3)
+    # Handed out and given back once more: these looks count now.
+    again = [await work.take() for _ in kept]
+    assert sorted(again) == sorted(kept)
+    for folder in again:
+        assert work.give_back(folder) is None
+    # What another process of the same user does to the kept folders meanwhile:
+    changed = dict(zip(changes, kept))
+    for what, change in changes.items():
+        change(changed[what])
+    handed = await work.take()
+    assert handed not in changed.values()
+    assert handed.is_dir() and not any(handed.iterdir())
+    for what, folder in changed.items():
+        assert not os.path.lexists(folder), what
+    assert tmp_path.is_dir()
+    # ... and what a call's own program does to its folder is looked at when it is given back.
+    if xattrs:
+        os.setxattr(handed, "user.note", b"left by the call")
+        assert work.give_back(handed) is not None

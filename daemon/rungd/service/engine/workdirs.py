@@ -9,6 +9,15 @@ rmdir and a mkdir, and one look again when it is handed out (a process of anothe
 have written into it meanwhile). A folder left with anything in it, or changed, is removed in
 a worker thread. Start-up removes every folder of an earlier run (``Daemon``).
 
+A look is three system calls more than an ``lstat`` (its attributes, and a read of the folder
+opened for it), so a folder looked at once is then judged by its ``lstat`` alone while that
+stays the same. The kernel moves a folder's change time at every change to it (an entry made,
+removed or renamed, its mode, owner or attributes set, the folder itself renamed), so an
+unchanged ``lstat`` shows an unchanged folder, provided no change can have landed on the very
+change time it had at the look: a look counts only when that time was over
+:data:`SETTLED_S` old (timestamps are cut to the filesystem's granularity, a second on some,
+and the kernel's clock for them is coarse), so whatever changes it after carries a later one.
+
 Folders are named ``call-<random>``; a call's work folder is not named after the call, since a
 later call may start in it.
 """
@@ -18,12 +27,15 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
 
 MAX_SPARES = 32  # as many as calls ran at once, up to this
+# How old a folder's change time must be for its lstat to stand for a look (see above).
+SETTLED_S = 2
 
 
 class WorkFolders:
@@ -37,15 +49,20 @@ class WorkFolders:
     def __init__(self, root: Path, limiter: trio.CapacityLimiter) -> None:
         self.root = root
         self._limiter = limiter
-        self._spares: list[Path] = []
+        # Each kept folder with its lstat at its last look (None: that look does not count).
+        self._spares: list[tuple[Path, os.stat_result | None]] = []
+        self._out: dict[Path, os.stat_result | None] = {}  # handed out, the same way
         self._device = os.stat(root).st_dev
+        self._uid = os.geteuid()
 
     async def take(self) -> Path:
         """An empty folder for a call (a kept one, looked at again), or the path of one to make
         (its program's new process makes it, 0700)."""
         while self._spares:
-            folder = self._spares.pop()
-            if self._as_made(folder):
+            folder, seen = self._spares.pop()
+            info = _lstat(folder)
+            if info is not None and (_unchanged(info, seen) or self._as_made(folder, info)):
+                self._out[folder] = info if _settled(info) else None
                 return folder
             await trio.to_thread.run_sync(_remove, folder, limiter=self._limiter)
         return self.root / f"call-{os.urandom(6).hex()}"
@@ -57,29 +74,27 @@ class WorkFolders:
             None when it is kept for a next call (empty and unchanged) or was never made;
             otherwise what removes it (and what was left in it), to await.
         """
+        seen = self._out.pop(folder, None)
         try:
-            info = os.lstat(folder)
+            info: os.stat_result | None = os.lstat(folder)
         except FileNotFoundError:
             return None  # the program started elsewhere (its tool's own cwd)
         except OSError:
             info = None
-        if len(self._spares) < MAX_SPARES and info is not None and self._as_made(folder, info):
-            self._spares.append(folder)
+        if len(self._spares) < MAX_SPARES and info is not None and (
+                _unchanged(info, seen) or self._as_made(folder, info)):
+            self._spares.append((folder, info if _settled(info) else None))
             return None
         return lambda: trio.to_thread.run_sync(_remove, folder, limiter=self._limiter)
 
-    def _as_made(self, folder: Path, info: os.stat_result | None = None) -> bool:
-        """Whether ``folder`` is as a call's new process makes it: the daemon's own empty 0700
-        folder on the state folder's filesystem, with no user or trusted extended attribute.
-
-        Args:
-            info: its ``lstat``, if the caller made it just now.
-        """
+    def _as_made(self, folder: Path, info: os.stat_result) -> bool:
+        """Whether ``folder`` (whose ``lstat`` is ``info``) is as a call's new process makes
+        it: the daemon's own empty 0700 folder on the state folder's filesystem, with no user
+        or trusted extended attribute."""
+        if not (stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
+                and info.st_uid == self._uid and info.st_dev == self._device):
+            return False
         try:
-            info = info or os.lstat(folder)
-            if not (stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
-                    and info.st_uid == os.geteuid() and info.st_dev == self._device):
-                return False
             # A program can set user (and, as root, trusted) attributes; security.selinux and
             # ACLs come with the folder on some hosts and say nothing of what a call did.
             if any(name.startswith(("user.", "trusted.")) for name in os.listxattr(folder, follow_symlinks=False)):
@@ -87,6 +102,25 @@ class WorkFolders:
         except OSError:
             return False
         return _empty(folder)
+
+
+def _lstat(folder: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(folder)
+    except OSError:
+        return None
+
+
+def _settled(info: os.stat_result) -> bool:
+    """Whether a change after this ``lstat`` is sure to move the change time it shows."""
+    return time.time_ns() - info.st_ctime_ns > SETTLED_S * 1_000_000_000
+
+
+def _unchanged(info: os.stat_result, seen: os.stat_result | None) -> bool:
+    """Whether ``info`` shows the folder as it was when ``seen`` was taken at a look that counts."""
+    return seen is not None and (info.st_ino, info.st_dev, info.st_mode, info.st_uid, info.st_nlink,
+                                 info.st_mtime_ns, info.st_ctime_ns) == (
+        seen.st_ino, seen.st_dev, seen.st_mode, seen.st_uid, seen.st_nlink, seen.st_mtime_ns, seen.st_ctime_ns)
 
 
 def _empty(folder: Path) -> bool:
