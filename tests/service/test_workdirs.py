@@ -8,7 +8,8 @@ from pathlib import Path
 
 import trio
 
-from rungd.service.engine.workdirs import MAX_SPARES, SETTLED_S, WorkFolders
+from rungd.service.engine.workdirs import MAX_SPARES, WorkFolders
+from rungd.system.changetime import SETTLED_S
 
 
 def folders(root: Path) -> WorkFolders:

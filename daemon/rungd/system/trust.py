@@ -29,9 +29,9 @@ import os
 import pwd
 import stat
 from collections.abc import Callable, Collection
-from pathlib import Path
 
 from rungd.core.errors import ConfigError
+from rungd.system.changetime import settled
 
 # Links followed while walking one path, as the kernel's own limit (ELOOP past 40).
 _MAX_LINKS = 40
@@ -203,7 +203,9 @@ class Trust:
 
     :meth:`recheck` stats each entry of the walk it remembers (no link is read again): when an
     entry is the same inode with the same change time, its owner and mode are what they were;
-    anything else walks the path again in full. A call's cost is one ``lstat`` per entry.
+    anything else walks the path again in full. A call's cost is one ``lstat`` per entry. A
+    walk is remembered only when no entry on it changed in the last seconds: a change just
+    after it could carry the same change time (:mod:`rungd.system.changetime`).
     """
 
     def __init__(self, owners: Collection[int] | None = None) -> None:
@@ -236,7 +238,10 @@ class Trust:
             return
         entries = walk(path)
         _judge(entries, path, what, self._owners)
-        self._walks[key] = entries
+        if all(settled(entry.info) for entry in entries):
+            self._walks[key] = entries
+        else:  # changed a moment ago: walked again until a look stands (rungd.system.changetime)
+            self._walks.pop(key, None)
 
     def program(self, name: str, search_path: str) -> None:
         """Refuse to run ``name`` unless what the kernel will execute is trusted.

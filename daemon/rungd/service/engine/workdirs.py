@@ -11,12 +11,7 @@ a worker thread. Start-up removes every folder of an earlier run (``Daemon``).
 
 A look is three system calls more than an ``lstat`` (its attributes, and a read of the folder
 opened for it), so a folder looked at once is then judged by its ``lstat`` alone while that
-stays the same. The kernel moves a folder's change time at every change to it (an entry made,
-removed or renamed, its mode, owner or attributes set, the folder itself renamed), so an
-unchanged ``lstat`` shows an unchanged folder, provided no change can have landed on the very
-change time it had at the look: a look counts only when that time was over
-:data:`SETTLED_S` old (timestamps are cut to the filesystem's granularity, a second on some,
-and the kernel's clock for them is coarse), so whatever changes it after carries a later one.
+stays the same since a look that stands (:mod:`rungd.system.changetime`).
 
 Folders are named ``call-<random>``; a call's work folder is not named after the call, since a
 later call may start in it.
@@ -27,15 +22,14 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
 
+from rungd.system.changetime import settled
+
 MAX_SPARES = 32  # as many as calls ran at once, up to this
-# How old a folder's change time must be for its lstat to stand for a look (see above).
-SETTLED_S = 2
 
 
 class WorkFolders:
@@ -49,7 +43,7 @@ class WorkFolders:
     def __init__(self, root: Path, limiter: trio.CapacityLimiter) -> None:
         self.root = root
         self._limiter = limiter
-        # Each kept folder with its lstat at its last look (None: that look does not count).
+        # Each kept folder with its lstat at its last look (None: that look does not stand).
         self._spares: list[tuple[Path, os.stat_result | None]] = []
         self._out: dict[Path, os.stat_result | None] = {}  # handed out, the same way
         self._device = os.stat(root).st_dev
@@ -62,7 +56,7 @@ class WorkFolders:
             folder, seen = self._spares.pop()
             info = _lstat(folder)
             if info is not None and (_unchanged(info, seen) or self._as_made(folder, info)):
-                self._out[folder] = info if _settled(info) else None
+                self._out[folder] = info if settled(info) else None
                 return folder
             await trio.to_thread.run_sync(_remove, folder, limiter=self._limiter)
         return self.root / f"call-{os.urandom(6).hex()}"
@@ -83,7 +77,7 @@ class WorkFolders:
             info = None
         if len(self._spares) < MAX_SPARES and info is not None and (
                 _unchanged(info, seen) or self._as_made(folder, info)):
-            self._spares.append((folder, info if _settled(info) else None))
+            self._spares.append((folder, info if settled(info) else None))
             return None
         return lambda: trio.to_thread.run_sync(_remove, folder, limiter=self._limiter)
 
@@ -111,13 +105,8 @@ def _lstat(folder: Path) -> os.stat_result | None:
         return None
 
 
-def _settled(info: os.stat_result) -> bool:
-    """Whether a change after this ``lstat`` is sure to move the change time it shows."""
-    return time.time_ns() - info.st_ctime_ns > SETTLED_S * 1_000_000_000
-
-
 def _unchanged(info: os.stat_result, seen: os.stat_result | None) -> bool:
-    """Whether ``info`` shows the folder as it was when ``seen`` was taken at a look that counts."""
+    """Whether ``info`` shows the folder as it was when ``seen`` was taken, at a look that stands."""
     return seen is not None and (info.st_ino, info.st_dev, info.st_mode, info.st_uid, info.st_nlink,
                                  info.st_mtime_ns, info.st_ctime_ns) == (
         seen.st_ino, seen.st_dev, seen.st_mode, seen.st_uid, seen.st_nlink, seen.st_mtime_ns, seen.st_ctime_ns)
