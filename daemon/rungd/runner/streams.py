@@ -292,19 +292,22 @@ class Outputs:
                 if chunk is None:
                     break
                 if not chunk:  # end of file: every process holding the pipe closed it
-                    self._forget(fd)
+                    self._pipes.pop(fd)
+                    if isinstance(pipe, Pipe):
+                        pipe.close()  # which takes it out of the poller too: nothing more comes
+                    else:
+                        self._unregister(fd)
                     break
                 stream.take(chunk)  # wakes the watch (Stream.on_output)
 
     def _exited(self) -> None:
         # Reaped now, or (a tracer has not collected it yet) looked at again on the watch's
         # timer: the pidfd stays readable, and would wake the loop on every turn.
-        self._forget(self._pidfd)
+        self._unregister(self._pidfd)
         self._pidfd = -1
         self._child.exited()  # reaps it when it can be reaped
         self.wake()
 
-    def _forget(self, fd: int) -> None:
-        self._pipes.pop(fd, None)
+    def _unregister(self, fd: int) -> None:
         with contextlib.suppress(OSError, ValueError):
             self._poller.unregister(fd)

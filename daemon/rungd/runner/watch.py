@@ -3,6 +3,7 @@ what the tool declared. Everything else stops the call with an error quoting the
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -56,7 +57,6 @@ class Watch:
         self.redactor = redactor
         self.answered: list[str] = []
         self._left = {id(c): c.times for c in (*program.confirmations, *program.credential_prompts, *program.askpass)}
-        self._stdin_ino = procwatch.pipe_inode(proc.stdin.fileno())
         self._checked_at = 0.0
         self._stdin_closed = False
         self._feeding = False
@@ -189,6 +189,15 @@ class Watch:
             if (question := prompt_in(text, skip=stream.tty_failure)):
                 return question
         return ""
+
+    @functools.cached_property
+    def _stdin_ino(self) -> int | None:
+        """The inode of the program's stdin pipe, looked up the first time a question is
+        looked for (most calls end before); None once the daemon's end is closed."""
+        try:
+            return procwatch.pipe_inode(self.proc.stdin.fileno())
+        except OSError:
+            return None
 
     def wake(self) -> None:
         """Look at the program now: it printed something, or a question was refused."""
