@@ -292,22 +292,22 @@ class Outputs:
                 if chunk is None:
                     break
                 if not chunk:  # end of file: every process holding the pipe closed it
-                    self._pipes.pop(fd)
-                    if isinstance(pipe, Pipe):
-                        pipe.close()  # which takes it out of the poller too: nothing more comes
-                    else:
-                        self._unregister(fd)
+                    # Taken out of the poller, not closed here: a close takes it out only when
+                    # no other process holds a copy of it (pidfd_getfd, a fork in a worker
+                    # thread), and one left in could not be taken out: it would wake every wait.
+                    self._forget(fd)
                     break
                 stream.take(chunk)  # wakes the watch (Stream.on_output)
 
     def _exited(self) -> None:
         # Reaped now, or (a tracer has not collected it yet) looked at again on the watch's
         # timer: the pidfd stays readable, and would wake the loop on every turn.
-        self._unregister(self._pidfd)
+        self._forget(self._pidfd)
         self._pidfd = -1
         self._child.exited()  # reaps it when it can be reaped
         self.wake()
 
-    def _unregister(self, fd: int) -> None:
+    def _forget(self, fd: int) -> None:
+        self._pipes.pop(fd, None)
         with contextlib.suppress(OSError, ValueError):
             self._poller.unregister(fd)

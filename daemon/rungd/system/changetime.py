@@ -8,6 +8,11 @@ granularity (a second on some) and read from the kernel's coarse clock, so a cha
 lands just after a look may carry the very change time the look saw. A look therefore stands
 only when the change time it saw was over :data:`SETTLED_S` old (:func:`settled`): whatever
 changes the inode after it carries a later change time.
+
+This assumes the wall clock does not step back past a change time seen: a process that may
+set the clock (CAP_SYS_TIME) could change an inode under a change time it had seen, and
+restore its modification time. Such a process is root's, which could change what rungd runs
+directly anyway.
 """
 
 from __future__ import annotations
