@@ -4,8 +4,10 @@ was made is the next call's, anything else is removed before the call's caller h
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
+import pytest
 import trio
 
 from rungd.service.engine.workdirs import MAX_SPARES, WorkFolders
@@ -115,3 +117,30 @@ async def test_a_folder_judged_by_its_lstat_is_looked_at_again_after_any_change(
     if xattrs:
         os.setxattr(handed, "user.note", b"left by the call")
         assert work.give_back(handed) is not None
+
+
+async def test_a_folder_a_program_mounted_into_is_left_whole_never_emptied_through_the_mount(tmp_path, caplog) -> None:
+    # A program that may mount (root's) binds another folder of the host into its work
+    # folder: removing the work folder must not empty that folder for it.
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("the host's")
+    work = folders(tmp_path / "work")
+    folder = await work.take()
+    (folder / "inside").mkdir(parents=True)
+    bound = subprocess.run(["mount", "--bind", str(precious), str(folder / "inside")], capture_output=True)
+    if bound.returncode != 0:
+        pytest.skip(f"no bind mount here: {bound.stderr.decode().strip()}")
+    try:
+        remove = work.give_back(folder)
+        assert remove is not None
+        await remove()
+        assert (precious / "keep.txt").read_text() == "the host's"
+        assert folder.is_dir()  # left for the operator, and said so
+        assert "mounted" in caplog.text and str(folder / "inside") in caplog.text
+    finally:
+        subprocess.run(["umount", str(folder / "inside")], check=True)
+    remove = work.give_back(folder)  # unmounted: removed as any other
+    assert remove is not None
+    await remove()
+    assert not os.path.lexists(folder)

@@ -15,7 +15,6 @@ import hashlib
 import logging
 import os
 import resource
-import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import trio
 
 from rungd.system import proctree, sdnotify, trust
+from rungd.system.folders import remove_tree
 from rungd.service.audit import Audit
 from rungd.config import Config, load_config
 from rungd.core.contract import Caller, Tool
@@ -117,7 +117,9 @@ class Daemon:
         proctree.sweep_cgroups(recovered, cgroup_tag)
         # Every call of an earlier run is over: sweep their work folders (and any credential
         # file a crash left in one), then make the folder anew, private.
-        shutil.rmtree(state / "work", ignore_errors=True)
+        if mounts := remove_tree(state / "work"):
+            log.warning("the work folders of an earlier run are left in place: %s mounted in them; hint: the "
+                        "operator must unmount it, then remove %s", ", ".join(mounts), state / "work")
         _private_folders(state)
         sock = bind_unix_socket(self.socket_path, int(server.socket_mode, 8), server.socket_group)
         listener = trio.SocketListener(sock)

@@ -19,8 +19,8 @@ later call may start in it.
 
 from __future__ import annotations
 
+import logging
 import os
-import shutil
 import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -28,6 +28,9 @@ from pathlib import Path
 import trio
 
 from rungd.system.changetime import settled
+from rungd.system.folders import remove_tree
+
+log = logging.getLogger("rungd.calls")
 
 MAX_SPARES = 32  # as many as calls ran at once, up to this
 
@@ -121,11 +124,6 @@ def _empty(folder: Path) -> bool:
 
 
 def _remove(folder: Path) -> None:
-    try:
-        folder.rmdir()
-    except FileNotFoundError:
-        pass
-    except NotADirectoryError:  # the program put a file or a symlink in its place: that goes, not its target
-        folder.unlink(missing_ok=True)
-    except OSError:
-        shutil.rmtree(folder, ignore_errors=True)
+    if mounts := remove_tree(folder):
+        log.warning("the work folder %s is left in place: a program of a call mounted %s in it; hint: the "
+                    "operator must unmount it, then remove the folder", folder, ", ".join(mounts))
