@@ -125,7 +125,11 @@ async def test_a_folder_a_program_mounted_into_is_left_whole_never_emptied_throu
     precious = tmp_path / "precious"
     precious.mkdir()
     (precious / "keep.txt").write_text("the host's")
-    work = folders(tmp_path / "work")
+    # The state folder reached through a link, as /var/lib/rungd may be: the mount table names
+    # the mount by its real path.
+    (tmp_path / "real").mkdir()
+    (tmp_path / "state").symlink_to(tmp_path / "real")
+    work = folders(tmp_path / "state" / "work")
     folder = await work.take()
     (folder / "inside").mkdir(parents=True)
     bound = subprocess.run(["mount", "--bind", str(precious), str(folder / "inside")], capture_output=True)
@@ -137,7 +141,7 @@ async def test_a_folder_a_program_mounted_into_is_left_whole_never_emptied_throu
         await remove()
         assert (precious / "keep.txt").read_text() == "the host's"
         assert folder.is_dir()  # left for the operator, and said so
-        assert "mounted" in caplog.text and str(folder / "inside") in caplog.text
+        assert "mounted" in caplog.text and os.path.realpath(folder / "inside") in caplog.text
     finally:
         subprocess.run(["umount", str(folder / "inside")], check=True)
     remove = work.give_back(folder)  # unmounted: removed as any other

@@ -19,7 +19,7 @@ _OCTAL = re.compile(rb"\\([0-7]{3})")
 
 def mounts_at_or_under(folder: str | os.PathLike[str]) -> list[str]:
     """The mount points of the daemon's mount namespace at ``folder`` or inside it."""
-    top = os.path.abspath(folder)
+    top = os.path.realpath(folder)  # as the mount table names it
     try:
         with open("/proc/self/mountinfo", "rb") as table:
             lines = table.read().splitlines()
