@@ -4,14 +4,22 @@ was made is the next call's, anything else is removed before the call's caller h
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 import trio
 
+from rungd.config import load_config
 from rungd.service.engine.workdirs import MAX_SPARES, WorkFolders
 from rungd.system.changetime import SETTLED_S
+from rungd.testing import start_daemon, write_config
+
+
+# A default ACL giving everyone everything (setfacl -d -m u::rwx,g::rwx,o::rwx), as the kernel
+# takes it: version 2, then (tag, permissions, id) for the owner, the group and the others.
+_OPEN_ACL = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, 7, 0xFFFFFFFF) for tag in (0x01, 0x04, 0x20))
 
 
 def folders(root: Path) -> WorkFolders:
@@ -29,11 +37,19 @@ async def test_an_empty_folder_is_kept_for_the_next_call_and_a_changed_one_remov
     left = {"a file": lambda p: (p / "out.txt").write_text("x"),
             "a folder": lambda p: (p / "sub").mkdir(),
             "its mode": lambda p: p.chmod(0o755),
-            "a symlink": lambda p: (p.rmdir(), p.symlink_to(tmp_path))}
+            "a symlink": lambda p: (p.rmdir(), p.symlink_to(tmp_path)),
+            # flags and ACLs a next call would inherit, where the filesystem has them
+            "immutable": lambda p: subprocess.run(["chattr", "+i", str(p)], check=True),
+            "a default ACL": lambda p: os.setxattr(p, "system.posix_acl_default", _OPEN_ACL)}
     for what, change in left.items():
         folder = await work.take()
         folder.mkdir(mode=0o700, exist_ok=True)
-        change(folder)
+        try:
+            change(folder)
+        except (OSError, subprocess.CalledProcessError):
+            assert what in ("immutable", "a default ACL"), what  # a filesystem without them
+            assert work.give_back(folder) is None
+            continue
         remove = work.give_back(folder)
         assert remove is not None, what
         await remove()
@@ -148,3 +164,56 @@ async def test_a_folder_a_program_mounted_into_is_left_whole_never_emptied_throu
     assert remove is not None
     await remove()
     assert not os.path.lexists(folder)
+
+
+async def test_what_a_call_leaves_is_removed_however_deep_and_locked_or_said(tmp_path, caplog) -> None:
+    # Folders nested past what a recursive removal (or any path) reaches, a folder the
+    # program took its rights from, files and folders it made immutable or append-only.
+    work = folders(tmp_path / "work")
+    folder = await work.take()
+    folder.mkdir(mode=0o700)
+    at = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(3000):
+        os.mkdir("d", dir_fd=at)
+        deeper = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=at)
+        os.close(at)
+        at = deeper
+    os.close(at)
+    (folder / "shut").mkdir()
+    (folder / "shut" / "inside.txt").write_text("x")
+    (folder / "shut").chmod(0o500)
+    (folder / "locked").write_text("x")
+    flagged = subprocess.run(["chattr", "+i", str(folder / "locked")], capture_output=True).returncode == 0
+    (folder / "log").mkdir()
+    (folder / "log" / "kept.txt").write_text("x")
+    if flagged:
+        subprocess.run(["chattr", "+a", str(folder / "log")], check=True)
+    remove = work.give_back(folder)
+    assert remove is not None
+    await remove()
+    assert not os.path.lexists(folder), caplog.text
+    assert "left in place" not in caplog.text
+
+
+async def test_start_up_sweeps_an_earlier_runs_folders_one_by_one_leaving_only_a_mounted_one(
+        short_tmp, nursery, caplog) -> None:
+    config = load_config(write_config(short_tmp, ""))
+    work = config.state_dir / "work"
+    (work / "call-feedfeedfeed").mkdir(parents=True)
+    (work / "call-feedfeedfeed" / "credential").write_text("left by a crash")
+    mounted = work / "call-0123456789ab" / "inside"
+    mounted.mkdir(parents=True)
+    precious = short_tmp / "precious"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("the host's")
+    bound = subprocess.run(["mount", "--bind", str(precious), str(mounted)], capture_output=True)
+    if bound.returncode != 0:
+        pytest.skip(f"no bind mount here: {bound.stderr.decode().strip()}")
+    try:
+        running = await start_daemon(nursery, config)
+        assert not (work / "call-feedfeedfeed").exists()  # what could go went
+        assert (precious / "keep.txt").read_text() == "the host's"
+        assert mounted.is_dir() and "left in place" in caplog.text
+        running.daemon.stop()
+    finally:
+        subprocess.run(["umount", str(mounted)], check=True)

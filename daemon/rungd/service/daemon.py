@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import gc
@@ -117,9 +118,11 @@ class Daemon:
         proctree.sweep_cgroups(recovered, cgroup_tag)
         # Every call of an earlier run is over: sweep their work folders (and any credential
         # file a crash left in one), then make the folder anew, private.
-        if mounts := remove_tree(state / "work"):
-            log.warning("the work folders of an earlier run are left in place: %s mounted in them; hint: the "
-                        "operator must unmount it, then remove %s", ", ".join(mounts), state / "work")
+        with contextlib.suppress(FileNotFoundError):  # one by one: what cannot go keeps nothing else
+            for entry in os.scandir(state / "work"):
+                if (kept := remove_tree(entry.path)) is not None:
+                    log.warning("%s, left by an earlier run, is left in place: %s; hint: the operator must unmount "
+                                "or unlock what it names (chattr -i), then remove it", entry.path, kept)
         _private_folders(state)
         sock = bind_unix_socket(self.socket_path, int(server.socket_mode, 8), server.socket_group)
         listener = trio.SocketListener(sock)

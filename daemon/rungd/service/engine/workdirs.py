@@ -19,6 +19,7 @@ later call may start in it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
@@ -28,7 +29,7 @@ from pathlib import Path
 import trio
 
 from rungd.system.changetime import settled
-from rungd.system.folders import remove_tree
+from rungd.system.folders import inode_flags, remove_tree
 
 log = logging.getLogger("rungd.calls")
 
@@ -51,6 +52,7 @@ class WorkFolders:
         self._out: dict[Path, os.stat_result | None] = {}  # handed out, the same way
         self._device = os.stat(root).st_dev
         self._uid = os.geteuid()
+        self._traits = _new_folder_traits(root)
 
     async def take(self) -> Path:
         """An empty folder for a call (a kept one, looked at again), or the path of one to make
@@ -86,19 +88,68 @@ class WorkFolders:
 
     def _as_made(self, folder: Path, info: os.stat_result) -> bool:
         """Whether ``folder`` (whose ``lstat`` is ``info``) is as a call's new process makes
-        it: the daemon's own empty 0700 folder on the state folder's filesystem, with no user
-        or trusted extended attribute."""
+        it: the daemon's own empty 0700 folder on the state folder's filesystem, with the
+        inode flags and extended attributes a new folder gets there (no chattr, ACL or user
+        attribute a program set on it)."""
         if not (stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
                 and info.st_uid == self._uid and info.st_dev == self._device):
             return False
         try:
-            # A program can set user (and, as root, trusted) attributes; security.selinux and
-            # ACLs come with the folder on some hosts and say nothing of what a call did.
-            if any(name.startswith(("user.", "trusted.")) for name in os.listxattr(folder, follow_symlinks=False)):
-                return False
+            fd = os.open(folder, _DIR)
         except OSError:
             return False
-        return _empty(folder)
+        try:
+            if os.fstat(fd).st_ino != info.st_ino:
+                return False  # replaced since its lstat
+            traits = _traits(fd)
+            if self._traits is not None:
+                if traits != self._traits:
+                    return False
+            elif any(name.startswith(("user.", "trusted.")) for name in traits[1]):
+                return False
+            with os.scandir(fd) as entries:
+                return next(entries, None) is None
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _traits(fd: int) -> tuple[int | None, dict[str, bytes]]:
+    """What a folder carries beside its mode and owner that a program could set and a next
+    call would inherit: its inode flags (chattr's immutable, append-only...) and its extended
+    attributes (ACLs, user and trusted attributes), but for a security module's label.
+
+    Raises:
+        OSError: its attributes cannot be read.
+    """
+    attributes = {name: os.getxattr(fd, name) for name in os.listxattr(fd) if not name.startswith("security.")}
+    return inode_flags(fd), attributes
+
+
+def _new_folder_traits(root: Path) -> tuple[int | None, dict[str, bytes]] | None:
+    """The inode flags and attributes a new folder gets in ``root`` (what it inherits there),
+    from one made and removed now; None when none can be made (a look then refuses user and
+    trusted attributes only)."""
+    probe = root / f".probe-{os.urandom(6).hex()}"
+    try:
+        os.mkdir(probe, 0o700)
+    except OSError:
+        return None
+    try:
+        fd = os.open(probe, _DIR)
+        try:
+            return _traits(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(probe)
 
 
 def _lstat(folder: Path) -> os.stat_result | None:
@@ -115,15 +166,7 @@ def _unchanged(info: os.stat_result, seen: os.stat_result | None) -> bool:
         seen.st_ino, seen.st_dev, seen.st_mode, seen.st_uid, seen.st_nlink, seen.st_mtime_ns, seen.st_ctime_ns)
 
 
-def _empty(folder: Path) -> bool:
-    try:
-        with os.scandir(folder) as entries:
-            return next(entries, None) is None
-    except OSError:
-        return False
-
-
 def _remove(folder: Path) -> None:
-    if mounts := remove_tree(folder):
-        log.warning("the work folder %s is left in place: a program of a call mounted %s in it; hint: the "
-                    "operator must unmount it, then remove the folder", folder, ", ".join(mounts))
+    if (kept := remove_tree(folder)) is not None:
+        log.warning("the work folder %s is left in place, and no later call uses it: %s; hint: the operator must "
+                    "unmount or unlock what it names (chattr -i), then remove the folder", folder, kept)
