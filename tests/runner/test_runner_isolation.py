@@ -15,6 +15,7 @@ from pathlib import Path
 import trio
 
 from rungd import runner
+from rungd.runner.askpass_server import AskpassServer
 from tests.runner.test_runner_refusals import FAKES, make_ctx
 
 SECRET = "victim-Pw-77q-never-shared"
@@ -131,3 +132,19 @@ async def test_a_long_state_path_keeps_the_askpass_folder_inside_the_work_folder
     assert answer == "[REDACTED]"  # answered through the long path, and redacted in what is kept
     assert set(Path("/tmp").glob("rungd-askpass-*")) == before
     assert not list(ctx.work_dir.glob(".rungd-*"))
+
+
+async def test_a_private_askpass_folder_a_program_nested_deep_in_is_removed_at_the_end(tmp_path) -> None:
+    # Without a daemon a call's askpass folder is its own, and its program may work in it:
+    # folders nested past a recursive removal's reach (and any path's) must not make the
+    # call's end raise.
+    server = AskpassServer(tmp_path)
+    at = os.open(server.workdir, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(3000):
+        os.mkdir("d", dir_fd=at)
+        deeper = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=at)
+        os.close(at)
+        at = deeper
+    os.close(at)
+    server.close()
+    assert not server.folder.exists()

@@ -32,7 +32,6 @@ import logging
 import math
 import os
 import secrets
-import shutil
 import socket
 import struct
 import sys
@@ -45,6 +44,7 @@ import trio
 
 from rungd.runner import askpass
 from rungd.system import proctree, trust
+from rungd.system.folders import remove_tree
 
 log = logging.getLogger("rungd.askpass")
 
@@ -204,7 +204,7 @@ class AskpassServer(_Secrets):
         if hasattr(self, "pass_fds"):
             self._close_held()
         self._sock.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        kept = remove_tree(self.folder)  # (a program folder nested past any recursion's reach too)
         if self.workdir != self.folder and os.path.lexists(self.folder):
             # What the program's account made in its folder (0700 folders of its own) is out
             # of reach of a daemon that is not root: taken back (the CAP_CHOWN that gave the
@@ -215,7 +215,10 @@ class AskpassServer(_Secrets):
                     _remove_given_away(parent, self.workdir.name)
                 finally:
                     os.close(parent)
-            shutil.rmtree(self.folder, ignore_errors=True)
+            kept = remove_tree(self.folder)
+        if kept is not None:
+            log.warning("a call's private folder %s is left in place: %s; hint: the operator must remove it",
+                        self.folder, kept)
 
 
 def _remove_given_away(parent: int, name: str, depth: int = 0) -> None:
@@ -407,8 +410,12 @@ class RunAsFolder:
         return self.path / f"c-{secrets.token_hex(16)}"
 
     def remove(self, folder: Path) -> None:
-        """Remove a call's folder and what its account left in it."""
+        """Remove a call's folder and what its account left in it (past the nesting taken
+        back, what the daemon may still remove), saying what is left."""
         _remove_given_away(self._fd, folder.name)
+        if os.path.lexists(folder) and (kept := remove_tree(folder)) is not None:
+            log.warning("a call's private folder %s is left in place: %s; hint: the operator must remove it",
+                        folder, kept)
 
     def close(self) -> None:
         """Remove the folder (taken back first); safe to call twice."""
