@@ -14,6 +14,7 @@ import trio
 from rungd.config import load_config
 from rungd.service.engine.workdirs import MAX_SPARES, WorkFolders
 from rungd.system.changetime import SETTLED_S
+from rungd.system.folders import inode_flags
 from rungd.testing import start_daemon, write_config
 
 
@@ -217,3 +218,29 @@ async def test_start_up_sweeps_an_earlier_runs_folders_one_by_one_leaving_only_a
         running.daemon.stop()
     finally:
         subprocess.run(["umount", str(mounted)], check=True)
+
+
+async def test_a_locked_file_a_call_linked_in_from_elsewhere_keeps_its_lock(tmp_path, caplog) -> None:
+    # A hard link shares its inode: unlocking it to remove the link would unlock the file
+    # elsewhere. (The kernel links no immutable file: the program links it, then locks it.)
+    # The folder is left in place instead, and said.
+    outside = tmp_path / "outside.txt"
+    outside.write_text("the host's")
+    work = folders(tmp_path / "work")
+    folder = await work.take()
+    folder.mkdir(mode=0o700)
+    os.link(outside, folder / "link")
+    if subprocess.run(["chattr", "+i", str(folder / "link")], capture_output=True).returncode != 0:
+        pytest.skip("no inode flags on this filesystem")
+    try:
+        remove = work.give_back(folder)
+        assert remove is not None
+        await remove()
+        fd = os.open(outside, os.O_RDONLY)
+        try:
+            assert inode_flags(fd) & 0x10  # still immutable
+        finally:
+            os.close(fd)
+        assert folder.is_dir() and "left in place" in caplog.text
+    finally:
+        subprocess.run(["chattr", "-i", str(outside)], check=True)

@@ -87,9 +87,9 @@ def _remove_in(parent: int, path: Path) -> str | None:
     except FileNotFoundError:
         return None
     if not stat.S_ISDIR(info.st_mode):  # a file or a symlink in its place: that goes, not its target
-        why = _removed(parent, name, os.unlink)
+        why = _removed(parent, name, os.unlink, inside=False)
         return None if why is None else f"{path} could not be removed ({why})"
-    if _removed(parent, name, os.rmdir) is None:  # empty: the common case
+    if _removed(parent, name, os.rmdir, inside=False) is None:  # empty: the common case
         return None
     if mounts := mounts_at_or_under(path):
         return f"{', '.join(mounts)} is mounted in it"
@@ -101,7 +101,7 @@ def _remove_in(parent: int, path: Path) -> str | None:
         kept = _empty_out(fd, str(path))
     finally:
         os.close(fd)
-    why = _removed(parent, name, os.rmdir)
+    why = _removed(parent, name, os.rmdir, inside=False)
     return kept or (None if why is None else f"{path} could not be removed ({why})")
 
 
@@ -179,10 +179,11 @@ def _open_folder(parent: int, name: str) -> int:
         return os.open(name, _DIR, dir_fd=parent)
 
 
-def _removed(parent: int, name: str, remove: Callable[..., None]) -> str | None:
+def _removed(parent: int, name: str, remove: Callable[..., None], *, inside: bool = True) -> str | None:
     """Remove ``name`` from ``parent`` with ``remove`` (unlink or rmdir), once more after
-    giving back the daemon's right to write ``parent`` and taking off inode flags that keep
-    it; None when it is gone, else the kernel's reason."""
+    taking off inode flags that keep it and (``inside`` the folder being removed, never the
+    folder holding it) giving back the daemon's right to write ``parent``; None when it is
+    gone, else the kernel's reason."""
     try:
         remove(name, dir_fd=parent)
         return None
@@ -191,12 +192,14 @@ def _removed(parent: int, name: str, remove: Callable[..., None]) -> str | None:
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.EACCES):
             return exc.strerror
-    with contextlib.suppress(OSError):
-        os.fchmod(parent, 0o700)
-    _unlock(parent)
+    if inside:
+        with contextlib.suppress(OSError):
+            os.fchmod(parent, 0o700)
+        _unlock(parent)
     with contextlib.suppress(OSError):
         info = os.stat(name, dir_fd=parent, follow_symlinks=False)
-        if stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode):  # never a device's open
+        # Never a device's open, nor a file linked elsewhere too: its flags are that file's.
+        if stat.S_ISDIR(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_nlink == 1):
             entry = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY,
                             dir_fd=parent)
             try:
