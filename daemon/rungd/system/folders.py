@@ -86,76 +86,77 @@ def _remove_in(parent: int, path: Path) -> str | None:
         info = os.stat(name, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
         return None
-    if not stat.S_ISDIR(info.st_mode):  # a file or a symlink in its place: that goes, not its target
-        why = _removed(parent, name, os.unlink, inside=False)
-        return None if why is None else f"{path} could not be removed ({why})"
-    if _removed(parent, name, os.rmdir, inside=False) is None:  # empty: the common case
+    except OSError as exc:
+        return f"{path} could not be looked at ({exc.strerror})"
+    # A file or a symlink in its place: that goes, not its target.
+    remove = os.rmdir if stat.S_ISDIR(info.st_mode) else os.unlink
+    try:
+        remove(name, dir_fd=parent)  # an empty folder: the common case
         return None
+    except FileNotFoundError:
+        return None
+    except OSError:
+        pass
+    # Before anything is unlocked or entered: what is under a mount is another folder's.
     if mounts := mounts_at_or_under(path):
         return f"{', '.join(mounts)} is mounted in it"
-    try:
-        fd = _open_folder(parent, name)
-    except OSError as exc:
-        return f"{path} could not be opened ({exc.strerror})"
-    try:
-        kept = _empty_out(fd, str(path))
-    finally:
-        os.close(fd)
-    why = _removed(parent, name, os.rmdir, inside=False)
+    kept = None
+    if remove is os.rmdir:
+        try:
+            fd = _open_folder(parent, name)
+            try:
+                kept = _empty_out(fd, str(path))
+            finally:
+                os.close(fd)
+        except OSError as exc:  # out of descriptors, an I/O error
+            return f"{path} could not be emptied ({exc.strerror})"
+    why = _removed(parent, name, remove, inside=False)
     return kept or (None if why is None else f"{path} could not be removed ({why})")
 
 
 def _empty_out(top: int, name: str) -> str | None:
     """Remove everything in the folder open as ``top``, one folder at a time, deepest first,
-    holding one descriptor at a time (a program can nest folders without end).
+    holding one descriptor at a time (a program can nest folders without end), and listing
+    each folder once (a program can make a hundred thousand in one).
 
     Returns:
         Why something is left, or None.
+
+    Raises:
+        OSError: a folder could not be listed or gone back up from (out of descriptors, EIO).
     """
-    device = os.fstat(top).st_dev
+    device, mount = os.fstat(top).st_dev, _mount_id(top)
     fd = os.dup(top)
-    # The folders gone down into, from top: each one's name, and its parent's identity to
-    # check the way back up (what another root process moved meanwhile is left alone).
-    path: list[tuple[str, tuple[int, int]]] = []
-    left: set[tuple[int, int]] = set()  # folders that could not be emptied: not entered again
+    # The folders gone down into, from top: each one's name, its parent's identity to check
+    # the way back up (what another root process moved meanwhile is left alone), and the
+    # subfolders of the parent still to go down into.
+    path: list[tuple[str, tuple[int, int], list[str]]] = []
     kept: str | None = None
     try:
+        todo, kept = _files_removed(fd, name, device)
         while True:
-            down = None
-            for entry in list(os.scandir(fd)):
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if not stat.S_ISDIR(info.st_mode):
-                    if (why := _removed(fd, entry.name, os.unlink)) is not None:
-                        kept = kept or f"{name}/.../{entry.name} could not be removed ({why})"
-                    continue
-                if (info.st_dev, info.st_ino) in left:
-                    continue
-                if info.st_dev != device:
-                    left.add((info.st_dev, info.st_ino))
-                    kept = kept or f"{name}/.../{entry.name} is another filesystem's"
-                    continue
-                down = entry.name
-                break
-            if down is not None:
+            if todo:
+                down = todo.pop()
                 try:
                     child = _open_folder(fd, down)
                 except OSError as exc:
-                    left.add((info.st_dev, info.st_ino))
                     kept = kept or f"{name}/.../{down} could not be opened ({exc.strerror})"
                     continue
+                if mount is not None and _mount_id(child) != mount:  # mounted meanwhile
+                    os.close(child)
+                    kept = kept or f"{name}/.../{down} is another mount's"
+                    continue
                 here = os.fstat(fd)
-                path.append((down, (here.st_dev, here.st_ino)))
+                path.append((down, (here.st_dev, here.st_ino), todo))
                 os.close(fd)
                 fd = child
+                todo, why = _files_removed(fd, name, device)
+                kept = kept or why
                 continue
             if not path:
                 return kept
             # This folder is as empty as it can be made: up, and remove it.
-            gone = os.fstat(fd)
-            down, parent = path.pop()
+            down, parent, todo = path.pop()
             up = os.open("..", _DIR, dir_fd=fd)
             os.close(fd)
             fd = up
@@ -163,20 +164,67 @@ def _empty_out(top: int, name: str) -> str | None:
             if (here.st_dev, here.st_ino) != parent:
                 return kept or f"a folder under {name} was moved while it was removed"
             if (why := _removed(fd, down, os.rmdir)) is not None:
-                left.add((gone.st_dev, gone.st_ino))
                 kept = kept or f"{name}/.../{down} could not be removed ({why})"
     finally:
         os.close(fd)
 
 
+def _files_removed(fd: int, name: str, device: int) -> tuple[list[str], str | None]:
+    """Remove what is in the folder open as ``fd`` but its subfolders: their names, and why
+    something else is left (None: nothing is).
+
+    Raises:
+        OSError: the folder could not be listed.
+    """
+    folders: list[str] = []
+    kept: str | None = None
+    with os.scandir(fd) as entries:
+        listed = list(entries)
+    for entry in listed:
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            if (why := _removed(fd, entry.name, os.unlink)) is not None:
+                kept = kept or f"{name}/.../{entry.name} could not be removed ({why})"
+        elif info.st_dev != device:
+            kept = kept or f"{name}/.../{entry.name} is another filesystem's"
+        else:
+            try:
+                os.rmdir(entry.name, dir_fd=fd)  # an empty one needs no going down into
+            except FileNotFoundError:
+                pass
+            except OSError:
+                folders.append(entry.name)
+    return folders, kept
+
+
+def _mount_id(fd: int) -> int | None:
+    """The id of the mount ``fd`` is on (a bind mount of the same filesystem has its own)."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as info:
+            for line in info:
+                if line.startswith(b"mnt_id:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _open_folder(parent: int, name: str) -> int:
     """Open folder ``name`` in ``parent``, giving the daemon back its right to (a program of
-    the daemon's user may have taken it away)."""
+    the daemon's user may have taken it away): the mode is set on the folder found, never
+    through a link put in its place meanwhile."""
     try:
         return os.open(name, _DIR, dir_fd=parent)
     except PermissionError:
-        os.chmod(name, 0o700, dir_fd=parent, follow_symlinks=True)  # a folder, as just looked at
-        return os.open(name, _DIR, dir_fd=parent)
+        handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        try:
+            os.chmod(f"/proc/self/fd/{handle}", 0o700)
+            return os.open(f"/proc/self/fd/{handle}", _DIR & ~os.O_NOFOLLOW)
+        finally:
+            os.close(handle)
 
 
 def _removed(parent: int, name: str, remove: Callable[..., None], *, inside: bool = True) -> str | None:
