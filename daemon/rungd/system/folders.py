@@ -7,8 +7,9 @@ folders it made immutable or append-only (``chattr``), or a mount. The daemon gi
 own rights and takes the inode flags off what it removes; it never goes down into a mount (a
 program that may mount, root's, could bind another folder of the host into its work folder,
 and the clean-up would empty that folder for it): a mount under the folder is found in
-``/proc/self/mountinfo`` (a bind mount of the same filesystem shows in no ``st_dev``), and
-such a folder is left whole. Whatever is left is said, never passed over in silence.
+``/proc/self/mountinfo`` before anything is unlocked or entered (a bind mount of the same
+filesystem shows in no ``st_dev``), and such a folder is left whole; one mounted meanwhile
+is told by its mount id. Whatever is left is said, never passed over in silence.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 _OCTAL = re.compile(rb"\\([0-7]{3})")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # <linux/fs.h>: the inode flags (chattr), and those that keep an entry from going.
-FS_IOC_GETFLAGS = 0x80086601
+_FS_IOC_GETFLAGS = 0x80086601
 _FS_IOC_SETFLAGS = 0x40086602
 _LOCKS = 0x10 | 0x20  # FS_IMMUTABLE_FL, FS_APPEND_FL
 
@@ -54,7 +55,7 @@ def mounts_at_or_under(folder: str | os.PathLike[str]) -> list[str]:
 def inode_flags(fd: int) -> int | None:
     """The inode flags of the file or folder open as ``fd``; None where the filesystem has none."""
     try:
-        return struct.unpack("i", fcntl.ioctl(fd, FS_IOC_GETFLAGS, b"\0" * 4))[0]
+        return struct.unpack("i", fcntl.ioctl(fd, _FS_IOC_GETFLAGS, b"\0" * 4))[0]
     except OSError:
         return None
 
