@@ -244,3 +244,25 @@ async def test_a_locked_file_a_call_linked_in_from_elsewhere_keeps_its_lock(tmp_
         assert folder.is_dir() and "left in place" in caplog.text
     finally:
         subprocess.run(["chattr", "-i", str(outside)], check=True)
+
+
+async def test_a_folder_a_program_mounted_a_host_folder_over_is_never_handed_to_a_later_call(tmp_path, caplog) -> None:
+    # An empty 0700 host folder of the same filesystem, bound over the work folder itself:
+    # as made by every look but the mount's, and a later call's files would land in it.
+    host = tmp_path / "host"
+    host.mkdir(mode=0o700)
+    work = folders(tmp_path / "work")
+    folder = await work.take()
+    folder.mkdir(mode=0o700)
+    bound = subprocess.run(["mount", "--bind", str(host), str(folder)], capture_output=True)
+    if bound.returncode != 0:
+        pytest.skip(f"no bind mount here: {bound.stderr.decode().strip()}")
+    try:
+        remove = work.give_back(folder)
+        assert remove is not None
+        await remove()
+        assert folder.is_dir() and "mounted" in caplog.text  # left, and said
+        assert await work.take() != folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+    assert not any(host.iterdir())

@@ -126,7 +126,7 @@ def _empty_out(top: int, name: str) -> str | None:
     Raises:
         OSError: a folder could not be listed or gone back up from (out of descriptors, EIO).
     """
-    device, mount = os.fstat(top).st_dev, _mount_id(top)
+    device, mount = os.fstat(top).st_dev, mount_id(top)
     fd = os.dup(top)
     # The folders gone down into, from top: each one's name, its parent's identity to check
     # the way back up (what another root process moved meanwhile is left alone), and the
@@ -143,7 +143,7 @@ def _empty_out(top: int, name: str) -> str | None:
                 except OSError as exc:
                     kept = kept or f"{name}/.../{down} could not be opened ({exc.strerror})"
                     continue
-                if mount is not None and _mount_id(child) != mount:  # mounted meanwhile
+                if mount is not None and mount_id(child) != mount:  # mounted meanwhile
                     os.close(child)
                     kept = kept or f"{name}/.../{down} is another mount's"
                     continue
@@ -201,7 +201,7 @@ def _files_removed(fd: int, name: str, device: int) -> tuple[list[str], str | No
     return folders, kept
 
 
-def _mount_id(fd: int) -> int | None:
+def mount_id(fd: int) -> int | None:
     """The id of the mount ``fd`` is on (a bind mount of the same filesystem has its own)."""
     try:
         with open(f"/proc/self/fdinfo/{fd}", "rb") as info:

@@ -29,7 +29,7 @@ from pathlib import Path
 import trio
 
 from rungd.system.changetime import settled
-from rungd.system.folders import inode_flags, remove_tree
+from rungd.system.folders import inode_flags, mount_id, remove_tree
 
 log = logging.getLogger("rungd.calls")
 
@@ -53,6 +53,7 @@ class WorkFolders:
         self._device = os.stat(root).st_dev
         self._uid = os.geteuid()
         self._traits = _new_folder_traits(root)
+        self._mount = _mount_of(root)
 
     async def take(self) -> Path:
         """An empty folder for a call (a kept one, looked at again), or the path of one to make
@@ -101,6 +102,8 @@ class WorkFolders:
         try:
             if os.fstat(fd).st_ino != info.st_ino:
                 return False  # replaced since its lstat
+            if mount_id(fd) != self._mount:
+                return False  # something mounted over it (of the same filesystem, st_dev says nothing)
             traits = _traits(fd)
             if self._traits is not None:
                 if traits != self._traits:
@@ -128,6 +131,14 @@ def _traits(fd: int) -> tuple[int | None, dict[str, bytes]]:
     """
     attributes = {name: os.getxattr(fd, name) for name in os.listxattr(fd) if not name.startswith("security.")}
     return inode_flags(fd), attributes
+
+
+def _mount_of(root: Path) -> int | None:
+    fd = os.open(root, _DIR)
+    try:
+        return mount_id(fd)
+    finally:
+        os.close(fd)
 
 
 def _new_folder_traits(root: Path) -> tuple[int | None, dict[str, bytes]] | None:
