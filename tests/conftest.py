@@ -37,6 +37,18 @@ async def record_loop_gaps(gaps: list[float], every_s: float) -> None:
         last = now
 
 
+def nest_folders(folder: Path, depth: int) -> None:
+    """Folders nested ``depth`` deep in ``folder``, as a program may leave them: past a
+    recursive removal's reach, and past any path's."""
+    at = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=at)
+        deeper = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=at)
+        os.close(at)
+        at = deeper
+    os.close(at)
+
+
 def tagged_processes() -> list[psutil.Process]:
     """Live (not zombie) descendants of this test process that carry a rungd call tag.
 

@@ -16,6 +16,7 @@ import trio
 
 from rungd import runner
 from rungd.runner.askpass_server import AskpassServer
+from tests.conftest import nest_folders
 from tests.runner.test_runner_refusals import FAKES, make_ctx
 
 SECRET = "victim-Pw-77q-never-shared"
@@ -139,12 +140,6 @@ async def test_a_private_askpass_folder_a_program_nested_deep_in_is_removed_at_t
     # folders nested past a recursive removal's reach (and any path's) must not make the
     # call's end raise.
     server = AskpassServer(tmp_path)
-    at = os.open(server.workdir, os.O_RDONLY | os.O_DIRECTORY)
-    for _ in range(3000):
-        os.mkdir("d", dir_fd=at)
-        deeper = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=at)
-        os.close(at)
-        at = deeper
-    os.close(at)
+    nest_folders(server.workdir, 3000)
     server.close()
     assert not server.folder.exists()

@@ -16,11 +16,19 @@ from rungd.service.engine.workdirs import MAX_SPARES, WorkFolders
 from rungd.system.changetime import SETTLED_S
 from rungd.system.folders import inode_flags
 from rungd.testing import start_daemon, write_config
+from tests.conftest import nest_folders
 
 
 # A default ACL giving everyone everything (setfacl -d -m u::rwx,g::rwx,o::rwx), as the kernel
 # takes it: version 2, then (tag, permissions, id) for the owner, the group and the others.
 _OPEN_ACL = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, 7, 0xFFFFFFFF) for tag in (0x01, 0x04, 0x20))
+
+
+def bind(source: Path, target: Path) -> None:
+    """Mount ``source`` on ``target`` as a root program may; the test is skipped where it cannot."""
+    bound = subprocess.run(["mount", "--bind", str(source), str(target)], capture_output=True)
+    if bound.returncode != 0:
+        pytest.skip(f"no bind mount here: {bound.stderr.decode().strip()}")
 
 
 def folders(root: Path) -> WorkFolders:
@@ -149,9 +157,7 @@ async def test_a_folder_a_program_mounted_into_is_left_whole_never_emptied_throu
     work = folders(tmp_path / "state" / "work")
     folder = await work.take()
     (folder / "inside").mkdir(parents=True)
-    bound = subprocess.run(["mount", "--bind", str(precious), str(folder / "inside")], capture_output=True)
-    if bound.returncode != 0:
-        pytest.skip(f"no bind mount here: {bound.stderr.decode().strip()}")
+    bind(precious, folder / "inside")
     try:
         remove = work.give_back(folder)
         assert remove is not None
@@ -173,13 +179,7 @@ async def test_what_a_call_leaves_is_removed_however_deep_and_locked_or_said(tmp
     work = folders(tmp_path / "work")
     folder = await work.take()
     folder.mkdir(mode=0o700)
-    at = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    for _ in range(3000):
-        os.mkdir("d", dir_fd=at)
-        deeper = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=at)
-        os.close(at)
-        at = deeper
-    os.close(at)
+    nest_folders(folder, 3000)
     (folder / "shut").mkdir()
     (folder / "shut" / "inside.txt").write_text("x")
     (folder / "shut").chmod(0o500)
@@ -207,9 +207,7 @@ async def test_start_up_sweeps_an_earlier_runs_folders_one_by_one_leaving_only_a
     precious = short_tmp / "precious"
     precious.mkdir()
     (precious / "keep.txt").write_text("the host's")
-    bound = subprocess.run(["mount", "--bind", str(precious), str(mounted)], capture_output=True)
-    if bound.returncode != 0:
-        pytest.skip(f"no bind mount here: {bound.stderr.decode().strip()}")
+    bind(precious, mounted)
     try:
         running = await start_daemon(nursery, config)
         assert not (work / "call-feedfeedfeed").exists()  # what could go went
@@ -254,9 +252,7 @@ async def test_a_folder_a_program_mounted_a_host_folder_over_is_never_handed_to_
     work = folders(tmp_path / "work")
     folder = await work.take()
     folder.mkdir(mode=0o700)
-    bound = subprocess.run(["mount", "--bind", str(host), str(folder)], capture_output=True)
-    if bound.returncode != 0:
-        pytest.skip(f"no bind mount here: {bound.stderr.decode().strip()}")
+    bind(host, folder)
     try:
         remove = work.give_back(folder)
         assert remove is not None

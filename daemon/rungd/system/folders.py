@@ -233,14 +233,9 @@ def _removed(parent: int, name: str, remove: Callable[..., None], *, inside: boo
     taking off inode flags that keep it and (``inside`` the folder being removed, never the
     folder holding it) giving back the daemon's right to write ``parent``; None when it is
     gone, else the kernel's reason."""
-    try:
-        remove(name, dir_fd=parent)
-        return None
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.EACCES):
-            return exc.strerror
+    failure = _attempt(remove, parent, name)
+    if failure is None or failure.errno not in (errno.EPERM, errno.EACCES):
+        return None if failure is None else failure.strerror
     if inside:
         with contextlib.suppress(OSError):
             os.fchmod(parent, 0o700)
@@ -255,13 +250,19 @@ def _removed(parent: int, name: str, remove: Callable[..., None], *, inside: boo
                 _unlock(entry)
             finally:
                 os.close(entry)
+    failure = _attempt(remove, parent, name)
+    return None if failure is None else failure.strerror
+
+
+def _attempt(remove: Callable[..., None], parent: int, name: str) -> OSError | None:
+    """``remove`` ``name`` in ``parent``; what failed, if anything did (gone already is gone)."""
     try:
         remove(name, dir_fd=parent)
-        return None
     except FileNotFoundError:
         return None
     except OSError as exc:
-        return exc.strerror
+        return exc
+    return None
 
 
 def _unlock(fd: int) -> None:
