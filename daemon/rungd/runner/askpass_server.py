@@ -44,7 +44,7 @@ import trio
 
 from rungd.runner import askpass
 from rungd.system import proctree, trust
-from rungd.system.folders import remove_tree
+from rungd.system.folders import remove_or_say
 
 log = logging.getLogger("rungd.askpass")
 
@@ -204,21 +204,17 @@ class AskpassServer(_Secrets):
         if hasattr(self, "pass_fds"):
             self._close_held()
         self._sock.close()
-        kept = remove_tree(self.folder)  # (a program folder nested past any recursion's reach too)
-        if self.workdir != self.folder and os.path.lexists(self.folder):
+        if self.workdir != self.folder:
             # What the program's account made in its folder (0700 folders of its own) is out
-            # of reach of a daemon that is not root: taken back (the CAP_CHOWN that gave the
-            # folder away) and removed, so no call leaves it behind.
+            # of reach of a daemon that is not root: taken back first (the CAP_CHOWN that gave
+            # the folder away), so no call leaves it behind.
             with contextlib.suppress(OSError):
                 parent = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
                 try:
                     _remove_given_away(parent, self.workdir.name)
                 finally:
                     os.close(parent)
-            kept = remove_tree(self.folder)
-        if kept is not None:
-            log.warning("a call's private folder %s is left in place: %s; hint: the operator must remove it",
-                        self.folder, kept)
+        remove_or_say(self.folder, "a call's private folder")
 
 
 def _remove_given_away(parent: int, name: str, depth: int = 0) -> None:
@@ -413,9 +409,7 @@ class RunAsFolder:
         """Remove a call's folder and what its account left in it (past the nesting taken
         back, what the daemon may still remove), saying what is left."""
         _remove_given_away(self._fd, folder.name)
-        if os.path.lexists(folder) and (kept := remove_tree(folder)) is not None:
-            log.warning("a call's private folder %s is left in place: %s; hint: the operator must remove it",
-                        folder, kept)
+        remove_or_say(folder, "a call's private folder")
 
     def close(self) -> None:
         """Remove the folder (taken back first); safe to call twice."""

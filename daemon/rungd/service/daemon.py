@@ -23,7 +23,7 @@ from typing import Any
 import trio
 
 from rungd.system import proctree, sdnotify, trust
-from rungd.system.folders import remove_tree
+from rungd.system.folders import remove_or_say
 from rungd.service.audit import Audit
 from rungd.config import Config, load_config
 from rungd.core.contract import Caller, Tool
@@ -120,9 +120,7 @@ class Daemon:
         # file a crash left in one), then make the folder anew, private.
         with contextlib.suppress(FileNotFoundError):  # one by one: what cannot go keeps nothing else
             for entry in os.scandir(state / "work"):
-                if (kept := remove_tree(entry.path)) is not None:
-                    log.warning("%s, left by an earlier run, is left in place: %s; hint: the operator must unmount "
-                                "or unlock what it names (chattr -i), then remove it", entry.path, kept)
+                remove_or_say(entry.path, "a work folder an earlier run left")
         _private_folders(state)
         sock = bind_unix_socket(self.socket_path, int(server.socket_mode, 8), server.socket_group)
         listener = trio.SocketListener(sock)

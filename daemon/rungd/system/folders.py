@@ -17,12 +17,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import re
 import stat
 import struct
 from collections.abc import Callable
 from pathlib import Path
+
+log = logging.getLogger("rungd.folders")
 
 _OCTAL = re.compile(rb"\\([0-7]{3})")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -60,6 +63,14 @@ def inode_flags(fd: int) -> int | None:
         return None
 
 
+def remove_or_say(folder: str | os.PathLike[str], whose: str) -> None:
+    """:func:`remove_tree`, and a warning for the operator naming what is left, if anything
+    is (``whose``: what the folder is, for the warning)."""
+    if (kept := remove_tree(folder)) is not None:
+        log.warning("%s (%s) is left in place: %s; hint: the operator must unmount or unlock what it names "
+                    "(chattr -i), then remove it", folder, whose, kept)
+
+
 def remove_tree(folder: str | os.PathLike[str]) -> str | None:
     """Remove ``folder`` and everything in it (a link or a file in its place: that, never
     what it points at), unless a mount is at or under it.
@@ -91,13 +102,8 @@ def _remove_in(parent: int, path: Path) -> str | None:
         return f"{path} could not be looked at ({exc.strerror})"
     # A file or a symlink in its place: that goes, not its target.
     remove = os.rmdir if stat.S_ISDIR(info.st_mode) else os.unlink
-    try:
-        remove(name, dir_fd=parent)  # an empty folder: the common case
+    if _attempt(remove, parent, name) is None:  # an empty folder: the common case
         return None
-    except FileNotFoundError:
-        return None
-    except OSError:
-        pass
     # Before anything is unlocked or entered: what is under a mount is another folder's.
     if mounts := mounts_at_or_under(path):
         return f"{', '.join(mounts)} is mounted in it"
@@ -191,13 +197,8 @@ def _files_removed(fd: int, name: str, device: int) -> tuple[list[str], str | No
                 kept = kept or f"{name}/.../{entry.name} could not be removed ({why})"
         elif info.st_dev != device:
             kept = kept or f"{name}/.../{entry.name} is another filesystem's"
-        else:
-            try:
-                os.rmdir(entry.name, dir_fd=fd)  # an empty one needs no going down into
-            except FileNotFoundError:
-                pass
-            except OSError:
-                folders.append(entry.name)
+        elif _attempt(os.rmdir, fd, entry.name) is not None:  # an empty one needs no going down into
+            folders.append(entry.name)
     return folders, kept
 
 

@@ -20,7 +20,6 @@ later call may start in it.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import stat
 from collections.abc import Awaitable, Callable
@@ -29,9 +28,7 @@ from pathlib import Path
 import trio
 
 from rungd.system.changetime import settled
-from rungd.system.folders import inode_flags, mount_id, remove_tree
-
-log = logging.getLogger("rungd.calls")
+from rungd.system.folders import inode_flags, mount_id, remove_or_say
 
 MAX_SPARES = 32  # as many as calls ran at once, up to this
 
@@ -104,11 +101,7 @@ class WorkFolders:
                 return False  # replaced since its lstat
             if mount_id(fd) != self._mount:
                 return False  # something mounted over it (of the same filesystem, st_dev says nothing)
-            traits = _traits(fd)
-            if self._traits is not None:
-                if traits != self._traits:
-                    return False
-            elif any(name.startswith(("user.", "trusted.")) for name in traits[1]):
+            if self._traits is None or _traits(fd) != self._traits:
                 return False
             with os.scandir(fd) as entries:
                 return next(entries, None) is None
@@ -143,8 +136,8 @@ def _mount_of(root: Path) -> int | None:
 
 def _new_folder_traits(root: Path) -> tuple[int | None, dict[str, bytes]] | None:
     """The inode flags and attributes a new folder gets in ``root`` (what it inherits there),
-    from one made and removed now; None when none can be made (a look then refuses user and
-    trusted attributes only)."""
+    from one made and removed now; None when none can be made there (then no folder is
+    kept: each call's is made anew)."""
     probe = root / f".probe-{os.urandom(6).hex()}"
     try:
         os.mkdir(probe, 0o700)
@@ -178,6 +171,4 @@ def _unchanged(info: os.stat_result, seen: os.stat_result | None) -> bool:
 
 
 def _remove(folder: Path) -> None:
-    if (kept := remove_tree(folder)) is not None:
-        log.warning("the work folder %s is left in place, and no later call uses it: %s; hint: the operator must "
-                    "unmount or unlock what it names (chattr -i), then remove the folder", folder, kept)
+    remove_or_say(folder, "a call's work folder, which no later call uses")
