@@ -249,3 +249,21 @@ async def test_a_quoted_screen_that_was_cut_says_so(short_tmp, fake_program) -> 
                                                              screen=Screen(steps=steps)))
     quoted = caught.value.fields["screen"]
     assert quoted.startswith("00 xxx") and quoted.endswith("the whole screen is the call's .screen evidence]")
+
+
+async def test_sequences_a_terminal_ignores_do_not_end_the_call(short_tmp, fake_program) -> None:
+    # mc restores xterm's private modes as it quits (CSI ? Pm r, not a scroll region); other
+    # programs send a parameter too many (CSI 0 ; C) or a mode nobody knows (CSI 11 K). A
+    # terminal ignores what it does not know; pyte raised, and the call was SURFACE_CHANGED.
+    draws = fake_program("draws", """
+        import os, sys
+        os.write(1, b"\\x1b[2J\\x1b[Hhello\\x1b[?1001r\\x1b[?1049l\\x1b[0;2Cthere\\x1b[11K\\x1b[1;2;3r\\x1b[?6n"
+                    b"\\x1b[Hfirst row\\r\\n")
+        sys.stdin.read(1)
+    """)
+    steps = (Step(wait=Wait(text="first row"), read=(Read("first", Band(0, 0)), Read("second", Band(1, 1)))),)
+    done = await run_quick(make_ctx(short_tmp), runner.Program(argv=(str(draws),), terminal="screen",
+                                                                screen=Screen(steps=steps, end="kill")))
+    # CSI 0 ; 2 C moved one column (its first parameter, 0 read as 1), DECSTBM (CSI 1 ; 2 r,
+    # its third parameter ignored) took the cursor home, and "first row" overwrote "hello there".
+    assert done.fields == {"first": "first rowre", "second": ""}

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import json
 import math
 import re
@@ -220,6 +221,41 @@ class _Emulator(pyte.Screen):  # type: ignore[misc]
 
     def write_process_input(self, data: str) -> None:
         self._reply(data.encode())
+
+
+# Which values of its first parameter a handler knows; pyte fails on any other (CSI 11 K).
+_KNOWN_MODES = {"erase_in_line": range(3), "erase_in_display": range(4)}
+
+
+def _as_a_terminal(name: str) -> Callable[..., None]:
+    """pyte's CSI handler ``name``, taking what a terminal takes: a sequence with more
+    parameters than it has (``CSI 0 ; C``), a private variant it does not implement (``CSI ?
+    Pm r``, xterm's restore of private modes, which mc sends as it quits: not DECSTBM) or a
+    mode it does not know (``CSI 11 K``) is ignored in what it does not know, as a terminal
+    ignores it, instead of raising in the middle of the program's output."""
+    handler = getattr(pyte.Screen, name)
+    takes = [p for p in inspect.signature(handler).parameters.values() if p.name != "self"]
+    keyword = any(p.name == "private" or p.kind is p.VAR_KEYWORD for p in takes)
+    many = any(p.kind is p.VAR_POSITIONAL for p in takes)
+    count = sum(p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "private" for p in takes)
+    known = _KNOWN_MODES.get(name)
+
+    def dispatched(self: _Emulator, *params: int, private: bool = False) -> None:
+        if private and not keyword:
+            return
+        if known is not None and params and params[0] not in known:
+            return
+        params = params if many else params[:count]
+        if private:
+            handler(self, *params, private=True)
+        else:
+            handler(self, *params)
+
+    return dispatched
+
+
+for _name in set(pyte.Stream.csi.values()):
+    setattr(_Emulator, _name, _as_a_terminal(_name))
 
 
 class Cast:
