@@ -97,6 +97,20 @@ async def test_a_screen_read_returns_the_fields_on_its_screen(nursery, short_tmp
     daemon.daemon.stop()
 
 
+async def test_a_screen_read_at_its_deadline_may_be_tried_again(nursery, short_tmp) -> None:
+    # A step that waits past the call's deadline: a read has nothing to reconcile (the code's
+    # defaults are a write's), and it ran: done, retry.
+    state = short_tmp / "hostname.txt"
+    state.write_text("alpha\n")
+    slow = tool_file(state).replace('[tools.host_settings_show]\n', '[tools.host_settings_show]\ndeadline_s = 1.5\n', 1)
+    slow = slow.replace('wait = { text = "Hostname:", row = 3, column = 2 }', 'wait = { text = "never drawn" }\ntimeout_s = 30')
+    daemon = await serve_tool_file(nursery, short_tmp, slow)
+    env = await daemon.call("host_settings_show", {})
+    assert env.error is not None and env.error.code == "TIMEOUT", env
+    assert (env.outcome, env.error.retry, env.next_action, env.settle) == ("done", "yes", "retry_later", None), env
+    daemon.daemon.stop()
+
+
 async def test_a_screen_write_commits_and_is_read_back(nursery, short_tmp) -> None:
     state = short_tmp / "hostname.txt"
     state.write_text("alpha\n")

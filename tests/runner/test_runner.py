@@ -145,9 +145,9 @@ async def test_busy_quiet_programs_are_not_called_prompts(rungd_daemon, mode) ->
 
 async def test_deadline_kills_a_sigterm_ignoring_child(rungd_daemon) -> None:
     env = await run(rungd_daemon, "stubborn", tool="fake_run_short")
-    # A read has no effect to be unsure about: no settle read, safe to try again.
+    # A read has no effect to be unsure about: no settle read, safe to try again. It ran: done.
     assert (env.error.code, env.outcome, env.error.retry, env.next_action) == (
-        "TIMEOUT", "not_started", "yes", "retry_later")
+        "TIMEOUT", "done", "yes", "retry_later")
     assert env.settle is None
     # no_survivors (conftest) asserts the tree is gone
 

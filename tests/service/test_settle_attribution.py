@@ -254,3 +254,36 @@ async def test_a_python_plugins_settle_read_is_judged_against_its_noted_read_bef
     env = await rungd_daemon.call("probe_value_set", {"value": "two", **inputs}, request_id=f"v-{start}-{len(inputs)}")
     assert env.error is not None and env.error.code == "FAILED", env
     assert (env.outcome, env.effect) == expected, env
+
+
+# Like dd filling a file it is killed in the middle of: a part of the effect is done, and the
+# read-back (the value) cannot see it.
+HALF_DONE = '''
+    import sys, time
+    from pathlib import Path
+    db = Path(sys.argv[-1])
+    if sys.argv[1] == "show":
+        print(f"value: {db.read_text().strip() if db.exists() else 'none'}")
+        sys.exit(0)
+    db.with_suffix(".part").write_text(sys.argv[2][:1])
+    time.sleep(60)
+'''
+
+
+async def test_a_write_killed_past_its_commit_point_stays_unknown_when_its_read_sees_nothing(
+        short_tmp, nursery, fake_program) -> None:
+    # The settle read shows the value as before, but the program was killed mid-act: "it did
+    # not happen; the request_id is free again" would be a guess (a real-program trial: dd).
+    db = short_tmp / "kv.db"
+    db.write_text("one")
+    program = fake_program("kv", HALF_DONE)
+    tool_file = kv_tool_file(program, db, act=False).replace(
+        "[tools.kv_value_set.description]", "deadline_s = 2\n[tools.kv_value_set.description]")
+    daemon = await serve_tool_file(nursery, short_tmp, tool_file, name="kv.toml")
+    env = await daemon.call("kv_value_set", {"value": "two"}, request_id="kv-half")
+    assert (short_tmp / "kv.part").read_text() == "t"  # half done
+    assert env.error is not None and env.error.code == "TIMEOUT", env
+    assert (env.outcome, env.error.retry, env.next_action) == ("unknown", "after_check", "reconcile"), env
+    assert env.settle is not None and env.verified_by.startswith("settle read kv_value_show"), env
+    assert "killed past its commit point" in env.error.hint
+    daemon.daemon.stop()

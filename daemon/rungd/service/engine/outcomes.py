@@ -191,9 +191,17 @@ def _outcome_after(exc: RungdError, tool: Tool | None, ctx: CallContext) -> Outc
 
 
 def _guard_write(tool: Tool | None, outcome: Outcome, retry: Retry, next_action: NextAction) -> tuple[Retry, NextAction]:
+    if tool is None:
+        return retry, next_action
+    if tool.side_effect == "read":
+        # A read has no effect to check and no request_id to reconcile (a screen step's
+        # deadline, say, with the code's write-minded defaults): it may simply be tried again.
+        if next_action == "reconcile":
+            return ("yes" if retry == "after_check" else retry), "retry_later"
+        return retry, next_action
     # A repeat with the same request_id is answered from the ledger, and a new one risks
     # doing it twice: after a possible effect, check before retrying.
-    if tool is not None and tool.side_effect != "read" and retry == "yes" and outcome != "not_started":
+    if retry == "yes" and outcome != "not_started":
         return "after_check", "reconcile"
     return retry, next_action
 
@@ -213,11 +221,12 @@ def timeout_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None) -
     """TIMEOUT for a handler cancelled at its deadline: ``unknown`` only after the commit point."""
     deadline = tool.timing.deadline_s
     if tool.side_effect == "read":
-        # A read has no effect to be unsure about: nothing to settle, safe to try again.
+        # A read has no effect to be unsure about: nothing to settle, safe to try again. It
+        # is done once its program ran (as any error of a read that ran), else not started.
         return ToolTimeout(
             f"{tool.name} passed its {deadline:g} s deadline; the process tree was killed",
             hint="a read changes nothing: retry; if it keeps timing out, ask the operator to raise the deadline",
-            outcome="not_started", retry="yes", next_action="retry_later",
+            outcome="done" if ctx.committed else "not_started", retry="yes", next_action="retry_later",
         )
     if ctx.may_have_acted():
         where = "after its commit point" if ctx.committed else "after its program started"
@@ -321,7 +330,7 @@ _NOT_KNOWING = frozenset({"TIMEOUT", "INTERRUPTED"})
 
 
 def settled(envelope: Envelope, tool: Tool, *, read: Envelope, expect: dict[str, Any],
-            before: dict[str, Any] | None, acted: bool) -> Envelope:
+            before: dict[str, Any] | None, acted: bool, committed: bool) -> Envelope:
     """A write's unknown error once its settle read decides, with ``verified_by`` naming the
     read; unchanged when the read cannot say (``shows`` is None) or moved elsewhere.
 
@@ -335,7 +344,9 @@ def settled(envelope: Envelope, tool: Tool, *, read: Envelope, expect: dict[str,
     - it shows the effect and there is no read before: ``done``, ``existing`` (the effect
       is there; whether this call made it, nothing says, as after a reconcile);
     - it does not show the effect: ``not_started`` when nothing moved; when the read moved
-      elsewhere since the read before, the outcome stays ``unknown``.
+      elsewhere since the read before, the outcome stays ``unknown``, and so it does when
+      the program was killed (a deadline, a stop) past its commit point (``committed``):
+      wherever it was, a part of the effect the read cannot see may be done.
 
     "Moved" looks at the fields ``expect`` names: one that changes on every read (a
     timestamp, a counter) moves nothing. ``acted``:
@@ -365,6 +376,16 @@ def settled(envelope: Envelope, tool: Tool, *, read: Envelope, expect: dict[str,
             said = f"{name} shows the state already as asked before the act, unchanged: nothing more to do"
     elif moved:
         return envelope  # something moved, not to the expected state: only a person can say what
+    elif committed and envelope.error.code in _NOT_KNOWING:
+        # Killed past its commit point, wherever it was (a deadline, the daemon stopping): the
+        # read shows that what was asked is not there, not that nothing of it was done (half a
+        # file, some rows).
+        said = (f"{name} shows the effect absent and nothing it reads moved, but the program was killed past its "
+                "commit point: a part of the effect that read cannot see may be there. Check before repeating it")
+        return fit_to_cap(msgspec.structs.replace(
+            envelope, verified_by=f"settle read {read.tool} (call {read.call_id})",
+            error=msgspec.structs.replace(envelope.error, hint=_with_its_words(said, envelope.error.hint)),
+        ), tool.cap_bytes)
     else:
         outcome, effect = "not_started", "none"
         said = f"{name} shows nothing moved and the effect absent: it did not happen; the request_id is free again"
