@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from rungd import protocol
 from rungd.client import Client
 from rungd.config import load_config
+from rungd.service import server
 from rungd.testing import start_daemon, write_config
 from tests.conftest import TEST_PLUGINS
 
@@ -90,7 +91,7 @@ async def test_inputs_with_tens_of_thousands_of_names_are_refused_without_descri
     daemon = await tight_daemon(nursery, short_tmp)
     inputs = {f"k{i}": i for i in range(60_000)}
     body = msgspec.msgpack.encode({"type": "call", "tool": "test_text_echo", "inputs": inputs})
-    assert len(body) > 64 << 10  # a big request: admitted while no other big one is
+    assert server.decoded_cost(body) > server.LARGE_REQUEST  # decoded while no other large one is
     reply = await exchange(daemon.socket, protocol.HEADER.pack(len(body)) + body)
     assert isinstance(reply, protocol.Result), reply
     error = reply.envelope.error
@@ -244,3 +245,60 @@ async def test_a_client_that_never_reads_its_replies_is_let_go(nursery, short_tm
                 replies += 1
     assert replies < sent  # what the buffers held at most, then the end: it was let go
     assert await serves(daemon)
+
+
+def empty_lists_frame(count: int) -> bytes:
+    """A call whose one input is ``count`` empty arrays: a byte each on the wire, about 64 in
+    memory once decoded (a caller's amplifier: a megabyte decoded to 73 MB)."""
+    body = msgspec.msgpack.encode({"type": "call", "tool": "test_text_echo"})
+    body = b"\x83" + body[1:] + msgspec.msgpack.encode("inputs") + b"\x81" + msgspec.msgpack.encode("text") \
+        + b"\xdd" + struct.pack(">I", count) + b"\x90" * count
+    return protocol.HEADER.pack(len(body)) + body
+
+
+async def test_a_large_request_is_decoded_only_in_its_turn(nursery, short_tmp) -> None:
+    # Each of a caller's 128 connections once decoded its megabyte of empty lists before
+    # waiting its turn: 73 MB each, a daemon at 4 GB and other callers waiting 45 s (an
+    # attacker's trial). A frame that may decode to much now waits undecoded.
+    import gc
+
+    daemon = await tight_daemon(nursery, short_tmp)
+    frame = empty_lists_frame(200_000)
+    turn = daemon.daemon.dispatcher.big_requests
+    await turn.acquire()  # another large request holds the turn
+    try:
+        before = len(gc.get_objects())
+        async with await trio.open_unix_socket(str(daemon.socket)) as waiting:
+            await waiting.send_all(frame)
+            # Meanwhile a small request is answered, and the large one holds its bytes only.
+            assert isinstance(await exchange(daemon.socket, protocol.frame(protocol.Hello())), protocol.Welcome)
+            assert len(gc.get_objects()) - before < 10_000  # not its 200,000 lists
+            turn.release()
+            reply = await read_reply(waiting)
+    finally:
+        if turn.locked() and turn.statistics().owner is trio.lowlevel.current_task():
+            turn.release()
+    assert isinstance(reply, protocol.Result) and reply.envelope.error.code == "BAD_INPUT", reply
+    assert await serves(daemon)
+
+
+@pytest.mark.parametrize("inputs", [
+    {"a": [[] for _ in range(50_000)]},
+    {"a": [{} for _ in range(50_000)]},
+    {"rows": [{"name": "Привет, мир " * 3, "n": n} for n in range(3_000)]},
+    {"rows": [{"name": "hello", "n": n * 1_000, "f": n / 7} for n in range(10_000)]},
+    {"words": ["ab"] * 100_000, "big": [2 ** 40 + n for n in range(20_000)]},
+    {"text": "x" * 300_000},
+], ids=["lists", "maps", "cyrillic", "rows", "short-strings-and-ints", "one-string"])
+def test_the_decoded_cost_bounds_what_a_request_takes_once_decoded(inputs) -> None:
+    import tracemalloc
+
+    body = msgspec.msgpack.encode({"type": "call", "tool": "t", "inputs": inputs})
+    tracemalloc.start()
+    try:
+        decoded = protocol.decode_request(body)
+        taken = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    del decoded
+    assert taken <= server.decoded_cost(body)

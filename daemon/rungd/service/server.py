@@ -10,6 +10,8 @@ Nor can a connection make the daemon hold much memory: a frame's body is buffere
 its header said how long it is and who sends it may send that much. A peer that may call no
 tool and decide no held call sends small frames only (``SMALL_FRAME``); what one uid may have
 buffered in unfinished frames, over all its connections, is bounded (``FrameBudget``, one per daemon).
+A whole frame that may decode to much (a megabyte of empty lists is 73 MB of objects:
+``decoded_cost``) waits for its turn undecoded, and is decoded while no other such one is.
 
 Errors become replies in one place: ``rungd.service.engine.outcomes``. This module only catches
 what the engine raises and hands it there.
@@ -520,7 +522,7 @@ class Connection:
         self.frames = frames
         self.caller = peer_of(stream.socket)
         self.evidence = evidence
-        self._big = False  # the request being answered is past BIG_REQUEST
+        self._turn: trio.Lock | None = None  # the large requests' turn, while this one holds it
         self._handlers = {
             Hello: self._hello, ListTools: self._list_tools, Describe: self._describe, Call: self._call,
             Status: self._status, Wait: self._wait, Pending: self._pending, Approve: self._approve,
@@ -599,7 +601,23 @@ class Connection:
         await self.wire.send_all(protocol.frame(response))
 
     async def _answer(self, body: bytes) -> Response:
-        self._big = len(body) > BIG_REQUEST
+        if decoded_cost(body) > LARGE_REQUEST:
+            # Decoded, checked and admitted while no other large request is (_admitted lets
+            # go): its objects may take many times its bytes, and the loop a few hundred ms.
+            self._turn = self.dispatcher.big_requests
+            await self._turn.acquire()
+        try:
+            return await self._decoded(body)
+        finally:
+            self._admitted()
+
+    def _admitted(self) -> None:
+        """Let the next large request take its turn, if this one held it."""
+        if self._turn is not None:
+            turn, self._turn = self._turn, None
+            turn.release()
+
+    async def _decoded(self, body: bytes) -> Response:
         try:
             request = protocol.decode_request(body)
         except msgspec.ValidationError as exc:
@@ -611,6 +629,8 @@ class Connection:
         except RecursionError:
             return _error("INVALID_MESSAGE", "the frame is nested too deeply to decode",
                           f"inputs may nest at most {MAX_NESTING} levels")
+        if not isinstance(request, Call):
+            self._admitted()  # only a call's inputs are checked and admitted in its turn
         try:
             return await self._handlers[type(request)](request)
         except RungdError as exc:  # refused before any call existed: the boundary says how
@@ -640,11 +660,11 @@ class Connection:
         return describe(reg.tool, reg.plugin, watch.mark(reg.tool.name) if watch is not None else None)
 
     async def _call(self, request: Call) -> Response:
-        async with self.dispatcher.big_requests if self._big else contextlib.nullcontext():
-            if _depth(request.inputs) > MAX_NESTING:
-                return _error("INVALID_MESSAGE", f"inputs nest deeper than {MAX_NESTING} levels",
-                              "flatten the inputs: tool inputs are a few plain values")
-            call = await self.dispatcher.start(request.tool, request.inputs, request.request_id, self.caller)
+        if _depth(request.inputs) > MAX_NESTING:
+            return _error("INVALID_MESSAGE", f"inputs nest deeper than {MAX_NESTING} levels",
+                          "flatten the inputs: tool inputs are a few plain values")
+        call = await self.dispatcher.start(request.tool, request.inputs, request.request_id, self.caller)
+        self._admitted()  # validated: the call runs on, and the next large request may be decoded
         return Result(envelope=await self.dispatcher.wait(call.call_id, request.wait_s, self.caller))
 
     async def _status(self, request: Status) -> Response:
@@ -689,9 +709,25 @@ class Connection:
         return await self.evidence.read(request, self.caller)
 
 
-# A request this large (an import's rows, or a caller's flood) is admitted while no other
-# large one is: validating it can hold the loop for a few hundred ms.
-BIG_REQUEST = 64 << 10
+# A request that may decode to more than this (an import's rows, or a caller's flood) is
+# decoded and admitted while no other large one is (decoded_cost).
+LARGE_REQUEST = 256 << 10
+
+# Bytes of MessagePack that may begin an object Python allocates (a map, a list, a string,
+# a float, an int past the cached small ones, a binary, an extension); every other byte
+# is a small int, nil or a bool (a cached object: a pointer), or inside a string.
+_ALLOCATING = bytes([*range(0x80, 0xC0), *range(0xC4, 0xE0)])
+
+
+def decoded_cost(body: bytes) -> int:
+    """An upper bound, in bytes, of what decoding ``body`` makes Python hold: about 72 for
+    each object it may begin (an empty list is one byte on the wire, 64 in memory) and a
+    pointer for every byte. A bound, not a count: text beyond ASCII is counted as if each
+    byte began an object. Two passes over the body, only for a body past 4 KiB."""
+    if len(body) <= 4096:
+        return len(body)  # at most a few hundred KiB decoded: never a turn to wait for
+    heads = len(body) - len(body.translate(None, _ALLOCATING))
+    return 8 * len(body) + 72 * heads
 
 # Tool inputs are a few plain values; a request nested deeper than this is refused before
 # validation, whose recursion it could otherwise exhaust.
@@ -699,19 +735,21 @@ MAX_NESTING = 32
 
 
 def _depth(value: object, limit: int = MAX_NESTING + 1) -> int:
-    """How deeply ``value`` nests lists and maps, counted without recursion, up to ``limit``."""
-    deepest, todo = 0, [(value, 0)]
-    while todo:
-        item, depth = todo.pop()
-        if depth > deepest:
-            deepest = depth
-            if deepest >= limit:
-                return deepest
-        if isinstance(item, dict):
-            todo.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            todo.extend((v, depth + 1) for v in item)
-    return deepest
+    """How deeply ``value`` nests lists and maps, counted without recursion, up to ``limit``:
+    a level at a time, with no object made per item (a megabyte of empty lists is a million
+    items; a tuple each held the loop half a second)."""
+    depth, level = 0, [value]
+    while depth < limit:
+        inner: list[object] = []
+        for item in level:
+            if isinstance(item, list):
+                inner += item
+            elif isinstance(item, dict):
+                inner += item.values()
+        if not inner:
+            return depth
+        depth, level = depth + 1, inner
+    return depth
 
 
 def _held(call: CallState) -> HeldCall:

@@ -113,8 +113,9 @@ class Dispatcher:
         self._stand_in = stand_in
         self._nursery = nursery
         self.admission = Admission(self.policy, sensitive.Marks.of_state(config.state_dir))
-        # Admitting a big request (a frame past BIG_REQUEST) costs the loop up to a few hundred
-        # ms of validation: they take turns, so no caller's can line up in front of every call.
+        # Decoding and admitting a large request (server.LARGE_REQUEST) costs memory many times
+        # its bytes and the loop up to a few hundred ms: they take turns, one decoded at a
+        # time, so no caller's can line up in front of every call.
         self.big_requests = trio.Lock()
         self.calls = CallTable(config.server.keep_results_s, lambda caller: is_operator(caller, self.config),
                                max_results=config.server.max_results)
