@@ -222,6 +222,24 @@ async def test_retention_prunes_by_age_then_size_oldest_first_and_never_a_runnin
     assert not mine[0].exists()
 
 
+async def test_calls_that_write_much_evidence_bring_the_next_prune_forward(rungd_daemon) -> None:
+    # An attacker's trial: calls printing 50 MB each filled a 300 MB state folder in seconds,
+    # 15 times evidence.max_total_bytes, and the ledger then refused every caller's calls,
+    # because the cap was looked at every prune_every_s (600 s) only.
+    folder = evidence_dir(rungd_daemon)
+    await rungd_daemon.daemon.evidence.pruned_once.wait()
+    for _ in range(6):
+        env = await rungd_daemon.call("evidence_lines_show", {"count": 700})  # about 25 KB each
+        assert env.status == "ok", env.error
+
+    def total() -> int:
+        return sum(p.stat().st_size for p in folder.glob("c*"))
+
+    with trio.fail_after(10):
+        while total() > 65536:
+            await trio.sleep(0.05)
+
+
 # --- who may read --------------------------------------------------------------------------
 
 

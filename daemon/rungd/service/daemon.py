@@ -213,6 +213,8 @@ class Daemon:
         # see them.
         if self._stand_in is None:
             self.hooks.observe_result(tool, envelope, caller)
+        if envelope.evidence and self.evidence is not None:
+            self.evidence.finished(envelope.evidence)
         if self.step_downs is not None:
             try:
                 self.step_downs.observe(tool, envelope)

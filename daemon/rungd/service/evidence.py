@@ -289,6 +289,12 @@ class EvidenceStore:
         #: Set once the start-up prune has run (whatever it found), for whoever must know the
         #: folder is within bounds: a health check, a test.
         self.pruned_once = trio.Event()
+        # Bytes of evidence calls finished with since the last prune: past an eighth of the
+        # cap, the next prune is due at once, not at the next prune_every_s (a caller whose
+        # calls print much would fill the disk, and the ledger would refuse every call).
+        self._written = 0
+        self._due = trio.Event()
+        self._prefix = f"{self.folder}/"
         self._tombstone_lock = threading.Lock()
         self._lines_cache: collections.OrderedDict[tuple[int, ...], int] = collections.OrderedDict()
         self._lines_lock = threading.Lock()
@@ -424,7 +430,8 @@ class EvidenceStore:
     # --- pruning --------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Prune at once, then every ``evidence.prune_every_s``, until cancelled.
+        """Prune at once, then every ``evidence.prune_every_s``, or sooner when calls wrote
+        much (:meth:`finished`), until cancelled.
 
         Reports ``started`` before the first prune: serving never waits for it. A prune that
         fails (a folder that cannot be read) is logged and tried again next time.
@@ -433,12 +440,24 @@ class EvidenceStore:
         """
         task_status.started()
         while True:
+            self._written, self._due = 0, trio.Event()
             try:
                 await self.prune()
             except OSError as exc:
                 log.error("evidence prune failed: %s; it runs again in %g s", exc, self.settings.prune_every_s)
             self.pruned_once.set()
-            await trio.sleep(self.settings.prune_every_s)
+            with trio.move_on_after(self.settings.prune_every_s):
+                await self._due.wait()
+
+    def finished(self, evidence: list[str]) -> None:
+        """Count the evidence a call ended with (a stat of each file), and make the next prune
+        due at once when calls wrote more than an eighth of ``evidence.max_total_bytes`` since
+        the last one."""
+        for evidence_id in evidence:
+            with contextlib.suppress(OSError):
+                self._written += os.lstat(self._prefix + evidence_id).st_size
+        if self._written > self.settings.max_total_bytes // 8:
+            self._due.set()
 
     async def prune(self, now: float | None = None) -> PruneReport:
         """Delete evidence older than the retention, then the oldest until the total fits.
