@@ -21,7 +21,7 @@ from rungd.service.journal import make_handler
 from rungd.service.preflight import check_paths
 from rungd.runner import launch
 from rungd.service.server import SocketInUse
-from rungd_ledgers import LedgerUnavailable
+from rungd_ledgers import LedgerCorrupt, LedgerUnavailable
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -139,6 +139,10 @@ def run(args: argparse.Namespace) -> int:
     except LedgerUnavailable as exc:
         fail("rungd", f"{exc}; hint: another rungd uses this state folder: stop it, or give this one its "
              "own state.dir")
+        return EXIT_RUNTIME
+    except LedgerCorrupt as exc:  # its records decide what a repeated request gets: none is guessed
+        fail("rungd", f"the ledger cannot be read: {exc}; hint: rungd starts only on a ledger it can read "
+             f"(its records decide what a repeated request gets): {daemon.config.state_dir / 'ledger'}")
         return EXIT_RUNTIME
     except OSError as exc:
         fail("rungd", f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}; hint: check that the "

@@ -27,6 +27,8 @@ from typing import Any, Final
 
 import msgspec
 
+from rungd_ledgers.records import LineDecoder
+
 SIGNATURE_NAMESPACE: Final = "rungd-ledger-anchor"
 _HASH: Final = re.compile(r"[0-9a-f]{64}")
 
@@ -56,7 +58,10 @@ class Anchor(msgspec.Struct, frozen=True):
 
         when = ""
         if self.sent is not None:
-            when = f", sent {datetime.datetime.fromtimestamp(self.sent).astimezone().isoformat(timespec='seconds')}"
+            try:
+                when = f", sent {datetime.datetime.fromtimestamp(self.sent).astimezone().isoformat(timespec='seconds')}"
+            except (OverflowError, ValueError, OSError):  # a number no clock can show
+                when = f", sent at {self.sent!r} (not a time)"
         return f"the anchor at line {self.line}{when}"
 
 
@@ -82,7 +87,7 @@ def read_anchors(lines: Iterable[bytes | str]) -> list[Anchor]:
         if not text.strip():
             continue
         try:
-            entry = msgspec.json.decode(text)
+            entry = _entries.decode(text)
         except msgspec.DecodeError as error:
             raise AnchorFileError(f"line {number} is not JSON ({error})") from None
         if not isinstance(entry, dict):
@@ -91,6 +96,9 @@ def read_anchors(lines: Iterable[bytes | str]) -> list[Anchor]:
         if anchor is not None:
             anchors.append(anchor)
     return anchors
+
+
+_entries: LineDecoder[Any] = LineDecoder(Any)
 
 
 def _anchor(entry: dict[str, Any], number: int) -> Anchor | None:

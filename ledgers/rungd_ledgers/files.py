@@ -21,6 +21,7 @@ from typing import BinaryIO, Final, TypeVar
 import msgspec
 
 from rungd_ledgers.errors import LedgerCorrupt
+from rungd_ledgers.records import LineDecoder
 
 T = TypeVar("T")
 
@@ -68,7 +69,7 @@ def ledger_files(folder: Path) -> list[Path]:
 
 
 def decoded_blocks(
-    path: Path, decoder: msgspec.json.Decoder[T], offset: int = 0
+    path: Path, decoder: LineDecoder[T], offset: int = 0
 ) -> Iterator[tuple[list[T], int]]:
     """Decode a file from ``offset``, a block of whole lines at a time.
 

@@ -44,7 +44,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from rungd_ledgers.files import decoded_blocks, ledger_files
-from rungd_ledgers.records import Record, encoder
+from rungd_ledgers.records import LineDecoder, Record, encoder
 
 DEFAULT_RETENTION_SECONDS: Final = 7 * 24 * 3600
 
@@ -130,8 +130,8 @@ class _Replayed(msgspec.Struct, kw_only=True, gc=False):
     result: msgspec.Raw = msgspec.Raw()
 
 
-_replay_decoder: Final = msgspec.json.Decoder(_Replayed)
-_result_decoder: Final = msgspec.json.Decoder(dict[str, Any] | None)
+_replay_decoder: Final = LineDecoder(_Replayed)
+_result_decoder: Final = LineDecoder(dict[str, Any] | None)
 
 
 class IdempotencyIndex:

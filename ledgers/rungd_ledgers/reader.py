@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 
 from rungd_ledgers.files import MAX_LINE_BYTES, decoded_blocks, file_number, ledger_files
-from rungd_ledgers.records import Record, decoder
+from rungd_ledgers.records import LineDecoder, Record, decoder
 
 POLL_SECONDS = 0.2
 
@@ -29,7 +29,7 @@ class Event(msgspec.Struct, gc=False):
     note: str | None = None
 
 
-_event_decoder = msgspec.json.Decoder(Event)
+_event_decoder = LineDecoder(Event)
 
 
 def iter_events(folder: str | os.PathLike[str]) -> Iterator[list[Event]]:

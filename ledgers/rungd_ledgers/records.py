@@ -13,7 +13,7 @@ That keeps lines short, for a person running ``tail -f`` and for a replay alike.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
@@ -126,10 +126,34 @@ class Record(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     hash: str = ""
 
 
+T = TypeVar("T")
+
+
+class LineDecoder(Generic[T]):
+    """msgspec's JSON decoder for lines of a file (a ledger, tombstones), where a line nested
+    too deeply to decode (200,000 brackets under an unknown key) is a malformed line, a
+    ``msgspec.DecodeError`` like any other, never a RecursionError out of every reader."""
+
+    def __init__(self, type: Any) -> None:
+        self._decoder = msgspec.json.Decoder(type)
+
+    def decode(self, line: bytes | str) -> T:
+        try:
+            return self._decoder.decode(line)  # type: ignore[no-any-return]
+        except RecursionError:
+            raise msgspec.DecodeError("it nests too deeply to decode") from None
+
+    def decode_lines(self, lines: bytes | str) -> list[T]:
+        try:
+            return self._decoder.decode_lines(lines)  # type: ignore[no-any-return]
+        except RecursionError:
+            raise msgspec.DecodeError("a line nests too deeply to decode") from None
+
+
 # Built once and shared by every thread: their methods are thread-safe since msgspec 0.16
 # (msgspec#402), and the project requires 0.18.
 encoder: Final = msgspec.json.Encoder()
-decoder: Final = msgspec.json.Decoder(Record)
+decoder: Final[LineDecoder[Record]] = LineDecoder(Record)
 
 
 def input_digest(tool: str, inputs: dict[str, Any]) -> str:

@@ -29,7 +29,7 @@ import msgspec
 
 from rungd_ledgers.errors import LedgerCorrupt
 from rungd_ledgers.files import MAX_LINE_BYTES, decoded_blocks, ledger_files
-from rungd_ledgers.records import PrunedFile, Record, decoder
+from rungd_ledgers.records import LineDecoder, PrunedFile, Record, decoder
 from rungd_ledgers.writer import Ledger, _fsync_path, _last_line
 
 
@@ -52,7 +52,7 @@ class _CallIds(msgspec.Struct):
     call_id: str
 
 
-_call_ids = msgspec.json.Decoder(_CallIds)
+_call_ids = LineDecoder(_CallIds)
 
 
 def prune(

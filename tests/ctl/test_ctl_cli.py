@@ -166,6 +166,33 @@ async def test_tail_and_verify_by_a_user_who_cannot_read_the_ledger_are_one_line
         assert "cannot read the ledger" in one_line(done) and "usermod -aG adm" in one_line(done), args
 
 
+async def test_an_edited_ledger_is_told_in_one_line_by_tail_and_by_a_starting_daemon(rungd_daemon, short_tmp) -> None:
+    # An attacker's trial: a time of 1e308 ended rungctl tail in OverflowError, -1e18 was
+    # told as a permission problem; a line the daemon cannot read stopped its start with
+    # "unexpected failure ... report it".
+    import json
+    import shutil
+
+    await rungd_daemon.call("inventory_item_show", {"item": "widget"})
+    copy = short_tmp / "copy"
+    copy.mkdir()
+    config = write_config(copy)  # its own state folder: the running daemon holds its ledger
+    shutil.copytree(rungd_daemon.config.state_dir / "ledger", copy / "state" / "ledger")
+    ledger = next((copy / "state" / "ledger").glob("ledger-*.jsonl"))
+    lines = ledger.read_bytes().splitlines(keepends=True)
+    for when in (1e308, -1e18):
+        record = json.loads(lines[0])
+        record["time"] = when
+        ledger.write_bytes(json.dumps(record).encode() + b"\n" + b"".join(lines[1:]))
+        done = await ctl("--config", str(config), "tail")
+        assert done.returncode == 0 and f"{when!r} (not a time)" in done.stdout.decode(), done.stderr
+    ledger.write_bytes(b"null\n" + b"".join(lines[1:]))
+    done = await run("rungd.main", "serve", "--config", str(config))
+    err = done.stderr.decode()
+    assert done.returncode == 1 and "Traceback" not in err, err
+    assert "rungd: the ledger cannot be read" in err and "unexpected" not in err, err
+
+
 def test_an_unexpected_failure_is_one_line_and_the_traceback_only_when_asked(monkeypatch, capsys) -> None:
     def broken(self: registry.Context) -> None:
         raise RuntimeError("boom\nsecond line")

@@ -125,6 +125,24 @@ def test_a_line_that_is_not_a_record_is_unparseable(first_file: Path) -> None:
     assert "not a ledger record" in problem.explanation
 
 
+def test_a_line_nested_too_deeply_to_decode_is_named_by_verify_and_every_reader(first_file: Path) -> None:
+    # An attacker's trial: 200,000 brackets under an unknown key made every reader (verify,
+    # rungctl tail and health, the daemon's start) end in RecursionError, naming nothing.
+    from rungd_ledgers import LedgerCorrupt, iter_records
+
+    lines = lines_of(first_file)
+    lines.insert(2, b'{"v":1,"seq":3,"x":' + b"[" * 200_000 + b"]" * 200_000 + b"}\n")
+    first_file.write_bytes(b"".join(lines))
+
+    problem = verify(first_file.parent).problem
+
+    assert problem is not None
+    assert (problem.kind, problem.line) == ("unparseable", 3)
+    assert "nests too deeply" in problem.explanation
+    with pytest.raises(LedgerCorrupt, match="nests too deeply"):
+        list(iter_records(first_file.parent))
+
+
 def test_a_partial_last_line_is_reported_as_torn(first_file: Path) -> None:
     with open(first_file, "ab") as file:
         file.write(b'{"v":1,"seq":11,"ti')

@@ -20,8 +20,12 @@ def as_json(value: Any) -> str:
 
 
 def local_time(unix: float) -> str:
-    """ISO 8601 in the local zone, with its offset: ``2026-11-30T10:00:00+01:00``."""
-    return datetime.fromtimestamp(unix).astimezone().isoformat(timespec="seconds")
+    """ISO 8601 in the local zone, with its offset: ``2026-11-30T10:00:00+01:00``; a number no
+    clock can show (an edited ledger's 1e308) as itself."""
+    try:
+        return datetime.fromtimestamp(unix).astimezone().isoformat(timespec="seconds")
+    except (OverflowError, ValueError, OSError):
+        return f"{unix!r} (not a time)"
 
 
 def user(uid: int) -> str:

@@ -51,7 +51,7 @@ from typing import BinaryIO, Final, Literal
 import msgspec
 import trio
 from rungd_ledgers.files import ledger_files
-from rungd_ledgers.records import Record
+from rungd_ledgers.records import LineDecoder, Record
 
 from rungd.config import Config
 from rungd.core.contract import Caller
@@ -126,8 +126,8 @@ class _NotKept(msgspec.Struct, frozen=True):
 
     bytes: int
     why: str
-_tombstone_decoder = msgspec.json.Decoder(Tombstone)
-_record_decoder = msgspec.json.Decoder(Record)
+_tombstone_decoder = LineDecoder(Tombstone)
+_record_decoder = LineDecoder(Record)
 
 
 class LedgerOwners:
