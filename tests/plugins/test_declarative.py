@@ -183,6 +183,8 @@ async def test_a_secret_printed_escaped_is_redacted_from_the_parsed_fields_and_t
         # It loaded, then hung: stdin closed before the input's data could be sent.
         (("[tools.stock_count_set]\n", '[tools.stock_count_set]\nstdin = "eof"\nstdin_input = "count"\n'),
          "stdin = \"eof\" closes stdin before any data"),
+        # It loaded, and typed "{count}" as written (a real-program trial: chage got "{max_days}").
+        (('answer = "y"', 'answer = "{count}"'), "confirm[0].answer: '{count}' is typed as written"),
     ],
 )
 def test_mistakes_in_a_tool_file_name_the_file_and_key(short_tmp, change, words) -> None:

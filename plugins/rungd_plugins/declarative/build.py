@@ -336,6 +336,14 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
                               "Hint: if the program changes something, declare the tool a write "
                               "(side_effect = \"reversible\", \"visible\" or \"irreversible\") with a "
                               "[tools.NAME.verify] read-back; otherwise drop the confirm entry")
+    for at, confirm in enumerate(spec.confirm):
+        if placeholders(confirm.answer) or credential_files(confirm.answer):
+            # Typed as written: a caller's input here would let the model answer the program's
+            # "are you sure", which the gate answers. A real-program trial typed "{max_days}".
+            raise fail(f"confirm[{at}].answer", f"{confirm.answer!r} is typed as written: a confirmation's answer "
+                       "is fixed in the tool file, never an input. Hint: pass the value in argv (chage -M "
+                       "{max_days}) or on stdin (stdin_input), or, for a credential, declare a "
+                       "[[tools.NAME.credential_prompt]] entry")
     _check_screen(fail, spec)
     if spec.commit_point == "confirmation" and not spec.confirm and spec.screen is None:
         raise fail("commit_point", "'confirmation' needs a [[...confirm]] entry to answer")

@@ -244,7 +244,8 @@ class ParseSpec(_Strict):
 class ConfirmSpec(_Strict):
     pattern: str = Field(description="A regular expression matching the program's own \"are you sure\" "
                                      "question.")
-    answer: str = Field(description="What is typed in answer; a line break is added.")
+    answer: str = Field(description="What is typed in answer, as written (never a {name} input: the gate "
+                                    "decides that it is answered, not the caller); a line break is added.")
     times: int = Field(1, ge=1, le=10, description="How often the question is answered in one call.")
 
 
