@@ -177,6 +177,9 @@ async def test_a_mapped_exit_status_of_a_write_is_decided_by_its_read(
     assert db.read_text() == ("two" if act else "one")
     assert (env.outcome, env.effect) == decided, env
     assert env.verified_by is not None and env.verified_by.startswith("settle read kv_value_show"), env
+    # What the read showed, then the table's own advice: the read decided, the fix still holds.
+    assert env.error.hint.startswith("the settle read kv_value_show shows") and \
+        "the key server did not answer" in env.error.hint, env.error.hint
     daemon.daemon.stop()
 
 

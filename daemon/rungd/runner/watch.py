@@ -153,8 +153,11 @@ class Watch:
         if prompt is None:
             result: str | RungdError = _auth_required(
                 f"the program asked for a credential through askpass: {question!r}",
-                hint="rungd holds no credential declared for this question; the operator must add one to the "
-                "tool's askpass answers and the credential store", question=question)
+                hint="rungd holds no credential declared for this question, and askpass does not say whether "
+                "a question wants a secret or a yes/no (ssh asks there whether to trust a new host key): for a "
+                "secret, the operator must add it to the tool's askpass answers and the credential store; for "
+                "a question, the tool must settle it beforehand (for ssh: the host's key in a known_hosts file "
+                "the tool names)", question=question)
         else:
             result = self._secret_for(prompt, question, "through askpass")
         if isinstance(result, RungdError):

@@ -217,6 +217,11 @@ def crash_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None, exc
     )
 
 
+# rungd's own advice for an unknown outcome, which the settle read run at once answers (settled).
+_RUN_THE_SETTLE_READ = "the effect may or may not have happened: run the settle read before any retry"
+_RECONCILE_FIRST = "run the settle read (reconcile) before retrying"
+
+
 def timeout_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None) -> ToolTimeout:
     """TIMEOUT for a handler cancelled at its deadline: ``unknown`` only after the commit point."""
     deadline = tool.timing.deadline_s
@@ -232,7 +237,7 @@ def timeout_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None) -
         where = "after its commit point" if ctx.committed else "after its program started"
         return ToolTimeout(
             f"{tool.name} passed its {deadline:g} s deadline {where}; the process tree was killed",
-            hint="the effect may or may not have happened: run the settle read before any retry",
+            hint=_RUN_THE_SETTLE_READ,
             outcome="unknown",
             settle=settle,
         )
@@ -250,7 +255,7 @@ def interrupted_error(ctx: CallContext, settle: dict[str, Any] | None) -> Interr
     acted = ctx.may_have_acted() and ctx.tool.side_effect != "read"
     return Interrupted(
         "the daemon stopped while the call was running",
-        hint="run the settle read (reconcile) before retrying" if acted else "retry the call",
+        hint=_RECONCILE_FIRST if acted else "retry the call",
         outcome="unknown" if acted else "not_started",
         settle=settle if acted else None,
     )
@@ -401,24 +406,22 @@ def settled(envelope: Envelope, tool: Tool, *, read: Envelope, expect: dict[str,
     settled_envelope = msgspec.structs.replace(
         envelope, outcome=outcome, effect=effect,
         verified_by=f"settle read {read.tool} (call {read.call_id})", settle=None, next_action=next_action,
-        # What the program said stays beside what the read showed: the read decides the
-        # outcome, the program's words still say why it failed. rungd's own advice in the old
-        # hint ("run the settle read") is answered by now, and goes.
+        # The error's own hint stays beside what the read showed: the read decides the
+        # outcome, the program's words and the fix still say why it failed.
         error=msgspec.structs.replace(envelope.error, retry=retry, hint=_with_its_words(said, envelope.error.hint)),
     )
     return fit_to_cap(settled_envelope, tool.cap_bytes)
 
 
 def _with_its_words(said: str, hint: str) -> str:
-    """``said`` and, when ``hint`` quotes the program (rungd writes every quote of a program
-    after ``it said:``, issue 27), that quote."""
-    at = hint.find("it said: ")
-    if at < 0:
-        return said
-    quote = hint[at:]
-    if hint[at - 1:at] == "(" and quote.endswith(")"):  # "RULE HINT (it said: '...')"
-        quote = quote[:-1]
-    return f"{said}; {quote}"
+    """``said``, then the error's own hint: what to fix (a credential to add, the tool
+    table's advice) and what the program said still hold once the read decided. rungd's
+    advice to run the settle read is answered by now, and goes; a quote of the program after
+    it (rungd writes every quote after ``it said:``, issue 27) stays."""
+    for answered in (_RUN_THE_SETTLE_READ, _RECONCILE_FIRST):
+        if hint.startswith(answered):
+            hint = hint[len(answered):].lstrip(" ;")
+    return f"{said}; {hint}" if hint else said
 
 
 def protocol_error(exc: RungdError) -> ProtocolError:
