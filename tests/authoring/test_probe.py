@@ -74,6 +74,14 @@ def test_a_program_that_asks_nothing_is_reported_with_its_output_shape(fake_prog
     assert tomllib.loads(seen.draft())["tools"]["lister_item_show"]["parse"] == {"kind": "key_value"}
 
 
+def test_the_report_says_the_program_ran_in_a_new_folder_of_its_own(fake_program) -> None:
+    # A trial's parted data/disk.img "could not stat" it: the probe ran where a call runs.
+    seen = probe([str(fake_program("where", 'import os; print([n for n in os.listdir(".") if n[0] != "."])'))],
+                 deadline_s=10)
+    assert seen.stdout.strip() == "[]"
+    assert any(line.startswith("in:") and "a relative path" in line for line in seen.report())
+
+
 def test_rungctl_probe_prints_the_evidence_and_writes_the_draft(fake_program, short_tmp) -> None:
     program = fake_program("keyring", ASKS_SECRET)
     draft = short_tmp / "keyring.toml"

@@ -83,7 +83,9 @@ class Probe:
 
     def report(self) -> list[str]:
         """What it saw, for a person: one fact a line."""
-        lines = [f"ran:      {' '.join(self.argv)}  ({self.elapsed_ms} ms)"]
+        lines = [f"ran:      {' '.join(self.argv)}  ({self.elapsed_ms} ms)",
+                 "in:       a new folder of its own, as a call's program is: a relative path in its argv "
+                 "reaches nothing there (name files by their full path)"]
         if self.screen is not None:
             return lines + self._screen_report()
         if self.ended == "asked":
