@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import trio
+import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -302,3 +303,25 @@ def test_the_decoded_cost_bounds_what_a_request_takes_once_decoded(inputs) -> No
         tracemalloc.stop()
     del decoded
     assert taken <= server.decoded_cost(body)
+
+
+async def test_every_waiting_connection_is_taken_at_once(nursery, short_tmp) -> None:
+    # trio's serve_listeners took one connection per turn of the loop; with each turn holding
+    # a large request's decoding, a burst of one caller's connections kept another caller's
+    # hello out for five seconds (an attacker's trial). Counted in turns, not in seconds.
+    import socket as stdlib_socket
+
+    daemon = await tight_daemon(nursery, short_tmp, max_connections_per_uid=64)
+    await trio.testing.wait_all_tasks_blocked()
+    waiting = []
+    try:
+        for _ in range(30):  # into the backlog: the loop does not run meanwhile
+            sock = stdlib_socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
+            sock.connect(str(daemon.socket))
+            waiting.append(sock)
+        for _ in range(4):
+            await trio.sleep(0)
+        assert sum(daemon.daemon._limits._open.values()) == 30
+    finally:
+        for sock in waiting:
+            sock.close()

@@ -37,7 +37,8 @@ from rungd.service.ledger_upkeep import LedgerUpkeep
 from rungd.service.plugins import Hooks
 from rungd.runner import launch
 from rungd.runner.askpass_server import AskpassEndpoint
-from rungd.service.server import Connection, ConnectionLimits, FrameBudget, Replies, bind_unix_socket
+from rungd.service.server import (Connection, ConnectionLimits, FrameBudget, Replies, bind_unix_socket,
+                                  serve_connections)
 from rungd.service.stepdown import StepDownWatch
 
 log = logging.getLogger("rungd")
@@ -123,7 +124,6 @@ class Daemon:
                 remove_or_say(entry.path, "a work folder an earlier run left")
         _private_folders(state)
         sock = bind_unix_socket(self.socket_path, int(server.socket_mode, 8), server.socket_group)
-        listener = trio.SocketListener(sock)
         # Orphans of a call's tree (a double fork) are re-parented to us, not to init, so
         # the kill can find them and nothing outlives its call unreaped.
         if not proctree.set_child_subreaper():
@@ -157,14 +157,14 @@ class Daemon:
                 self.dispatcher.watch_step_downs(self.step_downs)
                 async with trio.open_nursery() as connections:
                     accepting = trio.CancelScope()
-                    connections.start_soon(self._accept, accepting, listener, connections)
+                    connections.start_soon(self._accept, accepting, sock, connections)
                     log.info("listening on %s with %d tools", self.socket_path, len(self.tools))
                     task_status.started(self)
                     sdnotify.ready(status=f"listening on {self.socket_path} with {len(self.tools)} tools")
                     await self._stop.wait()
                     sdnotify.stopping(status="stopping: letting running calls finish")
                     log.info("stopping: no new connections; letting running calls finish")
-                    accepting.cancel()  # serve_listeners closes the listener on its way out
+                    accepting.cancel()  # serve_connections closes the socket on its way out
                     self._unlink_socket()
                     await self.dispatcher.shutdown(server.shutdown_grace_s)
                     with trio.move_on_after(2):  # let answers to finished calls go out
@@ -177,10 +177,10 @@ class Daemon:
             log.info("stopped")
 
     async def _accept(
-        self, scope: trio.CancelScope, listener: trio.SocketListener, connections: trio.Nursery
+        self, scope: trio.CancelScope, sock: trio.socket.SocketType, connections: trio.Nursery
     ) -> None:
         with scope:
-            await trio.serve_listeners(self._handle, [listener], handler_nursery=connections)
+            await serve_connections(sock, self._handle, connections)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         """Serve one connection behind a wall: whatever happens in it ends there.

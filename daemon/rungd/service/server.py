@@ -31,7 +31,7 @@ import socket
 import stat
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
@@ -141,6 +141,41 @@ def bind_unix_socket(path: Path, mode: int, group: str | None) -> trio.socket.So
     sock.listen(socket.SOMAXCONN)
     os.rename(staging, path)
     return sock
+
+
+# What accept(2) says of the host, not of the listening socket: wait a moment and go on.
+_SHORT_OF = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+async def serve_connections(sock: trio.socket.SocketType, handle: Callable[[trio.SocketStream], Awaitable[None]],
+                            nursery: trio.Nursery) -> None:
+    """Accept connections on ``sock`` until cancelled, each served by ``handle`` in
+    ``nursery``; the socket is closed on the way out.
+
+    Every connection waiting is taken at each wake: trio's serve_listeners takes one per turn
+    of the loop, and a turn may hold a large request's decoding (a few hundred ms), so a
+    caller's burst of connections once kept another caller's hello out for five seconds.
+    """
+    raw = sock._sock  # non-blocking (trio made it so): accepted until the backlog is empty
+    try:
+        while True:
+            await trio.lowlevel.wait_readable(sock)
+            while True:
+                try:
+                    conn, _ = raw.accept()
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno in _SHORT_OF:
+                        log.error("accept failed: %s; trying again in 0.1 s", exc.strerror)
+                        await trio.sleep(0.1)
+                        break
+                    if exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
+                        continue  # that one connection: gone, or refused by a filter
+                    raise
+                nursery.start_soon(handle, trio.SocketStream(trio.socket.from_stdlib_socket(conn)))
+    finally:
+        sock.close()
 
 
 def _closed_to(folder: Path, gid: int) -> Path | None:
