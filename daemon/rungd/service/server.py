@@ -639,8 +639,9 @@ class Connection:
         if decoded_cost(body) > LARGE_REQUEST:
             # Decoded, checked and admitted while no other large request is (_admitted lets
             # go): its objects may take many times its bytes, and the loop a few hundred ms.
-            self._turn = self.dispatcher.big_requests
-            await self._turn.acquire()
+            turn = self.dispatcher.big_requests
+            await turn.acquire()
+            self._turn = turn  # held: only now is it this request's to let go
         try:
             return await self._decoded(body)
         finally:
