@@ -332,7 +332,7 @@ def test_unknown_outcome_error_carries_its_settle_read_and_the_instructions_say_
     assert result.isError is True
     assert envelope_of(result) == msgspec.to_builtins(env)
     assert result.structuredContent["settle"] == {"tool": "inventory_item_show", "inputs": {"item": "widget"},
-                                                  "expect": {}}
+                                                  "expect": {}, "before": None}
     assert "reconcile: the effect may or may not have happened: run the settle read" in INSTRUCTIONS
     assert "never repeat the change with a new request_id" in INSTRUCTIONS
 

@@ -290,3 +290,38 @@ async def test_a_write_killed_past_its_commit_point_stays_unknown_when_its_read_
     assert env.settle is not None and env.verified_by.startswith("settle read kv_value_show"), env
     assert "killed past its commit point" in env.error.hint
     daemon.daemon.stop()
+
+
+# Like tar -xw stopped at its third question: two files out, the read-back's third missing.
+PART_THEN_ASKS = '''
+    import sys
+    from pathlib import Path
+    db = Path(sys.argv[-1])
+    if sys.argv[1] == "show":
+        print(f"value: {db.read_text().strip() if db.exists() else 'none'}")
+        sys.exit(0)
+    db.write_text(sys.argv[2][:1])
+    print("extract the rest? ", end="", flush=True)
+    sys.stdin.readline()
+'''
+
+
+async def test_a_reconcile_that_finds_the_state_moved_elsewhere_leaves_it_unknown(
+        short_tmp, nursery, fake_program) -> None:
+    # A real-program trial: reconcile ran the settle read, found the effect absent, and
+    # said not_started, freeing the request_id, though the read before the act had shown
+    # another state (tar had extracted two files of three).
+    db = short_tmp / "kv.db"
+    db.write_text("one")
+    daemon = await serve_tool_file(nursery, short_tmp, kv_tool_file(fake_program("kv", PART_THEN_ASKS), db, act=False),
+                                   name="kv.toml")
+    env = await daemon.call("kv_value_set", {"value": "two"}, request_id="kv-part")
+    assert env.error is not None and env.error.code == "PROMPT_UNEXPECTED", env
+    assert db.read_text() == "t" and env.outcome == "unknown", env
+    assert env.settle is not None and env.settle.before is not None
+    settled = await daemon.run(lambda c: c.reconcile("kv_value_set", "kv-part"))
+    assert settled.outcome == "unknown", settled
+    assert "moved" in settled.error.message and settled.fields == {"value": "t"}, settled
+    again = await daemon.call("kv_value_set", {"value": "two"}, request_id="kv-part")
+    assert again.error is not None and again.error.code == "RECONCILE_REQUIRED", again  # not run twice
+    daemon.daemon.stop()

@@ -13,6 +13,7 @@ carries its ids.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 import msgspec
@@ -41,6 +42,17 @@ class Settle(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     tool: str
     inputs: dict[str, Any] = {}
     expect: dict[str, Any] = {}
+    # What the same read showed before the act, of the expected fields (``state_digest``),
+    # when the call made one: a reconcile that finds the effect absent and this state moved
+    # cannot say the effect did not happen (a part of it may be done).
+    before: str | None = None
+
+
+def state_digest(fields: dict[str, Any], expect: dict[str, Any]) -> str:
+    """A digest of what ``fields`` hold under the keys ``expect`` names: equal for two reads
+    that show the same there."""
+    shown = {key: fields.get(key) for key in expect}
+    return hashlib.sha256(msgspec.json.encode(shown, order="sorted")).hexdigest()[:32]
 
 
 class Envelope(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -33,7 +33,7 @@ from rungd.service.audit import Audit
 from rungd.config import Config
 from rungd.core.contract import CallContext, Caller, Tool, ToolInputs
 from rungd.service.credentials import CredentialStore
-from rungd.core.envelope import Envelope
+from rungd.core.envelope import Envelope, state_digest
 from rungd.core.errors import Busy, Interrupted, ReconcileRequired, RungdError
 from rungd.service.gates import gate_for, is_operator
 from rungd.service.plugins import RegisteredTool
@@ -453,6 +453,11 @@ class Dispatcher:
             if envelope.outcome == "unknown" and spec and spec.at_once and settle and settle["expect"] \
                     and not call.interrupted:
                 envelope = await self._settle_now(call, tool, envelope, settle, ctx)
+            if envelope.outcome == "unknown" and envelope.settle is not None and envelope.settle.expect and \
+                    (before := ctx.read_before(envelope.settle.tool, envelope.settle.inputs)) is not None:
+                # For a reconcile: what the state was before the act, so it can tell a move.
+                envelope = msgspec.structs.replace(envelope, settle=msgspec.structs.replace(
+                    envelope.settle, before=state_digest(before, envelope.settle.expect)))
             # The work folder is scratch for this call only: empty or gone before the caller
             # hears; what the call left in it is removed (in a worker thread: an rmdir waits on
             # the filesystem's journal) while the finished record is written.

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from rungd.core.contract import Caller, Tool, shows
-from rungd.core.envelope import Envelope
+from rungd.core.envelope import Envelope, state_digest
 from rungd.core.errors import Denied, ReconcileRequired, UnknownCall
 from rungd.service.gates import is_operator
 
@@ -111,6 +111,14 @@ class Reconciler:
             raise ReconcileRequired(
                 f"the settle read {settle.tool} cannot decide: it lacks the expected fields",
                 hint=f"an operator must decide with rungctl reconcile --found yes|no; it found {read.fields}",
+                outcome="unknown", fields=read.fields,
+            )
+        if not shown and settle.before is not None and state_digest(read.fields, settle.expect) != settle.before:
+            # Not what was asked, nor what was there before the act: a part of it may be done.
+            raise ReconcileRequired(
+                f"the settle read {settle.tool} shows neither the effect nor the state before the act: it moved, "
+                "and a part of the effect may be done",
+                hint=f"an operator must look, then decide with rungctl reconcile --found yes|no; it found {read.fields}",
                 outcome="unknown", fields=read.fields,
             )
         return shown, read.fields, f"settle read {settle.tool} (call {read.call_id})"
