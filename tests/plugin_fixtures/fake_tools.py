@@ -115,11 +115,19 @@ def describe(does: str) -> Description:
                        on_error="codes.", if_unknown="ask.")
 
 
+async def run_then_crash(ctx: Any, inputs: RunInputs) -> Result:
+    """A plugin bug after its program ran."""
+    await run(ctx, Program(argv=(str(FAKES / inputs.program), *inputs.args)))
+    raise RuntimeError("a bug in the plugin, after its program ran")
+
+
 @hookimpl
 def rungd_register_tools(register: Any) -> None:
     common = dict(inputs=RunInputs, outputs={"exit_status": "status"}, handler=run_fake,
                   errors=(NOT_FOUND,), cap_bytes=8192)
     register(Tool(name="fake_run", description=describe("Runs a fake."), timing=Timing(deadline_s=15), **common))
+    register(Tool(name="fake_run_then_crash", description=describe("Runs a fake, then fails as a bug."),
+                  timing=Timing(deadline_s=15), **{**common, "handler": run_then_crash}))
     register(Tool(name="fake_run_single", description=describe("Runs a fake, one call at a time."),
                   timing=Timing(deadline_s=15), concurrency=1, **common))
     register(Tool(name="fake_run_short", description=describe("Runs a fake, 2 s deadline."),

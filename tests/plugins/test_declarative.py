@@ -195,6 +195,13 @@ def test_mistakes_in_a_tool_file_name_the_file_and_key(short_tmp, change, words)
     assert words in str(caught.value)
 
 
+@pytest.mark.parametrize("answer", ["{", "y}", "yes{", "{{count}}"])
+def test_a_confirmation_answer_with_braces_that_name_nothing_loads(short_tmp, answer) -> None:
+    # The refusal of "{count}" once made a lone brace stop every tool file from loading.
+    folder = tool_dir(short_tmp, TOOL_FILE.replace('answer = "y"', f'answer = "{answer}"'))
+    assert read_tool_file(folder / "stock.toml").tools
+
+
 def test_a_write_without_read_back_is_refused(short_tmp) -> None:
     text = TOOL_FILE.split("[tools.stock_count_set.verify]")[0]
     folder = tool_dir(short_tmp, text)

@@ -152,6 +152,13 @@ async def test_deadline_kills_a_sigterm_ignoring_child(rungd_daemon) -> None:
     # no_survivors (conftest) asserts the tree is gone
 
 
+async def test_a_read_whose_plugin_fails_after_its_program_ran_is_done_never_unknown(rungd_daemon) -> None:
+    # A read has no effect to be unsure about: "unknown" sent an agent to reconcile nothing.
+    env = await rungd_daemon.call("fake_run_then_crash", {"program": "exit_with"})
+    assert (env.error.code, env.outcome, env.settle) == ("FAILED", "done", None), env
+    assert env.next_action != "reconcile" and env.error.retry != "after_check", env
+
+
 async def test_timeout_before_the_commit_point_is_not_started(rungd_daemon) -> None:
     env = await run(rungd_daemon, "busy", "--mode", "sleep", "--seconds", "30", tool="fake_write_short")
     assert (env.error.code, env.outcome, env.error.retry) == ("TIMEOUT", "not_started", "yes")

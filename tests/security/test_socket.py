@@ -290,7 +290,11 @@ async def test_a_large_request_is_decoded_only_in_its_turn(nursery, short_tmp) -
     {"rows": [{"name": "hello", "n": n * 1_000, "f": n / 7} for n in range(10_000)]},
     {"words": ["ab"] * 100_000, "big": [2 ** 40 + n for n in range(20_000)]},
     {"text": "x" * 300_000},
-], ids=["lists", "maps", "cyrillic", "rows", "short-strings-and-ints", "one-string"])
+    {"a": [-20] * 40_000},  # past the few small ints CPython keeps (a review's counterexample)
+    {"a": [{n: 0} for n in range(100)] * 100},  # maps of one entry: three bytes, 232 in memory
+    {"a": [{n: 0 for n in range(128)}] * 2_000},  # wide maps of one-byte keys and values
+], ids=["lists", "maps", "cyrillic", "rows", "short-strings-and-ints", "one-string", "negative-ints",
+        "one-entry-maps", "wide-maps"])
 def test_the_decoded_cost_bounds_what_a_request_takes_once_decoded(inputs) -> None:
     import tracemalloc
 

@@ -145,6 +145,7 @@ class Daemon:
                 # in threads of its own; serving does not wait for the first prune.
                 self.evidence = EvidenceStore(self.config, self.dispatcher.calls, max_frame=server.max_frame_bytes)
                 await housekeeping.start(self.evidence.run)
+                self.dispatcher.evidence_written = self.evidence.finished
                 # Ledger anchors to the journal and retention of old ledger files.
                 await housekeeping.start(LedgerUpkeep(self.audit, self.config.ledger).run)
                 # Step-down observations: rebuilt from the ledger's finished records, then
@@ -213,8 +214,6 @@ class Daemon:
         # see them.
         if self._stand_in is None:
             self.hooks.observe_result(tool, envelope, caller)
-        if envelope.evidence and self.evidence is not None:
-            self.evidence.finished(envelope.evidence)
         if self.step_downs is not None:
             try:
                 self.step_downs.observe(tool, envelope)

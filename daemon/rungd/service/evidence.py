@@ -36,7 +36,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import datetime
 import functools
 import logging
 import os
@@ -54,6 +53,7 @@ from rungd_ledgers.files import ledger_files
 from rungd_ledgers.records import LineDecoder, Record
 
 from rungd.config import Config
+from rungd.core import moments
 from rungd.core.contract import Caller
 from rungd.service.engine.calls import CallTable
 from rungd.core.errors import BadInput, EvidenceGone, UnknownEvidence
@@ -127,6 +127,7 @@ class _NotKept(msgspec.Struct, frozen=True):
     bytes: int
     why: str
 _tombstone_decoder = LineDecoder(Tombstone)
+_not_kept_decoder = LineDecoder(_NotKept)
 _record_decoder = LineDecoder(Record)
 
 
@@ -374,7 +375,7 @@ class EvidenceStore:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return part
             try:
-                note = msgspec.json.decode(file.read(1024), type=_NotKept)
+                note = _not_kept_decoder.decode(file.read(1024))
             except msgspec.DecodeError:
                 log.warning("evidence %s: its not-kept note is damaged; ignored", part.evidence_id)
                 return part
@@ -728,4 +729,4 @@ def _unknown() -> UnknownEvidence:
 
 
 def _when(at: float) -> str:
-    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).isoformat(timespec="seconds")
+    return moments.utc_iso(at)  # a tombstone's time: an edited one is told as itself

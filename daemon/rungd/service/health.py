@@ -26,6 +26,8 @@ from typing import Any
 
 from rungd_ledgers import Event, iter_events
 
+from rungd.core import moments
+
 PROMPT_CODES = ("PROMPT_UNEXPECTED", "AUTH_REQUIRED")
 SPARK = "▁▂▃▄▅▆▇█"
 MAX_TREND = 48  # hours shown at most; a longer span is shown in wider buckets
@@ -249,7 +251,7 @@ def format_text(report: dict[str, Any], ledger: Path) -> str:
     tools = report["tools"]
     span = report["hours"]
     per = math.ceil(span / MAX_TREND)
-    head = (f"since {time.strftime('%Y-%m-%d %H:%M %Z', time.localtime(report['since']))} ({span} h), "
+    head = (f"since {moments.local(report['since'], '%Y-%m-%d %H:%M %Z')} ({span} h), "
             f"ledger {ledger}")
     if not tools:
         return head + "\nno calls in this span"

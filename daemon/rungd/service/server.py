@@ -749,21 +749,23 @@ class Connection:
 # decoded and admitted while no other large one is (decoded_cost).
 LARGE_REQUEST = 256 << 10
 
-# Bytes of MessagePack that may begin an object Python allocates (a map, a list, a string,
-# a float, an int past the cached small ones, a binary, an extension); every other byte
-# is a small int, nil or a bool (a cached object: a pointer), or inside a string.
-_ALLOCATING = bytes([*range(0x80, 0xC0), *range(0xC4, 0xE0)])
+# Bytes of MessagePack that may begin an object Python allocates: a map, a list, a string,
+# a binary, an extension, a float, an int (past the few small ones CPython keeps). The rest
+# (0x00-0x7f, nil, the bools) decode to a pointer to a kept object, or lie inside a string.
+_FREE = bytes([*range(0x80), 0xC0, 0xC1, 0xC2, 0xC3])
 
 
 def decoded_cost(body: bytes) -> int:
-    """An upper bound, in bytes, of what decoding ``body`` makes Python hold: about 72 for
-    each object it may begin (an empty list is one byte on the wire, 64 in memory) and a
-    pointer for every byte. A bound, not a count: text beyond ASCII is counted as if each
-    byte began an object. Two passes over the body, only for a body past 4 KiB."""
-    if len(body) <= 4096:
-        return len(body)  # at most a few hundred KiB decoded: never a turn to wait for
-    heads = len(body) - len(body.translate(None, _ALLOCATING))
-    return 8 * len(body) + 72 * heads
+    """An upper bound, in bytes, of what decoding ``body`` makes Python hold: 240 for each
+    byte that may begin an object (a map of one entry, three bytes on the wire, takes 232)
+    and 24 for every byte (a pointer, or a map's share of its table). A bound, not a count:
+    text beyond ASCII is counted as if each of its bytes began an object, which only makes
+    such a request wait for its turn. Two passes over the body, only past 1 KiB."""
+    if len(body) <= 1024:
+        return 240 * len(body)  # at most a quarter of a MiB: never a turn to wait for
+    heads = len(body.translate(None, _FREE))
+    return 24 * len(body) + 240 * heads
+
 
 # Tool inputs are a few plain values; a request nested deeper than this is refused before
 # validation, whose recursion it could otherwise exhaust.

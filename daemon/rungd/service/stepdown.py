@@ -37,6 +37,7 @@ import trio
 from rungd_ledgers import iter_events
 
 from rungd.service.audit import Audit
+from rungd.core import moments
 from rungd.core.contract import Caller, StepDown, Tool
 from rungd.core.envelope import Envelope
 from rungd.core.errors import Denied, RungdError, ToolSuspended, UnknownTool
@@ -73,7 +74,7 @@ class Mark:
 
     def text(self) -> str:
         """One line for ``describe`` and ``rungctl tools``."""
-        when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(self.at))
+        when = moments.local(self.at)
         state = "suspended" if self.suspended else "marked"
         return f"{state} since {when}: {self.observation} (calls {', '.join(self.call_ids)})"
 

@@ -337,7 +337,11 @@ def _check_tool(path: Path, key: str, name: str, spec: ToolSpec, specs: dict[str
                               "(side_effect = \"reversible\", \"visible\" or \"irreversible\") with a "
                               "[tools.NAME.verify] read-back; otherwise drop the confirm entry")
     for at, confirm in enumerate(spec.confirm):
-        if placeholders(confirm.answer) or credential_files(confirm.answer):
+        try:
+            named = placeholders(confirm.answer) or credential_files(confirm.answer)
+        except ValueError:  # a lone brace ("y}"): no placeholder, typed as written like the rest
+            named = ()
+        if named:
             # Typed as written: a caller's input here would let the model answer the program's
             # "are you sure", which the gate answers. A real-program trial typed "{max_days}".
             raise fail(f"confirm[{at}].answer", f"{confirm.answer!r} is typed as written: a confirmation's answer "

@@ -131,6 +131,9 @@ class Dispatcher:
         (config.state_dir / "work").mkdir(parents=True, exist_ok=True)
         # Never the default thread limiter: see audit.py.
         self.work = WorkFolders(config.state_dir / "work", trio.CapacityLimiter(4))
+        # Told every evidence id a call ended with (the envelope may list only the first):
+        # the evidence store counts what calls wrote (EvidenceStore.finished).
+        self.evidence_written: Callable[[list[str]], None] | None = None
         bounds = config.limits
         # no_new_privs stays off by default: tools wrap setuid programs (sudo -u, crontab).
         limits.set_defaults(Limits(cpu_s=bounds.cpu_s, address_space_bytes=bounds.memory_bytes,
@@ -462,6 +465,8 @@ class Dispatcher:
             # hears; what the call left in it is removed (in a worker thread: an rmdir waits on
             # the filesystem's journal) while the finished record is written.
             remove = self.work.give_back(work_dir)
+            if ctx.evidence and self.evidence_written is not None:
+                self.evidence_written(ctx.evidence)
             events = _end_events(call, envelope, ctx)
             durable = tool.side_effect != "read"  # a write's end is synced before its caller hears
             if remove is not None or durable or not self.audit.record_now(events):

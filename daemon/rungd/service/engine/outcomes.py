@@ -208,13 +208,19 @@ def _guard_write(tool: Tool | None, outcome: Outcome, retry: Retry, next_action:
 
 def crash_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None, exc: BaseException) -> Failed:
     """FAILED for a handler that raised something that is not a RungdError (a plugin bug)."""
-    acted = ctx.may_have_acted()
+    acted = ctx.may_have_acted() and tool.side_effect != "read"
     return Failed(
         f"the tool's handler failed: {type(exc).__name__}",
         hint="this is a bug in the plugin; the operator's log has the details",
-        outcome="unknown" if acted else "not_started",
+        outcome="unknown" if acted else _ran_or_not(ctx),
         settle=settle if acted else None,
     )
+
+
+def _ran_or_not(ctx: CallContext) -> Outcome:
+    """The outcome of a call that cannot have acted: a read (no effect to be unsure about)
+    is done once its program ran, and anything else not started."""
+    return "done" if ctx.committed and ctx.tool.side_effect == "read" else "not_started"
 
 
 # rungd's own advice for an unknown outcome, which the settle read run at once answers (settled).
@@ -231,7 +237,7 @@ def timeout_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None) -
         return ToolTimeout(
             f"{tool.name} passed its {deadline:g} s deadline; the process tree was killed",
             hint="a read changes nothing: retry; if it keeps timing out, ask the operator to raise the deadline",
-            outcome="done" if ctx.committed else "not_started", retry="yes", next_action="retry_later",
+            outcome=_ran_or_not(ctx), retry="yes", next_action="retry_later",
         )
     if ctx.may_have_acted():
         where = "after its commit point" if ctx.committed else "after its program started"
@@ -256,7 +262,7 @@ def interrupted_error(ctx: CallContext, settle: dict[str, Any] | None) -> Interr
     return Interrupted(
         "the daemon stopped while the call was running",
         hint=_RECONCILE_FIRST if acted else "retry the call",
-        outcome="unknown" if acted else "not_started",
+        outcome="unknown" if acted else _ran_or_not(ctx),
         settle=settle if acted else None,
     )
 
