@@ -101,6 +101,12 @@ async def test_git_password_question_goes_through_askpass(rungd_daemon, declared
         sent = [base64.b64decode(h.split()[1]).decode() for h in Recorder.seen if h]
         assert f"ops:{SECRET}" in sent
         assert env.error.code in ("FAILED", "AUTH_REQUIRED")
+    elif declared == "missing":
+        # Looked for before anything starts (a trial's passwd ran, and was stopped at its
+        # question): git never ran, and nothing was sent.
+        assert (env.error.code, env.outcome) == ("AUTH_REQUIRED", "not_started"), env
+        assert "which rungd does not hold" in env.error.message and "nothing was run" in env.error.hint
+        assert not [h for h in Recorder.seen if h], Recorder.seen
     else:
         assert env.error.code == "AUTH_REQUIRED"
         assert "Password for 'http://ops@127.0.0.1" in env.error.message

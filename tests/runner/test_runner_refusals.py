@@ -86,13 +86,14 @@ async def test_an_undeclared_askpass_question_gets_no_answer_and_the_program_nev
     assert not act.exists()
 
 
-async def test_a_declared_askpass_question_whose_credential_is_missing_is_held_too(short_tmp) -> None:
+async def test_a_declared_askpass_question_whose_credential_is_missing_starts_nothing(short_tmp) -> None:
+    # As a credential the program gets from the start: looked for before anything starts
+    # (a trial's passwd ran, and was stopped at its question, its outcome unknown).
     act = short_tmp / "key"
     program = asker("Enter passphrase:", act=act, askpass=(prompt("^Enter passphrase"),))
     with pytest.raises(AuthRequired) as caught:
         await run_quick(make_ctx(short_tmp), program)
-    assert "'pw', which rungd does not hold" in caught.value.message
-    assert caught.value.fields["question"] == "Enter passphrase:"
+    assert "'pw', which rungd does not hold" in caught.value.message and "nothing was run" in caught.value.hint
     assert not act.exists()
 
 
@@ -134,13 +135,27 @@ async def test_an_askpass_pattern_sees_the_raw_question_and_the_quote_is_redacte
 
 
 async def test_a_stdin_credential_prompt_without_its_credential_writes_nothing(short_tmp) -> None:
+    # The credential is looked for before the start (then nothing starts); a store that
+    # loses it meanwhile (removed from the store mid-call) leaves the question unanswered.
     ctx = make_ctx(short_tmp)
+    held = [SECRET]
+    ctx.credentials = lambda name: held.pop() if held else None
     program = runner.Program(argv=(str(FAKES / "password"),), credential_prompts=(prompt("^Password:"),))
     with pytest.raises(AuthRequired) as caught:
         await run_quick(ctx, program)
     assert caught.value.fields["question"] == "Password:"
     # The fake says "Sorry, try again." to anything it reads, end-of-file included: it read nothing.
     assert b"Sorry" not in evidence(ctx, "stderr")
+
+
+async def test_a_stdin_credential_prompt_the_store_lacks_starts_nothing(short_tmp) -> None:
+    # A trial's passwd ran and was stopped at its question, outcome unknown; the README says
+    # a credential the store lacks fails the call before the program starts.
+    ctx = make_ctx(short_tmp)
+    program = runner.Program(argv=(str(FAKES / "password"),), credential_prompts=(prompt("^Password:"),))
+    with pytest.raises(AuthRequired) as caught:
+        await run_quick(ctx, program)
+    assert "nothing was run" in caught.value.hint and not ctx.spawned and not ctx.evidence
 
 
 async def test_a_stdin_credential_prompt_asked_again_is_rejected_not_resent(short_tmp) -> None:

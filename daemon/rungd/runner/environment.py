@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 from collections.abc import Mapping
 
 from rungd.system import proctree
 from rungd.core.contract import CallContext
-from rungd.core.errors import AuthRequired
+from rungd.core.errors import AuthRequired, Failed, RungdError
 from rungd.runner.program import Program
+
+log = logging.getLogger("rungd.runner")
 
 # Environment every child gets. Nothing is inherited from the daemon except the names in
 # PASS_THROUGH: a daemon's environment is not a program's business.
@@ -74,8 +77,18 @@ def credential(ctx: CallContext, name: str) -> str:
 
     Raises:
         AuthRequired: rungd does not hold it.
+        Failed: the store failed (a credential plugin's exception): nothing was run.
     """
-    value = ctx.credentials(name)
+    try:
+        value = ctx.credentials(name)
+    except RungdError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a credential plugin's failure, whatever it is
+        # Its type only: a store's message may quote what it read.
+        log.error("credential store failed for %r: %s", name, type(exc).__name__)
+        raise Failed(f"rungd could not read the credential {name!r} from its store ({type(exc).__name__}); "
+                     "nothing was run", hint="the operator must check the credential store (its plugin, or the "
+                     "files in $CREDENTIALS_DIRECTORY); the daemon's log says when it failed") from None
     if value is None:
         raise AuthRequired(
             f"{ctx.tool.name} needs the credential {name!r}, which rungd does not hold",

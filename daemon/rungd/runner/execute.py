@@ -446,6 +446,10 @@ async def run(ctx: CallContext, program: Program) -> Completed:
               for step in (program.screen.steps if program.screen is not None else ()) if step.credential}
     if program.screen is not None:
         _check_screen(program.screen)
+    # And those its declared questions are answered with (read again when asked): a program
+    # started without one would be stopped at its question, after it may have acted.
+    for name in dict.fromkeys(prompt.credential for prompt in (*program.credential_prompts, *program.askpass)):
+        credential(ctx, name)
     # What the call must not show (its sensitive inputs, credentials it already obtained)
     # and this program's own credentials: redacted from its output and evidence.
     secrets = [*ctx.secrets, *credentials.values(), *secret_files.values(), *argv_files.values(),
