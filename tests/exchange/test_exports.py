@@ -128,6 +128,17 @@ async def test_a_done_marker_is_waited_for(rungd_daemon, xfer) -> None:
     assert env.fields["scanned"] == 7
 
 
+async def test_an_export_whose_marker_never_comes_is_told_before_the_deadline(rungd_daemon, xfer) -> None:
+    # A trial's writer stopped mid-export: every read waited to its deadline and said "the
+    # process tree was killed" (there is none). Now it says which file, and what it lacks.
+    await fake("new_release_exporter", "--out", xfer / "exports", "--name", "stock-n.csv", "--rows", 7)
+    env = await rungd_daemon.call("xfer_stock_list", {"complete": "marker"})
+    assert env.error is not None and env.error.code == "STALE_EXPORT", env
+    assert "stock-n.csv was still not complete" in env.error.message
+    assert "its done marker stock-n.done is missing" in env.error.message
+    assert (env.outcome, env.error.retry) == ("not_started", "yes"), env
+
+
 async def test_a_bom_is_skipped_whatever_the_declared_encoding(rungd_daemon, xfer) -> None:
     name = (await fake("bom_latin1_exporter", "--out", xfer / "exports", "--name", "stock-bom.csv",
                        "--encoding", "utf-8-sig")).strip()

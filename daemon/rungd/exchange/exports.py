@@ -380,7 +380,16 @@ class Export:
                     next_action=self.spec.stale_next_action,
                 )
             try:
-                st = await self.wait_complete(target)
+                # Until just before the deadline, to say why: a writer that stopped mid-export
+                # leaves a file that never completes, and the deadline alone would say nothing.
+                with trio.move_on_at(ctx.deadline - 0.5) as waiting:
+                    st = await self.wait_complete(target)
+                if waiting.cancelled_caught:
+                    raise StaleExport(f"the newest export {target.name} was still not complete at the call's "
+                                      f"deadline: {await safe.run(self._incomplete, target, what='look at the export')}",
+                                      hint="a writer still at work, or one that stopped mid-export; if it stays so "
+                                      "the operator must finish or remove that file; retry later",
+                                      retry="yes", next_action="retry_later")
                 return await self._read(ctx, target, st, predicate, cap, cap_bytes)
             except FileNotFoundError:
                 if path is not None:
@@ -442,6 +451,18 @@ class Export:
             marker = path.with_name(complete.done_marker.format(name=path.name, stem=path.stem))
             return st, safe.kind_of(marker) is not None
         return st, True
+
+    def _incomplete(self, path: Path) -> str:
+        """Why ``path`` does not count as complete now, in words. Blocking (a few ``stat``
+        calls): run it in a worker thread."""
+        complete = self.spec.complete
+        if complete.lock_names and locks.lock_files(path, complete.lock_names):
+            return "a writer's lock file is beside it"
+        if complete.done_marker:
+            marker = path.with_name(complete.done_marker.format(name=path.name, stem=path.stem))
+            if safe.kind_of(marker) is None:
+                return f"its done marker {marker.name} is missing"
+        return f"it kept changing for less than {complete.stable_s:g} s at a time, or a process held it open to write"
 
     def _open(self, path: Path, st: os.stat_result) -> int:
         """Open the export found complete, never blocking; check what was opened.

@@ -228,6 +228,9 @@ _RUN_THE_SETTLE_READ = "the effect may or may not have happened: run the settle 
 _RECONCILE_FIRST = "run the settle read (reconcile) before retrying"
 
 
+_KILLED = "; the process tree was killed"  # said only when a program ran (an export read runs none)
+
+
 def timeout_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None) -> ToolTimeout:
     """TIMEOUT for a handler cancelled at its deadline: ``unknown`` only after the commit point."""
     deadline = tool.timing.deadline_s
@@ -235,14 +238,14 @@ def timeout_error(tool: Tool, ctx: CallContext, settle: dict[str, Any] | None) -
         # A read has no effect to be unsure about: nothing to settle, safe to try again. It
         # is done once its program ran (as any error of a read that ran), else not started.
         return ToolTimeout(
-            f"{tool.name} passed its {deadline:g} s deadline; the process tree was killed",
+            f"{tool.name} passed its {deadline:g} s deadline{_KILLED if ctx.spawned else ''}",
             hint="a read changes nothing: retry; if it keeps timing out, ask the operator to raise the deadline",
             outcome=_ran_or_not(ctx), retry="yes", next_action="retry_later",
         )
     if ctx.may_have_acted():
         where = "after its commit point" if ctx.committed else "after its program started"
         return ToolTimeout(
-            f"{tool.name} passed its {deadline:g} s deadline {where}; the process tree was killed",
+            f"{tool.name} passed its {deadline:g} s deadline {where}{_KILLED if ctx.spawned else ''}",
             hint=_RUN_THE_SETTLE_READ,
             outcome="unknown",
             settle=settle,
