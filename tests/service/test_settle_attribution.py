@@ -85,13 +85,16 @@ async def test_a_copy_answered_over_a_different_file_is_changed(short_tmp, nurse
 
 # Like gpg importing a key it already holds, then failing (exit 2) for another reason: the
 # state the read-back expects was there before the call.
-FAILS_AFTER = '''
-    import sys
+# A key-value program: `show DB` prints the value; `set VALUE ... DB` does what follows.
+KV_SHOW = '''
+    import sys, time
     from pathlib import Path
     db = Path(sys.argv[-1])
     if sys.argv[1] == "show":
         print(f"value: {db.read_text().strip() if db.exists() else 'none'}")
         sys.exit(0)
+'''
+FAILS_AFTER = KV_SHOW + '''
     if "--act" in sys.argv:
         db.write_text(sys.argv[2])
     sys.stderr.write("gpg: keyserver receive failed: No data\\n")
@@ -261,13 +264,7 @@ async def test_a_python_plugins_settle_read_is_judged_against_its_noted_read_bef
 
 # Like dd filling a file it is killed in the middle of: a part of the effect is done, and the
 # read-back (the value) cannot see it.
-HALF_DONE = '''
-    import sys, time
-    from pathlib import Path
-    db = Path(sys.argv[-1])
-    if sys.argv[1] == "show":
-        print(f"value: {db.read_text().strip() if db.exists() else 'none'}")
-        sys.exit(0)
+HALF_DONE = KV_SHOW + '''
     db.with_suffix(".part").write_text(sys.argv[2][:1])
     time.sleep(60)
 '''
@@ -293,13 +290,7 @@ async def test_a_write_killed_past_its_commit_point_stays_unknown_when_its_read_
 
 
 # Like tar -xw stopped at its third question: two files out, the read-back's third missing.
-PART_THEN_ASKS = '''
-    import sys
-    from pathlib import Path
-    db = Path(sys.argv[-1])
-    if sys.argv[1] == "show":
-        print(f"value: {db.read_text().strip() if db.exists() else 'none'}")
-        sys.exit(0)
+PART_THEN_ASKS = KV_SHOW + '''
     db.write_text(sys.argv[2][:1])
     print("extract the rest? ", end="", flush=True)
     sys.stdin.readline()
