@@ -443,18 +443,12 @@ class Export:
                 or dangling symlink.
             FileNotFoundError: it is gone.
         """
-        complete = self.spec.complete
         st = _stat(path)
-        if complete.lock_names and locks.lock_files(path, complete.lock_names):
-            return st, False
-        if complete.done_marker:
-            marker = path.with_name(complete.done_marker.format(name=path.name, stem=path.stem))
-            return st, safe.kind_of(marker) is not None
-        return st, True
+        return st, self._being_written(path) is None
 
-    def _incomplete(self, path: Path) -> str:
-        """Why ``path`` does not count as complete now, in words. Blocking (a few ``stat``
-        calls): run it in a worker thread."""
+    def _being_written(self, path: Path) -> str | None:
+        """What says ``path`` is still being written (a lock file, a missing done-marker), in
+        words; None when nothing does. Blocking: run it in a worker thread."""
         complete = self.spec.complete
         if complete.lock_names and locks.lock_files(path, complete.lock_names):
             return "a writer's lock file is beside it"
@@ -462,7 +456,13 @@ class Export:
             marker = path.with_name(complete.done_marker.format(name=path.name, stem=path.stem))
             if safe.kind_of(marker) is None:
                 return f"its done marker {marker.name} is missing"
-        return f"it kept changing for less than {complete.stable_s:g} s at a time, or a process held it open to write"
+        return None
+
+    def _incomplete(self, path: Path) -> str:
+        """Why ``path`` does not count as complete now, in words. Blocking: run it in a
+        worker thread."""
+        return self._being_written(path) or (f"it kept changing for less than {self.spec.complete.stable_s:g} s "
+                                             "at a time, or a process held it open to write")
 
     def _open(self, path: Path, st: os.stat_result) -> int:
         """Open the export found complete, never blocking; check what was opened.
