@@ -12,7 +12,7 @@ from rungd.service.stepdown import Mark
 
 @pytest.mark.parametrize("unix", [1e308, -1e18, float("inf"), float("nan")])
 def test_a_time_no_clock_can_show_is_told_as_itself(unix: float) -> None:
-    assert moments.local(unix) == moments.utc_iso(unix) == f"{unix!r} (not a time)"
+    assert moments.local(unix) == moments.utc_iso(unix) == moments.local_iso(unix) == f"{unix!r} (not a time)"
     assert Mark("SURFACE_CHANGED 3 times in a row", unix, ("c1",)).text().startswith(
         f"marked since {unix!r} (not a time)")
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import pwd
-from datetime import datetime
 from typing import Any
 
 import msgspec
 from rungd_ledgers import Record
 
+from rungd.core import moments
 from rungd.core.envelope import Envelope
 from rungd.service.journal import visible
 from rungd.protocol import ToolDefinition
@@ -19,13 +19,7 @@ def as_json(value: Any) -> str:
     return json.dumps(msgspec.to_builtins(value), indent=2, ensure_ascii=False)
 
 
-def local_time(unix: float) -> str:
-    """ISO 8601 in the local zone, with its offset: ``2026-11-30T10:00:00+01:00``; a number no
-    clock can show (an edited ledger's 1e308) as itself."""
-    try:
-        return datetime.fromtimestamp(unix).astimezone().isoformat(timespec="seconds")
-    except (OverflowError, ValueError, OSError):
-        return f"{unix!r} (not a time)"
+local_time = moments.local_iso  # a number no clock can show (an edited ledger's 1e308) as itself
 
 
 def user(uid: int) -> str:

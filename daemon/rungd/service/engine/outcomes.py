@@ -375,6 +375,7 @@ def settled(envelope: Envelope, tool: Tool, *, read: Envelope, expect: dict[str,
     already = before is not None and shows(before, expect, before) is True
     moved = before is not None and any(read.fields.get(key) != before.get(key) for key in expect)
     name = f"the settle read {read.tool}"
+    verified_by = f"settle read {read.tool} (call {read.call_id})"
     if happened:
         if before is None:
             outcome, effect = "done", "existing"
@@ -397,7 +398,7 @@ def settled(envelope: Envelope, tool: Tool, *, read: Envelope, expect: dict[str,
         said = (f"{name} shows the effect absent and nothing it reads moved, but the program was killed past its "
                 "commit point: a part of the effect that read cannot see may be there. Check before repeating it")
         return fit_to_cap(msgspec.structs.replace(
-            envelope, verified_by=f"settle read {read.tool} (call {read.call_id})",
+            envelope, verified_by=verified_by,
             error=msgspec.structs.replace(envelope.error, hint=_with_its_words(said, envelope.error.hint)),
         ), tool.cap_bytes)
     else:
@@ -414,7 +415,7 @@ def settled(envelope: Envelope, tool: Tool, *, read: Envelope, expect: dict[str,
             retry, next_action = "no", "stop"
     settled_envelope = msgspec.structs.replace(
         envelope, outcome=outcome, effect=effect,
-        verified_by=f"settle read {read.tool} (call {read.call_id})", settle=None, next_action=next_action,
+        verified_by=verified_by, settle=None, next_action=next_action,
         # The error's own hint stays beside what the read showed: the read decides the
         # outcome, the program's words and the fix still say why it failed.
         error=msgspec.structs.replace(envelope.error, retry=retry, hint=_with_its_words(said, envelope.error.hint)),
