@@ -79,19 +79,29 @@ def credential(ctx: CallContext, name: str) -> str:
         AuthRequired: rungd does not hold it.
         Failed: the store failed (a credential plugin's exception): nothing was run.
     """
-    try:
-        value = ctx.credentials(name)
-    except RungdError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a credential plugin's failure, whatever it is
-        # Its type only: a store's message may quote what it read.
-        log.error("credential store failed for %r: %s", name, type(exc).__name__)
-        raise Failed(f"rungd could not read the credential {name!r} from its store ({type(exc).__name__}); "
-                     "nothing was run", hint="the operator must check the credential store (its plugin, or the "
-                     "files in $CREDENTIALS_DIRECTORY); the daemon's log says when it failed") from None
+    value = stored(ctx, name, "nothing was run")
     if value is None:
         raise AuthRequired(
             f"{ctx.tool.name} needs the credential {name!r}, which rungd does not hold",
             hint=f"the operator must add {name!r} to rungd's credential store; nothing was run",
         )
     return value
+
+
+def stored(ctx: CallContext, name: str, undone: str) -> str | None:
+    """The credential ``name`` from the daemon's store, or None where it holds none.
+
+    Raises:
+        Failed: the store failed (a credential plugin's exception, whatever it is: a plugin's
+            failure ends this call, never the daemon); ``undone`` says what that left undone.
+    """
+    try:
+        return ctx.credentials(name)
+    except RungdError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a credential plugin's failure, whatever it is
+        # Its type only: a store's message may quote what it read.
+        log.error("credential store failed for %r: %s", name, type(exc).__name__)
+        raise Failed(f"rungd could not read the credential {name!r} from its store ({type(exc).__name__}); {undone}",
+                     hint="the operator must check the credential store (its plugin, or the files in "
+                     "$CREDENTIALS_DIRECTORY); the daemon's log says when it failed") from None

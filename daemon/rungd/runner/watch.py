@@ -4,7 +4,6 @@ what the tool declared. Everything else stops the call with an error quoting the
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import re
 import time
@@ -14,15 +13,15 @@ import trio
 from rungd.runner import procwatch
 from rungd.system import proctree
 from rungd.core.contract import CallContext
-from rungd.core.errors import AuthRequired, Failed, PromptUnexpected, RungdError
+from rungd.core.errors import AuthRequired, PromptUnexpected, RungdError
 from rungd.redact import Redactor
+from rungd.runner.environment import stored
 from rungd.runner.program import Confirmation, CredentialPrompt, Program
 from rungd.runner.questions import is_credential_question
 from rungd.runner.launch import Child, Started
 from rungd.runner.streams import Outputs, Stream
 from rungd.runner.terminal import Terminal
 
-log = logging.getLogger("rungd.runner")
 
 # The watch looks at the program as soon as its output pauses (_PAUSE_S), then again on a
 # timer that backs off from POLL_S to POLL_MAX_S while nothing happens; any output or the
@@ -120,14 +119,9 @@ class Watch:
                 hint=f"the operator must check the credential {prompt.credential!r} in rungd's store; it is "
                 "not sent again in the same call", question=question, asked_on=asked_on)
         try:
-            secret = self.ctx.credentials(prompt.credential)
-        except Exception as exc:  # noqa: BLE001 - a credential plugin's failure, whatever it is
-            # Its type only: a store's message may quote what it read.
-            log.error("credential store failed for %r: %s", prompt.credential, type(exc).__name__)
-            return Failed(f"rungd could not read the credential {prompt.credential!r} from its store "
-                          f"({type(exc).__name__}); the program's question {how} was not answered",
-                          hint="the operator must check the credential store (its plugin, or the files in "
-                          "$CREDENTIALS_DIRECTORY); the daemon's log says when it failed")
+            secret = stored(self.ctx, prompt.credential, f"the program's question {how} was not answered")
+        except RungdError as failure:
+            return failure
         if secret is None:
             return _auth_required(
                 f"the program asked {how}: {question!r}, declared with the credential "
