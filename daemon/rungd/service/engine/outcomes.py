@@ -144,7 +144,7 @@ def error_envelope(
         # The tool's own table decides retry and next_action for its codes.
         retry, next_action = rule.retry, rule.next_action
         hint = hint or rule.hint
-    retry, next_action = _guard_write(tool, outcome, retry, next_action)
+    retry, next_action = _fit_retry(tool, outcome, retry, next_action)
     message, fields = exc.message, exc.fields
     if ctx is not None and ctx.secrets:
         # An error may quote what the call was given or what its program printed: a
@@ -190,7 +190,8 @@ def _outcome_after(exc: RungdError, tool: Tool | None, ctx: CallContext) -> Outc
     return exc.outcome
 
 
-def _guard_write(tool: Tool | None, outcome: Outcome, retry: Retry, next_action: NextAction) -> tuple[Retry, NextAction]:
+def _fit_retry(tool: Tool | None, outcome: Outcome, retry: Retry, next_action: NextAction) -> tuple[Retry, NextAction]:
+    """``retry`` and ``next_action`` as the tool's side effect allows them."""
     if tool is None:
         return retry, next_action
     if tool.side_effect == "read":
