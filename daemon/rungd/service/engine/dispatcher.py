@@ -540,7 +540,7 @@ class Dispatcher:
             return envelope
         return outcomes.settled(envelope, tool, read=read, expect=settle["expect"],
                                 before=ctx.read_before(settle["tool"], settle["inputs"]), acted=ctx.may_have_acted(),
-                                 committed=ctx.committed)
+                                committed=ctx.committed)
 
     async def _record_end(self, call: Call, events: list[_Event], *, durable: bool) -> None:
         """Record a call's end (:func:`_end_events`; the caller hears it next); ``durable``: synced
